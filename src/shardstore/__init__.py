@@ -1,0 +1,51 @@
+"""shardstore: fast, friendly chunked, compressed, sharded N-dimensional arrays.
+
+>>> import shardstore, numpy as np
+>>> a = shardstore.zarr3.create("memory://", shape=(100, 100), dtype="uint8",
+...                             chunks=(10, 10), shards=(50, 50))
+>>> a[10:20, ::2] = 7
+>>> int(np.asarray(a).sum())
+350
+"""
+
+from . import errors
+from .api import create, open, open_group
+from .core.array import Array
+from .errors import (
+    ChecksumError,
+    ChunkNotFoundError,
+    CodecError,
+    ContainsNodeError,
+    MetadataError,
+    ReadOnlyError,
+    ShardStoreError,
+    StoreError,
+    UnsupportedFeatureError,
+)
+from .formats import zarr3
+from .formats.zarr3 import Group
+from .store import LocalStore, MemoryStore, Store
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "open",
+    "create",
+    "open_group",
+    "Array",
+    "Group",
+    "zarr3",
+    "Store",
+    "MemoryStore",
+    "LocalStore",
+    "errors",
+    "ShardStoreError",
+    "MetadataError",
+    "UnsupportedFeatureError",
+    "CodecError",
+    "ChecksumError",
+    "StoreError",
+    "ChunkNotFoundError",
+    "ReadOnlyError",
+    "ContainsNodeError",
+]

@@ -1,0 +1,180 @@
+"""Layer 2: codec interfaces. Pure transforms: no I/O, never imports store/ or formats/.
+
+A codec is built from its JSON object (``from_config``) and gives it back exactly
+(``to_config``). ``encode`` / ``decode`` are synchronous and pure so that the core can run them
+in a thread pool; the C libraries behind them release the GIL.
+"""
+
+from __future__ import annotations
+
+import abc
+import copy
+import math
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+
+from ..errors import MetadataError
+
+__all__ = [
+    "ChunkSpec",
+    "Codec",
+    "ArrayArrayCodec",
+    "ArrayBytesCodec",
+    "BytesBytesCodec",
+    "parse_named_config",
+    "expansion_bound",
+]
+
+CodecKind = Literal["array_array", "array_bytes", "bytes_bytes"]
+
+
+@dataclass(frozen=True)
+class ChunkSpec:
+    """What a codec sees: the shape, native-order dtype and fill value of one chunk."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    fill_value: Any = None
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def with_shape(self, shape: tuple[int, ...]) -> ChunkSpec:
+        return replace(self, shape=tuple(shape))
+
+
+def parse_named_config(
+    config: Any, where: str = "codec"
+) -> tuple[str, dict[str, Any], bool]:
+    """Split an extension object into ``(name, configuration, must_understand)``.
+
+    Accepts the short form (a bare string) and ``{"name", "configuration"?,
+    "must_understand"?}``.
+    """
+    if isinstance(config, str):
+        return config, {}, True
+    if not isinstance(config, dict) or not isinstance(config.get("name"), str):
+        raise MetadataError(f"{where}: expected a name string or an object with 'name', got {config!r}")
+    extra = set(config) - {"name", "configuration", "must_understand"}
+    if extra:
+        raise MetadataError(f"{where} {config['name']!r}: unexpected members {sorted(extra)}")
+    conf = config.get("configuration", {})
+    if not isinstance(conf, dict):
+        raise MetadataError(f"{where} {config['name']!r}: 'configuration' must be an object")
+    must = config.get("must_understand", True)
+    if not isinstance(must, bool):
+        raise MetadataError(f"{where} {config['name']!r}: 'must_understand' must be a boolean")
+    return config["name"], conf, must
+
+
+def expansion_bound(n: int) -> int:
+    """Upper bound on what any compressor can turn ``n`` bytes into (worst-case expansion).
+
+    Used to cap intermediate outputs when decoding chains of several compressors.
+    """
+    return n + n // 8 + 4096
+
+
+class Codec(abc.ABC):
+    """Base of every codec. Subclasses set ``name`` and ``kind``."""
+
+    name: ClassVar[str]
+    kind: ClassVar[CodecKind]
+    #: the JSON object this codec was parsed from, returned verbatim by ``to_config``
+    _source: dict[str, Any] | str | None = None
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any] | str) -> Codec:
+        """Parse and validate a codec JSON object (or its bare-string short form)."""
+        name, conf, _ = parse_named_config(config)
+        codec = cls._from_configuration(conf)
+        codec._source = copy.deepcopy(config)
+        return codec
+
+    @classmethod
+    @abc.abstractmethod
+    def _from_configuration(cls, configuration: dict[str, Any]) -> Codec:
+        """Build from the ``configuration`` member (already known to be a dict)."""
+
+    def to_config(self) -> dict[str, Any] | str:
+        """The JSON object: exactly what was parsed, or the canonical form if built in code."""
+        if self._source is not None:
+            return copy.deepcopy(self._source)
+        return self._canonical_config()
+
+    @abc.abstractmethod
+    def _canonical_config(self) -> dict[str, Any]: ...
+
+    def resolve(self, spec: ChunkSpec) -> ChunkSpec:
+        """The spec the next codec in the chain sees (array->array codecs change it)."""
+        return spec
+
+    def bind(self, spec: ChunkSpec) -> Codec:
+        """A copy with defaults that depend on the chunk filled in (e.g. blosc typesize)."""
+        return self
+
+    def validate(self, spec: ChunkSpec) -> None:
+        """Raise MetadataError if this codec cannot handle chunks of ``spec``."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._canonical_config().get('configuration', {})})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other) and self._canonical_config() == other._canonical_config()  # type: ignore[union-attr]
+
+    def __hash__(self) -> int:
+        return hash((type(self), repr(self)))
+
+
+class ArrayArrayCodec(Codec):
+    kind = "array_array"
+
+    @abc.abstractmethod
+    def encode(self, array: np.ndarray, spec: ChunkSpec) -> np.ndarray:
+        """``spec`` describes the input array."""
+
+    @abc.abstractmethod
+    def decode(self, array: np.ndarray, spec: ChunkSpec) -> np.ndarray:
+        """``spec`` describes the *decoded* (input-side) array."""
+
+
+class ArrayBytesCodec(Codec):
+    kind = "array_bytes"
+
+    @abc.abstractmethod
+    def encode(self, array: np.ndarray, spec: ChunkSpec) -> bytes: ...
+
+    @abc.abstractmethod
+    def decode(self, data: bytes, spec: ChunkSpec) -> np.ndarray:
+        """Must return an array of exactly ``spec.shape`` / ``spec.dtype`` or raise CodecError."""
+
+    def encoded_size(self, spec: ChunkSpec) -> int | None:
+        """Size of the encoding when it does not depend on the data, else None."""
+        return None
+
+
+class BytesBytesCodec(Codec):
+    kind = "bytes_bytes"
+
+    @abc.abstractmethod
+    def encode(self, data: bytes, spec: ChunkSpec) -> bytes: ...
+
+    @abc.abstractmethod
+    def decode(self, data: bytes, spec: ChunkSpec, max_size: int) -> bytes:
+        """Decode; raise CodecError rather than produce more than ``max_size`` bytes."""
+
+    def encoded_size(self, n: int) -> int | None:
+        """Encoded size for an input of ``n`` bytes when fixed (checksums), else None."""
+        return None
+
+    def max_encoded_size(self, n: int) -> int:
+        """An upper bound on the encoded size of ``n`` input bytes."""
+        fixed = self.encoded_size(n)
+        return fixed if fixed is not None else expansion_bound(n)

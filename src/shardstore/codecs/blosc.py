@@ -1,0 +1,194 @@
+"""Zarr v3 ``blosc`` codec: one Blosc-1 chunk (16-byte header + blocks), via numcodecs' c-blosc.
+
+Decoding reads the header first and refuses, before decompressing anything, a chunk whose
+declared sizes disagree with the data or exceed what the chunk may hold.
+
+``numcodecs.blosc.use_threads`` is set to False on import: numcodecs then calls the
+``blosc_*_ctx`` functions with the GIL released instead of serialising every call on a global
+lock, so our thread pool decodes chunks in parallel. (This is a process-wide numcodecs setting;
+it only stops c-blosc from spawning its own threads inside one call.)
+"""
+
+from __future__ import annotations
+
+import copy
+import struct
+from typing import Any, Literal, NamedTuple
+
+import numcodecs.blosc as _blosc
+import numpy as np
+
+from ..errors import CodecError, MetadataError, UnsupportedFeatureError
+from .base import BytesBytesCodec, ChunkSpec
+from .registry import register_codec
+
+__all__ = ["BloscCodec", "BloscHeader", "read_blosc_header"]
+
+_blosc.use_threads = False
+
+Shuffle = Literal["noshuffle", "shuffle", "bitshuffle"]
+SHUFFLES: tuple[Shuffle, ...] = ("noshuffle", "shuffle", "bitshuffle")  # index = c-blosc constant
+CNAMES = ("blosclz", "lz4", "lz4hc", "zlib", "zstd", "snappy")  # the names Zarr v3 allows
+_AVAILABLE = frozenset(_blosc.list_compressors())
+_HEADER = struct.Struct("<BBBBIII")
+HEADER_SIZE = _HEADER.size  # 16
+_MEMCPYED = 0x02
+# c-blosc ignores (treats as 1) typesizes above this
+_MAX_TYPESIZE = 255
+
+
+class BloscHeader(NamedTuple):
+    """The fields of a Blosc-1 chunk header (spec §5.1)."""
+
+    version: int
+    versionlz: int
+    flags: int
+    typesize: int
+    nbytes: int
+    blocksize: int
+    cbytes: int
+
+    @property
+    def memcpyed(self) -> bool:
+        return bool(self.flags & _MEMCPYED)
+
+
+def read_blosc_header(data: bytes | memoryview) -> BloscHeader:
+    """Parse and sanity-check the 16-byte header of a Blosc-1 chunk held entirely in ``data``."""
+    size = memoryview(data).nbytes
+    if size < HEADER_SIZE:
+        raise CodecError(f"codec 'blosc': {size} bytes is too short for a 16-byte blosc header")
+    header = BloscHeader._make(_HEADER.unpack_from(data))
+    if header.cbytes != size:
+        raise CodecError(
+            f"codec 'blosc': header says the chunk is {header.cbytes} bytes, got {size} bytes "
+            "(truncated or corrupt)"
+        )
+    if header.memcpyed and header.cbytes != header.nbytes + HEADER_SIZE:
+        raise CodecError(
+            f"codec 'blosc': stored-uncompressed chunk of {header.cbytes} bytes cannot hold the "
+            f"{header.nbytes} bytes its header declares"
+        )
+    return header
+
+
+def _check_int(value: Any, member: str, lo: int, hi: int | None = None) -> int:
+    if (
+        not isinstance(value, int)
+        or isinstance(value, bool)
+        or value < lo
+        or (hi is not None and value > hi)
+    ):
+        bounds = f"{lo}-{hi}" if hi is not None else f">= {lo}"
+        raise MetadataError(f"codec 'blosc': {member!r} must be an integer {bounds}, got {value!r}")
+    return value
+
+
+@register_codec("blosc")
+class BloscCodec(BytesBytesCodec):
+    """``blosc``: ``cname``, ``clevel`` 0-9, ``shuffle``, ``typesize`` (filled from the dtype by
+    ``bind`` when absent) and ``blocksize`` (0 = automatic)."""
+
+    name = "blosc"
+
+    def __init__(
+        self,
+        cname: str = "zstd",
+        clevel: int = 5,
+        shuffle: Shuffle = "shuffle",
+        typesize: int | None = None,
+        blocksize: int = 0,
+    ) -> None:
+        if cname not in CNAMES:
+            raise MetadataError(
+                f"codec 'blosc': 'cname' must be one of {list(CNAMES)}, got {cname!r}"
+            )
+        if cname not in _AVAILABLE:
+            raise UnsupportedFeatureError(
+                f"codec 'blosc': compressor {cname!r} is not built into this c-blosc "
+                f"(available: {sorted(_AVAILABLE)})"
+            )
+        if shuffle not in SHUFFLES:
+            raise MetadataError(
+                f"codec 'blosc': 'shuffle' must be one of {list(SHUFFLES)}, got {shuffle!r}"
+            )
+        self.cname = cname
+        self.clevel = _check_int(clevel, "clevel", 0, 9)
+        self.shuffle: Shuffle = shuffle
+        self.typesize = None if typesize is None else _check_int(typesize, "typesize", 1)
+        self.blocksize = _check_int(blocksize, "blocksize", 0)
+
+    @classmethod
+    def _from_configuration(cls, configuration: dict[str, Any]) -> BloscCodec:
+        extra = set(configuration) - {"cname", "clevel", "shuffle", "typesize", "blocksize"}
+        if extra:
+            raise MetadataError(f"codec 'blosc': unknown configuration member(s) {sorted(extra)}")
+        missing = {"cname", "clevel", "shuffle"} - set(configuration)
+        if missing:
+            raise MetadataError(f"codec 'blosc': missing configuration member(s) {sorted(missing)}")
+        if "typesize" in configuration and configuration["typesize"] is None:
+            raise MetadataError("codec 'blosc': 'typesize' must be a positive integer, got null")
+        return cls(
+            cname=configuration["cname"],
+            clevel=configuration["clevel"],
+            shuffle=configuration["shuffle"],
+            typesize=configuration.get("typesize"),
+            blocksize=configuration.get("blocksize", 0),
+        )
+
+    def _canonical_config(self) -> dict[str, Any]:
+        # member order as zarr-python writes it; typesize only once known
+        conf: dict[str, Any] = {} if self.typesize is None else {"typesize": self.typesize}
+        conf.update(
+            cname=self.cname, clevel=self.clevel, shuffle=self.shuffle, blocksize=self.blocksize
+        )
+        return {"name": "blosc", "configuration": conf}
+
+    def bind(self, spec: ChunkSpec) -> BloscCodec:
+        """Fill a missing ``typesize`` with the element size, as zarr-python and tensorstore do."""
+        if self.typesize is not None:
+            return self
+        bound = copy.copy(self)  # keeps _source: the stored JSON stays as it was written
+        bound.typesize = np.dtype(spec.dtype).itemsize
+        return bound
+
+    def encode(self, data: bytes, spec: ChunkSpec) -> bytes:
+        n = memoryview(data).nbytes
+        if n > _blosc.MAX_BUFFERSIZE:
+            raise CodecError(
+                f"codec 'blosc': cannot compress {n} bytes; blosc chunks hold at most "
+                f"{_blosc.MAX_BUFFERSIZE} bytes (use smaller chunks)"
+            )
+        typesize = self.typesize if self.typesize is not None else np.dtype(spec.dtype).itemsize
+        if typesize > _MAX_TYPESIZE:
+            typesize = 1
+        try:
+            return _blosc.compress(
+                data,
+                self.cname.encode(),
+                self.clevel,
+                SHUFFLES.index(self.shuffle),
+                self.blocksize,
+                typesize,
+            )
+        except (RuntimeError, ValueError) as e:
+            raise CodecError(f"codec 'blosc': cannot compress {n} bytes: {e}") from e
+
+    def decode(self, data: bytes, spec: ChunkSpec, max_size: int) -> memoryview:  # type: ignore[override]
+        """The decompressed bytes as a writable buffer owned by the caller."""
+        header = read_blosc_header(data)
+        if header.nbytes > max_size:
+            raise CodecError(
+                f"codec 'blosc': header declares {header.nbytes} uncompressed bytes, more than "
+                f"the {max_size} bytes a chunk can hold (corrupt data or a decompression bomb)"
+            )
+        out = np.empty(header.nbytes, dtype=np.uint8)
+        if header.nbytes:  # c-blosc reports an empty chunk as an error
+            try:
+                _blosc.decompress(data, out)
+            except (RuntimeError, ValueError) as e:
+                raise CodecError(
+                    f"codec 'blosc': corrupt blosc chunk ({header.cbytes} bytes, "
+                    f"{header.nbytes} declared): {e}"
+                ) from e
+        return memoryview(out)

@@ -1,0 +1,114 @@
+"""Zarr v3 ``bytes`` codec: an array as its C-order element bytes in a given byte order.
+
+Encoding a native-order, C-contiguous array is zero-copy: the result is a read-only
+``memoryview`` over the array's memory. Decoding copies at most once: a writable buffer (such as
+the ones our decompressors return) is adopted as it is; a read-only one (``bytes`` from a
+store) is copied, byte-swapping in the same pass when needed.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Literal
+
+import numpy as np
+
+from ..errors import CodecError, MetadataError
+from .base import ArrayBytesCodec, ChunkSpec
+from .registry import register_codec
+
+__all__ = ["BytesCodec"]
+
+Endian = Literal["little", "big"]
+_ENDIAN_CHAR = {"little": "<", "big": ">"}
+_NATIVE: Endian = "little" if sys.byteorder == "little" else "big"
+# numeric kinds with a byte order; 'V' (raw r<bits>) and 1-byte types have none
+_SUPPORTED_KINDS = frozenset("biufcV")
+
+
+@register_codec("bytes")
+class BytesCodec(ArrayBytesCodec):
+    """``bytes``: ``endian`` is ``"little"`` or ``"big"``; it may be omitted (``None``) only
+    for dtypes whose elements are one byte (bool, int8, uint8) or raw."""
+
+    name = "bytes"
+
+    def __init__(self, endian: Endian | None = "little") -> None:
+        if endian is not None and endian not in _ENDIAN_CHAR:
+            raise MetadataError(
+                f"codec 'bytes': 'endian' must be \"little\" or \"big\", got {endian!r}"
+            )
+        self.endian: Endian | None = endian
+
+    @classmethod
+    def _from_configuration(cls, configuration: dict[str, Any]) -> BytesCodec:
+        extra = set(configuration) - {"endian"}
+        if extra:
+            raise MetadataError(f"codec 'bytes': unknown configuration member(s) {sorted(extra)}")
+        if "endian" in configuration and configuration["endian"] is None:
+            raise MetadataError("codec 'bytes': 'endian' must be \"little\" or \"big\", got null")
+        return cls(configuration.get("endian"))
+
+    def _canonical_config(self) -> dict[str, Any]:
+        # tensorstore and zarr-python both write the bare {"name": "bytes"} when endian is unset
+        if self.endian is None:
+            return {"name": "bytes"}
+        return {"name": "bytes", "configuration": {"endian": self.endian}}
+
+    # -- checks -----------------------------------------------------------------------------
+    def validate(self, spec: ChunkSpec) -> None:
+        dtype = np.dtype(spec.dtype)
+        if dtype.kind not in _SUPPORTED_KINDS or dtype.fields is not None:
+            raise MetadataError(f"codec 'bytes': cannot encode data type {dtype}")
+        if self.endian is None and dtype.itemsize > 1 and dtype.kind != "V":
+            raise MetadataError(
+                f"codec 'bytes': 'endian' is required for data type {dtype} "
+                f"({dtype.itemsize}-byte elements)"
+            )
+
+    def encoded_size(self, spec: ChunkSpec) -> int:
+        return spec.nbytes
+
+    def _stored_dtype(self, dtype: np.dtype) -> np.dtype:
+        """The dtype whose memory layout is the encoding (bool is stored as 0/1 bytes)."""
+        if dtype.kind == "b":
+            return np.dtype(np.uint8)
+        if dtype.itemsize == 1 or dtype.kind == "V" or self.endian is None:
+            return dtype
+        return dtype.newbyteorder(_ENDIAN_CHAR[self.endian])
+
+    # -- transforms -------------------------------------------------------------------------
+    def encode(self, array: np.ndarray, spec: ChunkSpec) -> memoryview:  # type: ignore[override]
+        """C-order bytes in the configured byte order (zero-copy when already laid out so)."""
+        if array.shape != spec.shape:
+            raise CodecError(f"codec 'bytes': array of shape {array.shape}, expected {spec.shape}")
+        if array.dtype.newbyteorder("=") != np.dtype(spec.dtype).newbyteorder("="):
+            raise CodecError(f"codec 'bytes': array of dtype {array.dtype}, expected {spec.dtype}")
+        stored = self._stored_dtype(np.dtype(spec.dtype))
+        if array.dtype.kind == "b":
+            array = array.view(np.uint8) if array.flags.c_contiguous else array.astype(np.uint8)
+        # one pass at most: reorders to C order and swaps bytes together
+        array = np.asarray(array, dtype=stored, order="C")
+        return memoryview(array.reshape(-1).view(np.uint8)).toreadonly()
+
+    def decode(self, data: bytes, spec: ChunkSpec) -> np.ndarray:
+        """An array of ``spec.shape`` / native ``spec.dtype``; writable; at most one copy."""
+        dtype = np.dtype(spec.dtype)
+        expected = spec.nbytes
+        got = memoryview(data).nbytes
+        if got != expected:
+            raise CodecError(
+                f"codec 'bytes': expected {expected} bytes for a chunk of shape {spec.shape} "
+                f"and dtype {dtype}, got {got}"
+            )
+        stored = self._stored_dtype(dtype)
+        flat = np.frombuffer(data, dtype=stored)
+        if dtype.kind == "b":
+            out = flat != 0  # the copy; also normalises stray non-0/1 bytes
+        elif stored != dtype:
+            out = flat.astype(dtype)  # copy and byte-swap in one pass
+        elif not flat.flags.writeable:
+            out = flat.copy()
+        else:
+            out = flat  # a writable buffer handed to us (e.g. by a decompressor): adopt it
+        return out.reshape(spec.shape)

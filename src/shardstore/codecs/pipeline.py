@@ -1,0 +1,112 @@
+"""The codec chain: array->array*, exactly one array->bytes, bytes->bytes*.
+
+Encoding runs the chain front to back, decoding back to front. Decoding caps every
+intermediate output so that corrupt or hostile input cannot allocate more than the chunk
+allows (no decompression bombs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import CodecError, MetadataError
+from .base import ArrayArrayCodec, ArrayBytesCodec, BytesBytesCodec, ChunkSpec, Codec
+from .registry import codec_from_config
+
+__all__ = ["CodecPipeline"]
+
+
+class CodecPipeline:
+    """A validated codec chain; ``bind`` it to a chunk spec before encoding or decoding."""
+
+    def __init__(self, codecs: Sequence[Codec]) -> None:
+        codecs = list(codecs)
+        aa = [c for c in codecs if c.kind == "array_array"]
+        ab = [c for c in codecs if c.kind == "array_bytes"]
+        bb = [c for c in codecs if c.kind == "bytes_bytes"]
+        if len(ab) != 1:
+            raise MetadataError(
+                f"a codec chain needs exactly one array->bytes codec (e.g. 'bytes'), got "
+                f"{[c.name for c in ab] or 'none'} in {[c.name for c in codecs]}"
+            )
+        if codecs != aa + ab + bb:
+            raise MetadataError(
+                "codecs must be ordered array->array, then array->bytes, then bytes->bytes; got "
+                f"{[c.name for c in codecs]}"
+            )
+        self.codecs: tuple[Codec, ...] = tuple(codecs)
+        self.array_array: tuple[ArrayArrayCodec, ...] = tuple(aa)  # type: ignore[arg-type]
+        self.array_bytes: ArrayBytesCodec = ab[0]  # type: ignore[assignment]
+        self.bytes_bytes: tuple[BytesBytesCodec, ...] = tuple(bb)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_config(cls, configs: Sequence[Any], namespace: str = "zarr3") -> CodecPipeline:
+        if not isinstance(configs, (list, tuple)) or not configs:
+            raise MetadataError(f"'codecs' must be a non-empty list, got {configs!r}")
+        return cls([codec_from_config(c, namespace) for c in configs])
+
+    def to_config(self) -> list[Any]:
+        return [c.to_config() for c in self.codecs]
+
+    def __repr__(self) -> str:
+        return f"CodecPipeline({[c.name for c in self.codecs]})"
+
+    # -- binding ----------------------------------------------------------------------------
+    def specs(self, spec: ChunkSpec) -> list[ChunkSpec]:
+        """The spec each codec receives, for the array->array codecs and the array->bytes one."""
+        out = []
+        for codec in self.array_array:
+            out.append(spec)
+            spec = codec.resolve(spec)
+        out.append(spec)
+        return out
+
+    def bind(self, spec: ChunkSpec) -> CodecPipeline:
+        """Validate against ``spec`` and fill spec-dependent defaults (blosc typesize, ...)."""
+        bound: list[Codec] = []
+        for codec, s in zip(self.codecs, self.specs(spec) + [self.specs(spec)[-1]] * len(self.bytes_bytes)):
+            codec.validate(s)
+            bound.append(codec.bind(s))
+        return CodecPipeline(bound)
+
+    def encoded_size(self, spec: ChunkSpec) -> int | None:
+        """Byte size of every encoding of a chunk of ``spec`` if it is fixed, else None."""
+        size = self.array_bytes.encoded_size(self.specs(spec)[-1])
+        for codec in self.bytes_bytes:
+            if size is None:
+                return None
+            size = codec.encoded_size(size)
+        return size
+
+    # -- transforms -------------------------------------------------------------------------
+    def encode(self, array: np.ndarray, spec: ChunkSpec) -> bytes:
+        specs = self.specs(spec)
+        for codec, s in zip(self.array_array, specs):
+            array = codec.encode(array, s)
+        data = self.array_bytes.encode(array, specs[-1])
+        for codec in self.bytes_bytes:
+            data = codec.encode(data, specs[-1])
+        return data
+
+    def decode(self, data: bytes, spec: ChunkSpec) -> np.ndarray:
+        specs = self.specs(spec)
+        ab_spec = specs[-1]
+        # caps: what each bytes->bytes decoder may produce, innermost (exact-ish) first
+        cap = self.array_bytes.encoded_size(ab_spec)
+        if cap is None:
+            cap = ab_spec.nbytes + 4096  # variable-size array->bytes codecs (e.g. sharding)
+        caps = []
+        for codec in self.bytes_bytes:
+            caps.append(cap)
+            cap = codec.max_encoded_size(cap)
+        for codec, limit in zip(reversed(self.bytes_bytes), reversed(caps)):
+            data = codec.decode(data, ab_spec, limit)
+        array = self.array_bytes.decode(data, ab_spec)
+        for codec, s in zip(reversed(self.array_array), reversed(specs[:-1])):
+            array = codec.decode(array, s)
+        if array.shape != spec.shape:
+            raise CodecError(f"decoded chunk has shape {array.shape}, expected {spec.shape}")
+        return array

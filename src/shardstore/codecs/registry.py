@@ -1,0 +1,66 @@
+"""Codec registry: one implementation per algorithm, found by the name a format uses.
+
+Zarr v3 names are the primary names. Other formats (N5 ``compression.type``, precomputed
+``encoding``) register aliases in their own namespace that point at the same classes.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from ..errors import MetadataError, UnsupportedFeatureError
+from .base import Codec, parse_named_config
+
+__all__ = ["register_codec", "get_codec_class", "codec_from_config", "registered_codecs"]
+
+# namespace -> name -> class
+_REGISTRY: dict[str, dict[str, type[Codec]]] = {}
+_BUILTIN_MODULES = ("bytes_", "transpose", "gzip", "zstd", "blosc", "crc32c", "sharding_indexed")
+_loaded = False
+
+
+def register_codec(name: str, namespace: str = "zarr3"):
+    """Class decorator: make ``cls`` available as ``name`` in ``namespace``."""
+
+    def deco(cls: type[Codec]) -> type[Codec]:
+        _REGISTRY.setdefault(namespace, {})[name] = cls
+        return cls
+
+    return deco
+
+
+def _load_builtins() -> None:
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        for mod in _BUILTIN_MODULES:
+            importlib.import_module(f"{__package__}.{mod}")
+
+
+def registered_codecs(namespace: str = "zarr3") -> list[str]:
+    _load_builtins()
+    return sorted(_REGISTRY.get(namespace, {}))
+
+
+def get_codec_class(name: str, namespace: str = "zarr3") -> type[Codec]:
+    _load_builtins()
+    try:
+        return _REGISTRY[namespace][name]
+    except KeyError:
+        known = ", ".join(registered_codecs(namespace))
+        raise UnsupportedFeatureError(
+            f"unknown codec {name!r} (shardstore knows: {known})"
+        ) from None
+
+
+def codec_from_config(config: dict[str, Any] | str, namespace: str = "zarr3") -> Codec:
+    """Build a codec from its JSON object; errors name the codec and the bad field."""
+    name, _, _ = parse_named_config(config)
+    cls = get_codec_class(name, namespace)
+    try:
+        return cls.from_config(config)
+    except (MetadataError, UnsupportedFeatureError):
+        raise
+    except (TypeError, ValueError, KeyError) as e:
+        raise MetadataError(f"codec {name!r}: invalid configuration {config!r}: {e}") from e

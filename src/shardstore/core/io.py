@@ -1,0 +1,199 @@
+"""Chunk reads and writes: the only place in shardstore that loops over chunks.
+
+Projections are grouped by write unit (a shard, or a single chunk when unsharded) so that each
+group is one ``get_many`` / ``set_many`` batch: a sharding adapter then fetches each shard's
+index once and rewrites each shard once. Decoding and encoding run in the codec thread pool
+(the C codecs and numpy copies release the GIL) while the event loop fetches the next groups.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from .._sync import run_in_codec_pool
+from ..errors import ChunkNotFoundError, CodecError
+from .indexing import ChunkProjection
+from .layout import ChunkLayout, fill_mask
+
+__all__ = ["read_into", "write_from", "clear_outside"]
+
+#: write groups (shards) in flight; each holds its encoded chunks until written
+WRITE_GROUPS_IN_FLIGHT = 2
+#: read groups in flight; each holds its fetched (compressed) bytes until decoded
+READ_GROUPS_IN_FLIGHT = 8
+
+
+def _group(layout: ChunkLayout, projections: Iterable[ChunkProjection]) -> list[list[ChunkProjection]]:
+    groups: dict[tuple[int, ...], list[ChunkProjection]] = {}
+    for p in projections:
+        groups.setdefault(layout.write_unit(p.coords), []).append(p)
+    return list(groups.values())
+
+
+async def _bounded(limit: int, jobs: list) -> None:
+    """Await coroutine factories with at most ``limit`` running; cancel the rest on error."""
+    sem = asyncio.Semaphore(limit)
+
+    async def run(job) -> None:
+        async with sem:
+            await job()
+
+    tasks = [asyncio.ensure_future(run(job)) for job in jobs]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+
+
+def _decode(layout: ChunkLayout, key: str, coords: tuple[int, ...], data: bytes) -> np.ndarray:
+    try:
+        return layout.pipeline.decode(data, layout.spec_for(coords))
+    except CodecError as e:
+        raise type(e)(f"chunk {layout.describe_key(key)}: {e}") from e
+
+
+# -- reads -----------------------------------------------------------------------------------
+def _scatter(layout: ChunkLayout, p: ChunkProjection, key: str, data: bytes, out: np.ndarray) -> None:
+    chunk = _decode(layout, key, p.coords, data)
+    out[p.out_selection] = chunk[p.chunk_selection]
+
+
+async def read_into(
+    layout: ChunkLayout, projections: Iterable[ChunkProjection], out: np.ndarray, *, strict: bool = False
+) -> None:
+    """Fill ``out`` from the chunks the projections name; missing chunks give the fill value."""
+    fill = layout.spec.fill_value
+
+    async def read_group(group: list[ChunkProjection]) -> None:
+        keys = [layout.chunk_key(p.coords) for p in group]
+        datas = await layout.store.get_many([(k, None) for k in keys])
+        jobs = []
+        for p, key, data in zip(group, keys, datas):
+            if data is None:
+                if strict:
+                    raise ChunkNotFoundError(f"chunk {layout.describe_key(key)} is missing")
+                out[p.out_selection] = fill
+            else:
+                jobs.append(run_in_codec_pool(_scatter, layout, p, key, data, out))
+        await asyncio.gather(*jobs)
+
+    groups = _group(layout, projections)
+    await _bounded(READ_GROUPS_IN_FLIGHT, [lambda g=g: read_group(g) for g in groups])
+
+
+# -- writes ----------------------------------------------------------------------------------
+def _reset_outside(layout: ChunkLayout, chunk: np.ndarray, coords: tuple[int, ...], shape: tuple[int, ...]) -> None:
+    """Set the part of a padded edge chunk beyond ``shape`` to the fill value."""
+    for dim, (c, n, s) in enumerate(zip(coords, layout.grid.chunk_shape, shape)):
+        inside = s - c * n
+        if inside < chunk.shape[dim]:
+            index = [slice(None)] * chunk.ndim
+            index[dim] = slice(max(inside, 0), None)
+            chunk[tuple(index)] = layout.spec.fill_value
+
+
+def _whole_chunk(p: ChunkProjection, shape: tuple[int, ...]) -> bool:
+    return all(
+        isinstance(s, slice) and s.indices(n) == (0, n, 1) for s, n in zip(p.chunk_selection, shape)
+    ) and len(p.chunk_selection) == len(shape)
+
+
+def _encode(
+    layout: ChunkLayout, p: ChunkProjection, key: str, old: bytes | None, value: np.ndarray
+) -> tuple[str, bytes | None]:
+    spec = layout.spec_for(p.coords)
+    fill = layout.spec.fill_value
+    if p.is_complete and _whole_chunk(p, spec.shape):
+        chunk = value[p.out_selection]
+        if not chunk.flags.c_contiguous:  # (np.ascontiguousarray would turn 0-d into 1-d)
+            chunk = chunk.copy(order="C")
+    else:
+        if p.is_complete or old is None:
+            chunk = np.full(spec.shape, fill, dtype=spec.dtype)
+        else:
+            chunk = _decode(layout, key, p.coords, old)
+            if not chunk.flags.writeable:
+                chunk = chunk.copy()
+        chunk[p.chunk_selection] = value[p.out_selection]
+        if layout.edge_chunks == "padded" and layout.grid.chunk_is_edge(p.coords):
+            _reset_outside(layout, chunk, p.coords, layout.spec.shape)
+    if fill_mask(chunk, fill):
+        return key, None
+    return key, layout.pipeline.encode(chunk, spec)
+
+
+async def write_from(layout: ChunkLayout, projections: Iterable[ChunkProjection], value: np.ndarray) -> None:
+    """Write ``value`` (already broadcast to the selection's shape) into the chunks.
+
+    Complete chunks are encoded directly; partial ones are read, merged and re-encoded;
+    chunks equal to the fill value become deletes. Each group is encoded in full before
+    anything of it is written, so an encoder error leaves that shard as it was.
+    """
+
+    async def write_group(group: list[ChunkProjection]) -> None:
+        keys = [layout.chunk_key(p.coords) for p in group]
+        partial = [k for p, k in zip(group, keys) if not p.is_complete]
+        olds = dict(zip(partial, await layout.store.get_many([(k, None) for k in partial]))) if partial else {}
+        items = await asyncio.gather(
+            *(run_in_codec_pool(_encode, layout, p, k, olds.get(k), value) for p, k in zip(group, keys))
+        )
+        await layout.store.set_many(items)
+
+    groups = _group(layout, projections)
+    await _bounded(WRITE_GROUPS_IN_FLIGHT, [lambda g=g: write_group(g) for g in groups])
+
+
+# -- resize ----------------------------------------------------------------------------------
+def _trim(layout: ChunkLayout, key: str, coords: tuple[int, ...], data: bytes, new_shape: tuple[int, ...]) -> tuple[str, bytes | None]:
+    chunk = _decode(layout, key, coords, data)
+    if not chunk.flags.writeable:
+        chunk = chunk.copy()
+    _reset_outside(layout, chunk, coords, new_shape)
+    if fill_mask(chunk, layout.spec.fill_value):
+        return key, None
+    return key, layout.pipeline.encode(chunk, layout.spec_for(coords))
+
+
+async def clear_outside(layout: ChunkLayout, new_shape: tuple[int, ...]) -> None:
+    """Before shrinking to ``new_shape``: delete chunks beyond it, fill-pad the ones cut by it.
+
+    Done so that growing the array again shows the fill value there, as NumPy would, rather
+    than stale data (zarr-python and tensorstore leave it).
+    """
+    if layout.edge_chunks != "padded":  # clipped formats re-encode edge chunks in their driver
+        raise NotImplementedError("clear_outside handles padded edge chunks only")
+    grid = layout.grid
+    shrinking = any(n < o for n, o in zip(new_shape, grid.shape))
+    if not shrinking:
+        return
+    deletes: list[tuple[int, ...]] = []
+    trims: list[tuple[int, ...]] = []
+    for coords in grid.all_coords():
+        starts = [c * n for c, n in zip(coords, grid.chunk_shape)]
+        if any(s >= ns for s, ns in zip(starts, new_shape)):
+            deletes.append(coords)
+        elif any(s + n > ns and ns < os for s, n, ns, os in zip(starts, grid.chunk_shape, new_shape, grid.shape)):
+            trims.append(coords)
+    by_unit: dict[tuple[int, ...], tuple[list, list]] = {}
+    for coords in deletes:
+        by_unit.setdefault(layout.write_unit(coords), ([], []))[0].append(coords)
+    for coords in trims:
+        by_unit.setdefault(layout.write_unit(coords), ([], []))[1].append(coords)
+
+    async def unit(dels: list, cuts: list) -> None:
+        items: list[tuple[str, bytes | None]] = [(layout.chunk_key(c), None) for c in dels]
+        keys = [layout.chunk_key(c) for c in cuts]
+        datas = await layout.store.get_many([(k, None) for k in keys]) if keys else []
+        items += await asyncio.gather(
+            *(run_in_codec_pool(_trim, layout, k, c, d, new_shape) for k, c, d in zip(keys, cuts, datas) if d is not None)
+        )
+        if items:
+            await layout.store.set_many(items)
+
+    await _bounded(WRITE_GROUPS_IN_FLIGHT, [lambda d=d, c=c: unit(d, c) for d, c in by_unit.values()])
+

@@ -1,0 +1,128 @@
+"""What a format driver hands the core: the chunk layout of one array, and the driver contract.
+
+The core never looks at metadata documents. A driver translates its format into a
+``ChunkLayout`` (grid, codec pipeline, chunk keys, data store) and implements ``FormatDriver``
+for the few operations that change metadata (resize, attributes).
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from ..codecs.base import ChunkSpec
+from ..codecs.pipeline import CodecPipeline
+from ..store.base import Store
+from .grid import RegularGrid
+
+__all__ = ["ArraySpec", "ChunkLayout", "FormatDriver", "fill_mask"]
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """The array as the user sees it."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype  # native byte order
+    fill_value: Any  # a numpy scalar of ``dtype``
+    dimension_names: tuple[str | None, ...] | None = None
+
+
+def fill_mask(chunk: np.ndarray, fill_value: Any) -> bool:
+    """True when every element of ``chunk`` equals ``fill_value`` bit for bit (NaN-aware)."""
+    if chunk.dtype.kind in "fc":
+        # compare raw bits so NaN fills match NaN data and -0.0 differs from 0.0
+        width = chunk.dtype.itemsize // (2 if chunk.dtype.kind == "c" else 1)
+        as_uint = np.dtype(f"u{width}")
+        fill = np.array([fill_value], dtype=chunk.dtype).view(as_uint)
+        bits = np.ascontiguousarray(chunk).reshape(-1).view(as_uint).reshape(-1, len(fill))
+        return bool((bits == fill).all())
+    return bool((chunk == fill_value).all())
+
+
+@dataclass
+class ChunkLayout:
+    """Everything the core needs to read and write an array's chunks."""
+
+    spec: ArraySpec
+    grid: RegularGrid  # the grid of read chunks (inner chunks when sharded)
+    pipeline: CodecPipeline  # bound to the full chunk shape
+    store: Store  # the data store: the base store, or a sharding adapter over it
+    chunk_key: Callable[[tuple[int, ...]], str]
+    #: chunks per write unit along each dim (a shard, in chunks); all ones when unsharded
+    write_ratio: tuple[int, ...] = ()
+    #: "padded": edge chunks are encoded at full chunk shape (zarr); "clipped": at their
+    #: in-bounds shape (N5, precomputed)
+    edge_chunks: Literal["padded", "clipped"] = "padded"
+    #: how error messages name a chunk key (sharded drivers add the shard key)
+    describe_key: Callable[[str], str] = repr
+    _specs: dict[tuple[int, ...], ChunkSpec] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.write_ratio:
+            self.write_ratio = (1,) * len(self.grid.shape)
+
+    @property
+    def chunk_spec(self) -> ChunkSpec:
+        return ChunkSpec(self.grid.chunk_shape, self.spec.dtype, self.spec.fill_value)
+
+    def spec_for(self, coords: tuple[int, ...]) -> ChunkSpec:
+        """The spec a chunk is encoded with (edge chunks may be clipped)."""
+        if self.edge_chunks == "padded":
+            return self.chunk_spec
+        region = self.grid.chunk_region(coords)
+        shape = tuple(s.stop - s.start for s in region)
+        if shape == self.grid.chunk_shape:
+            return self.chunk_spec
+        return self.chunk_spec.with_shape(shape)
+
+    def write_unit(self, coords: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(c // r for c, r in zip(coords, self.write_ratio))
+
+    @property
+    def chunks_per_write_unit(self) -> int:
+        return math.prod(self.write_ratio)
+
+
+class FormatDriver(abc.ABC):
+    """A format's translation of one array's metadata (implemented in ``formats/``)."""
+
+    #: short format name, e.g. "zarr3"
+    format_name: str
+
+    @property
+    @abc.abstractmethod
+    def layout(self) -> ChunkLayout:
+        """The chunk layout for the current metadata."""
+
+    @property
+    @abc.abstractmethod
+    def attributes(self) -> dict[str, Any]:
+        """User attributes (a copy)."""
+
+    @abc.abstractmethod
+    async def set_attributes(self, attributes: dict[str, Any]) -> None:
+        """Replace the user attributes and persist them."""
+
+    @abc.abstractmethod
+    async def set_shape(self, shape: tuple[int, ...]) -> None:
+        """Persist a new shape; afterwards ``layout`` describes it."""
+
+    @property
+    @abc.abstractmethod
+    def metadata(self) -> dict[str, Any]:
+        """The metadata document(s) as JSON-compatible data."""
+
+    @property
+    def read_chunk_shape(self) -> tuple[int, ...]:
+        return self.layout.grid.chunk_shape
+
+    @property
+    def write_chunk_shape(self) -> tuple[int, ...] | None:
+        """The shard shape when sharded, else None."""
+        return None

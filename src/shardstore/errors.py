@@ -1,0 +1,75 @@
+"""The one exception tree of shardstore.
+
+::
+
+    ShardStoreError
+     ├── MetadataError            invalid metadata document; names the document and field
+     ├── UnsupportedFeatureError  valid input that shardstore does not implement
+     ├── CodecError               encoding / decoding failed (corrupt or truncated data)
+     │    └── ChecksumError       a checksum (crc32c, zstd) did not match
+     ├── StoreError               a key-value backend failed (chained with ``raise ... from``)
+     │    └── InvalidKeyError     a key with ``..``, an absolute path, a backslash or NUL
+     ├── ChunkNotFoundError       a chunk is missing and the caller asked for strict reads
+     ├── ReadOnlyError            a write to a store or array opened read-only
+     └── ContainsNodeError        create(mode="w-") found something already there
+
+Every message names the key, path or document concerned and what was expected.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ShardStoreError",
+    "MetadataError",
+    "UnsupportedFeatureError",
+    "CodecError",
+    "ChecksumError",
+    "StoreError",
+    "InvalidKeyError",
+    "ChunkNotFoundError",
+    "ReadOnlyError",
+    "ContainsNodeError",
+]
+
+
+class ShardStoreError(Exception):
+    """Root of every error shardstore raises on purpose."""
+
+
+class MetadataError(ShardStoreError, ValueError):
+    """A metadata document is missing, malformed or inconsistent."""
+
+
+class UnsupportedFeatureError(ShardStoreError, NotImplementedError):
+    """The input is valid but uses something shardstore does not implement."""
+
+
+class CodecError(ShardStoreError, ValueError):
+    """Encoding or decoding a chunk failed."""
+
+
+class ChecksumError(CodecError):
+    """A stored checksum did not match the data."""
+
+
+class StoreError(ShardStoreError, OSError):
+    """A key-value store backend failed."""
+
+
+class InvalidKeyError(StoreError, ValueError):
+    """A store key is not a safe relative key."""
+
+
+class ChunkNotFoundError(ShardStoreError, KeyError):
+    """A chunk is absent and the read was strict."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; keep it readable
+        return str(self.args[0]) if self.args else ""
+
+
+class ReadOnlyError(ShardStoreError, PermissionError):
+    """A write was attempted on something opened read-only."""
+
+
+class ContainsNodeError(ShardStoreError, FileExistsError):
+    """Creation refused because a node already exists there."""

@@ -1,0 +1,313 @@
+"""Layer 1.5: a Store of inner chunks over a Store of ``sharding_indexed`` shards.
+
+Keys of this store name inner chunks by their coordinates in the array's inner-chunk grid
+(``"3.0.12"``, see ``inner_key``). The adapter maps each to its shard key and index entry:
+
+- reads fetch the shard index once (suffix or prefix range; cached in an LRU), then the byte
+  ranges of the wanted inner chunks, which the base store coalesces; a request for every inner
+  chunk of a shard fetches the shard whole in one request;
+- ``set_many`` rewrites each touched shard once per batch: a batch holding every inner chunk of
+  the shard that lies inside the array writes without reading; otherwise the old shard is read
+  and merged. A shard left with no inner chunks is deleted. The new shard replaces the old one
+  through the base store's atomic ``set``, so a failure leaves the old shard readable.
+
+Nested sharding is this adapter over another one: the base keys are then inner-chunk keys of
+the outer adapter, and byte ranges requested from it are relative to that inner chunk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import math
+import weakref
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..codecs.base import ChunkSpec
+from ..codecs.sharding_indexed import EMPTY, ShardingCodec
+from ..errors import CodecError, InvalidKeyError, UnsupportedFeatureError
+from ..store.base import ByteRange, OffsetBR, RangeBR, Store, SuffixBR, validate_key
+
+__all__ = ["ShardLayout", "ZarrShardingStore", "inner_key", "parse_inner_key"]
+
+_MISSING = object()
+
+
+def inner_key(coords: Sequence[int]) -> str:
+    """The adapter's key for an inner chunk at grid ``coords`` (rank 0: ``"0"``)."""
+    return ".".join(map(str, coords)) if coords else "0"
+
+
+def parse_inner_key(key: str, rank: int) -> tuple[int, ...]:
+    if rank == 0:
+        if key != "0":
+            raise InvalidKeyError(f"not an inner-chunk key of a rank-0 sharded array: {key!r}")
+        return ()
+    parts = key.split(".")
+    if len(parts) != rank or not all(p.isdigit() for p in parts):
+        raise InvalidKeyError(f"not an inner-chunk key of a rank-{rank} sharded array: {key!r}")
+    return tuple(int(p) for p in parts)
+
+
+@dataclass(frozen=True)
+class ShardLayout:
+    """Where inner chunks live: what the driver tells the adapter."""
+
+    codec: ShardingCodec  # bound: its ``codecs`` pipeline is the inner chain
+    shard_spec: ChunkSpec  # the shard as a chunk (full shard shape)
+    inner_grid_shape: tuple[int, ...]  # inner chunks per dim over the whole array
+    shard_key: Callable[[tuple[int, ...]], str]  # shard grid coords -> base store key
+
+    @property
+    def chunks_per_shard(self) -> tuple[int, ...]:
+        return self.codec.chunks_per_shard(self.shard_spec)
+
+    @property
+    def index_size(self) -> int:
+        size = self.codec.index_size(self.shard_spec)
+        assert size is not None  # validated when the codec was bound
+        return size
+
+    def locate(self, coords: tuple[int, ...]) -> tuple[tuple[int, ...], int]:
+        """Inner grid coords -> (shard grid coords, C-order index inside the shard)."""
+        cps = self.chunks_per_shard
+        if len(coords) != len(cps) or any(not 0 <= c < g for c, g in zip(coords, self.inner_grid_shape)):
+            raise InvalidKeyError(f"inner chunk {list(coords)} is outside the grid {list(self.inner_grid_shape)}")
+        shard = tuple(c // n for c, n in zip(coords, cps))
+        local = tuple(c % n for c, n in zip(coords, cps))
+        return shard, int(np.ravel_multi_index(local, cps)) if cps else 0
+
+    def valid_in_shard(self, shard: tuple[int, ...]) -> list[int]:
+        """C-order indices of the shard's inner chunks that lie inside the array."""
+        cps = self.chunks_per_shard
+        counts = [min(n, g - s * n) for s, n, g in zip(shard, cps, self.inner_grid_shape)]
+        if all(c == n for c, n in zip(counts, cps)):
+            return list(range(math.prod(cps)))
+        return [int(np.ravel_multi_index(local, cps)) for local in itertools.product(*map(range, counts))]
+
+    @property
+    def shard_grid_shape(self) -> tuple[int, ...]:
+        return tuple(-(-g // n) for g, n in zip(self.inner_grid_shape, self.chunks_per_shard))
+
+
+class ZarrShardingStore(Store):
+    """Inner chunks of ``sharding_indexed`` shards, as a Store."""
+
+    def __init__(self, base: Store, layout: ShardLayout, *, index_cache_size: int = 4096) -> None:
+        super().__init__(read_only=base.read_only)
+        self.base = base
+        self.layout = layout
+        self._rank = len(layout.inner_grid_shape)
+        self._index_cache: OrderedDict[str, object] = OrderedDict()
+        self._index_cache_size = index_cache_size
+        # one read-merge-write per shard at a time, so concurrent batches in this process
+        # cannot lose each other's inner chunks
+        self._shard_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+
+    def __repr__(self) -> str:
+        return f"ZarrShardingStore({self.base!r}, chunks_per_shard={list(self.layout.chunks_per_shard)})"
+
+    # -- index handling ---------------------------------------------------------------------
+    def _cache_put(self, shard_key: str, index: object) -> None:
+        self._index_cache[shard_key] = index
+        self._index_cache.move_to_end(shard_key)
+        while len(self._index_cache) > self._index_cache_size:
+            self._index_cache.popitem(last=False)
+
+    def _index_from_bytes(self, shard_key: str, data: bytes, whole: bytes | None) -> np.ndarray:
+        """Decode and check an index; ``whole`` is the whole shard when we have it."""
+        layout = self.layout
+        isz = layout.index_size
+        if len(data) < isz:
+            raise CodecError(
+                f"shard {shard_key!r} is truncated: {len(data)} bytes, shorter than its "
+                f"{isz}-byte index"
+            )
+        index = layout.codec.decode_index(data, layout.shard_spec, shard_key)
+        present = ~((index[:, 0] == EMPTY) & (index[:, 1] == EMPTY))
+        if whole is not None and present.any():
+            offsets, sizes = index[present, 0], index[present, 1]
+            if (sizes > np.uint64(len(whole))).any() or (offsets > np.uint64(len(whole)) - sizes).any():
+                raise CodecError(
+                    f"shard {shard_key!r}: an index entry points past the end of the "
+                    f"{len(whole)}-byte shard"
+                )
+        return index
+
+    def _index_range(self) -> ByteRange:
+        isz = self.layout.index_size
+        return RangeBR(0, isz) if self.layout.codec.index_location == "start" else SuffixBR(isz)
+
+    def _slice_index(self, whole: bytes) -> bytes:
+        isz = self.layout.index_size
+        if len(whole) < isz:
+            return whole
+        return whole[:isz] if self.layout.codec.index_location == "start" else whole[len(whole) - isz :]
+
+    async def _get_index(self, shard_key: str) -> np.ndarray | None:
+        cached = self._index_cache.get(shard_key, None)
+        if cached is not None:
+            self._index_cache.move_to_end(shard_key)
+            return None if cached is _MISSING else cached  # type: ignore[return-value]
+        data = await self.base.get(shard_key, self._index_range())
+        if data is None:
+            self._cache_put(shard_key, _MISSING)
+            return None
+        index = self._index_from_bytes(shard_key, data, None)
+        self._cache_put(shard_key, index)
+        return index
+
+    async def _read_whole(self, shard_key: str) -> tuple[bytes | None, np.ndarray | None]:
+        whole = await self.base.get(shard_key)
+        if whole is None:
+            self._cache_put(shard_key, _MISSING)
+            return None, None
+        index = self._index_from_bytes(shard_key, self._slice_index(whole), whole)
+        self._cache_put(shard_key, index)
+        return whole, index
+
+    def invalidate(self) -> None:
+        """Forget cached indexes (e.g. after another process changed the shards)."""
+        self._index_cache.clear()
+
+    # -- reads ------------------------------------------------------------------------------
+    @staticmethod
+    def _sub_range(off: int, n: int, br: ByteRange | None) -> RangeBR:
+        """A byte range of an inner chunk, as an absolute range in its shard."""
+        if br is None:
+            return RangeBR(off, off + n)
+        if isinstance(br, RangeBR):
+            return RangeBR(off + min(br.start, n), off + min(br.end, n))
+        if isinstance(br, OffsetBR):
+            return RangeBR(off + min(br.start, n), off + n)
+        return RangeBR(off + n - min(br.n, n), off + n)
+
+    @staticmethod
+    def _check_len(data: bytes | None, want: RangeBR, shard_key: str, i: int) -> bytes:
+        if data is None or len(data) != want.end - want.start:
+            got = "nothing" if data is None else f"{len(data)} bytes"
+            raise CodecError(
+                f"shard {shard_key!r}: inner chunk {i} should span bytes [{want.start}, {want.end}) "
+                f"but the shard gave {got} (truncated shard or bad index entry)"
+            )
+        return data
+
+    async def _get(self, key: str, byte_range: ByteRange | None) -> bytes | None:
+        return (await self.get_many([(key, byte_range)]))[0]
+
+    async def get_many(self, requests: Sequence[tuple[str, ByteRange | None]]) -> list[bytes | None]:
+        by_shard: dict[tuple[int, ...], list[tuple[int, int, ByteRange | None]]] = {}
+        for pos, (key, br) in enumerate(requests):
+            validate_key(key)
+            shard, i = self.layout.locate(parse_inner_key(key, self._rank))
+            by_shard.setdefault(shard, []).append((pos, i, br))
+        results: list[bytes | None] = [None] * len(requests)
+        await asyncio.gather(*(self._read_shard(s, reqs, results) for s, reqs in by_shard.items()))
+        return results
+
+    async def _read_shard(
+        self,
+        shard: tuple[int, ...],
+        reqs: list[tuple[int, int, ByteRange | None]],
+        results: list[bytes | None],
+    ) -> None:
+        shard_key = self.layout.shard_key(shard)
+        wanted = {i for _, i, _ in reqs}
+        if shard_key not in self._index_cache and wanted >= set(self.layout.valid_in_shard(shard)):
+            # every inner chunk wanted and the index is cold: one request for the whole shard
+            whole, index = await self._read_whole(shard_key)
+            if whole is None or index is None:
+                return
+            for pos, i, br in reqs:
+                off, n = int(index[i, 0]), int(index[i, 1])
+                if index[i, 0] == EMPTY and index[i, 1] == EMPTY:
+                    continue
+                r = self._sub_range(off, n, br)
+                results[pos] = whole[r.start : r.end]
+            return
+        index = await self._get_index(shard_key)
+        if index is None:
+            return
+        fetch: list[tuple[int, int, RangeBR]] = []
+        for pos, i, br in reqs:
+            if index[i, 0] == EMPTY and index[i, 1] == EMPTY:
+                continue
+            fetch.append((pos, i, self._sub_range(int(index[i, 0]), int(index[i, 1]), br)))
+        if not fetch:
+            return
+        datas = await self.base.get_many([(shard_key, r) for _, _, r in fetch])
+        for (pos, i, r), data in zip(fetch, datas):
+            results[pos] = self._check_len(data, r, shard_key, i)
+
+    async def exists(self, key: str) -> bool:
+        return (await self.get(key, RangeBR(0, 0))) is not None
+
+    # -- writes -----------------------------------------------------------------------------
+    async def _set(self, key: str, value: bytes) -> None:
+        await self.set_many([(key, value)])
+
+    async def _delete(self, key: str) -> None:
+        await self.set_many([(key, None)])
+
+    async def set_many(self, items: Sequence[tuple[str, bytes | None]]) -> None:
+        self._check_writable()
+        by_shard: dict[tuple[int, ...], dict[int, bytes | None]] = {}
+        for key, value in items:
+            validate_key(key)
+            shard, i = self.layout.locate(parse_inner_key(key, self._rank))
+            by_shard.setdefault(shard, {})[i] = value
+        keyed = sorted((self.layout.shard_key(s), s, new) for s, new in by_shard.items())
+        async with contextlib.AsyncExitStack() as stack:
+            # lock the shards in key order (no deadlock between overlapping batches); one
+            # base.set_many keeps a nested adapter's batch to one rewrite per outer shard
+            for shard_key, _, _ in keyed:
+                lock = self._shard_locks.get(shard_key)
+                if lock is None:
+                    lock = self._shard_locks[shard_key] = asyncio.Lock()
+                await stack.enter_async_context(lock)
+            try:
+                values = await asyncio.gather(*(self._merge_shard(k, s, new) for k, s, new in keyed))
+                await self.base.set_many([(k, v) for (k, _, _), v in zip(keyed, values)])
+            finally:
+                # the indexes of these shards changed (or may have): the next read refetches
+                for shard_key, _, _ in keyed:
+                    self._index_cache.pop(shard_key, None)
+
+    async def _merge_shard(self, shard_key: str, shard: tuple[int, ...], new: dict[int, bytes | None]) -> bytes | None:
+        chunks: dict[int, bytes] = {}
+        if not set(new) >= set(self.layout.valid_in_shard(shard)):
+            whole, index = await self._read_whole(shard_key)
+            if whole is not None and index is not None:
+                for i in range(len(index)):
+                    if i in new or (index[i, 0] == EMPTY and index[i, 1] == EMPTY):
+                        continue
+                    off, n = int(index[i, 0]), int(index[i, 1])
+                    chunks[i] = whole[off : off + n]
+        chunks.update({i: v for i, v in new.items() if v is not None})
+        return self.layout.codec.assemble(chunks, self.layout.shard_spec)
+
+    # -- listing ----------------------------------------------------------------------------
+    async def _list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        # keys are coordinates, so listing walks the shard grid and reads each index
+        cps = self.layout.chunks_per_shard
+        for shard in itertools.product(*map(range, self.layout.shard_grid_shape)):
+            index = await self._get_index(self.layout.shard_key(shard))
+            if index is None:
+                continue
+            for i in np.flatnonzero(~((index[:, 0] == EMPTY) & (index[:, 1] == EMPTY))):
+                local = np.unravel_index(int(i), cps) if cps else ()
+                coords = tuple(int(s * n + c) for s, n, c in zip(shard, cps, local))
+                if all(c < g for c, g in zip(coords, self.layout.inner_grid_shape)):
+                    key = inner_key(coords)
+                    if key.startswith(prefix):
+                        yield key
+
+    async def delete_prefix(self, prefix: str) -> None:
+        if prefix:
+            raise UnsupportedFeatureError("a sharding adapter deletes inner chunks by key, not by prefix")
+        await super().delete_prefix(prefix)

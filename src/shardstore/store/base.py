@@ -1,0 +1,332 @@
+"""Layer 1: the key-value store interface. Bytes only: no numpy, no metadata.
+
+Keys are ``/``-separated relative strings. A missing key reads as ``None``, never an exception.
+Byte ranges are ``RangeBR(start, end)`` (end exclusive), ``OffsetBR(start)`` (to the end) and
+``SuffixBR(n)`` (the last n bytes). A range that reaches past the end of a value is clipped, as
+HTTP servers do; a start at or beyond the end gives ``b""``.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass
+
+from ..errors import InvalidKeyError, ReadOnlyError
+from ._coalesce import DEFAULT_MAX_GAP, DEFAULT_MAX_REQUEST, coalesce_ranges
+
+__all__ = [
+    "RangeBR",
+    "OffsetBR",
+    "SuffixBR",
+    "ByteRange",
+    "Store",
+    "validate_key",
+    "validate_prefix",
+    "slice_range",
+    "resolve_range",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class RangeBR:
+    """Bytes ``[start, end)``."""
+
+    start: int
+    end: int
+
+    def __post_init__(self) -> None:
+        if self.start < 0 or self.end < self.start:
+            raise ValueError(f"invalid byte range [{self.start}, {self.end})")
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetBR:
+    """Bytes from ``start`` to the end of the value."""
+
+    start: int
+
+    def __post_init__(self) -> None:
+        if self.start < 0:
+            raise ValueError(f"invalid byte offset {self.start}")
+
+
+@dataclass(frozen=True, slots=True)
+class SuffixBR:
+    """The last ``n`` bytes of the value (all of it if shorter)."""
+
+    n: int
+
+    def __post_init__(self) -> None:
+        if self.n < 0:
+            raise ValueError(f"invalid suffix length {self.n}")
+
+
+ByteRange = RangeBR | OffsetBR | SuffixBR
+
+
+def resolve_range(byte_range: ByteRange | None, size: int) -> tuple[int, int]:
+    """The absolute, clipped ``[start, end)`` a byte range selects from a value of ``size`` bytes."""
+    if byte_range is None:
+        return 0, size
+    if isinstance(byte_range, RangeBR):
+        return min(byte_range.start, size), min(byte_range.end, size)
+    if isinstance(byte_range, OffsetBR):
+        return min(byte_range.start, size), size
+    if isinstance(byte_range, SuffixBR):
+        return (max(size - byte_range.n, 0), size) if byte_range.n else (size, size)
+    raise TypeError(f"not a byte range: {byte_range!r}")
+
+
+def slice_range(value: bytes | memoryview, byte_range: ByteRange | None) -> bytes:
+    """Apply a byte range to a whole value (the semantics every backend must match)."""
+    start, end = resolve_range(byte_range, len(value))
+    return bytes(value[start:end])
+
+
+def validate_key(key: str) -> str:
+    """Refuse keys that could escape the store's root or confuse a backend."""
+    if not isinstance(key, str):
+        raise InvalidKeyError(f"store key must be a str, got {type(key).__name__}: {key!r}")
+    if key == "":
+        raise InvalidKeyError("store key must not be empty: ''")
+    if "\x00" in key:
+        raise InvalidKeyError(f"store key contains a NUL character: {key!r}")
+    if "\\" in key:
+        raise InvalidKeyError(f"store key contains a backslash: {key!r}")
+    if key.startswith("/"):
+        raise InvalidKeyError(f"store key must be relative, not absolute: {key!r}")
+    parts = key.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise InvalidKeyError(f"store key has an empty, '.' or '..' path segment: {key!r}")
+    return key
+
+
+def validate_prefix(prefix: str) -> str:
+    """A listing prefix: '' (everything), or complete segments and then a partial last one.
+
+    ``"c/0/"`` and ``"c/0"`` (which also matches ``"c/01"``) are both prefixes; the complete
+    segments follow the key rules, the partial last one may be anything a key segment may
+    start with.
+    """
+    if not isinstance(prefix, str):
+        raise InvalidKeyError(f"listing prefix must be a str, got {type(prefix).__name__}: {prefix!r}")
+    if prefix == "":
+        return prefix
+    head, sep, last = prefix.rpartition("/")
+    if "\x00" in last or "\\" in last or (sep and not head):
+        raise InvalidKeyError(f"invalid listing prefix {prefix!r}")
+    if head:
+        try:
+            validate_key(head)
+        except InvalidKeyError as e:
+            raise InvalidKeyError(f"invalid listing prefix {prefix!r}: {e}") from None
+    return prefix
+
+
+def _check_value(key: str, value: object) -> None:
+    if value is None or isinstance(value, str):
+        raise TypeError(f"value for store key {key!r} must be bytes-like, got {type(value).__name__}")
+
+
+class Store(abc.ABC):
+    """Asynchronous key-value store.
+
+    Subclasses implement ``_get``, ``_set``, ``_delete``, ``_list_prefix`` (and may override
+    ``get_many`` / ``set_many`` / ``exists`` / ``_get_parts`` for efficiency). The public
+    methods validate keys and enforce ``read_only`` once, here.
+    """
+
+    #: how many backend requests ``get_many`` / ``set_many`` keep in flight by default
+    max_concurrency: int = 16
+    #: ``get_many`` merges ranges of one key closer than this many bytes into one request;
+    #: ``None`` turns merging off (for backends where a request costs nothing, e.g. memory)
+    coalesce_max_gap: int | None = DEFAULT_MAX_GAP
+    #: ...but a merged request does not grow beyond this many bytes
+    coalesce_max_request: int = DEFAULT_MAX_REQUEST
+
+    def __init__(self, *, read_only: bool = False) -> None:
+        self._read_only = read_only
+
+    @property
+    def read_only(self) -> bool:
+        return self._read_only
+
+    def _check_writable(self, key: str | None = None, *, more: int = 0) -> None:
+        """Raise ReadOnlyError naming ``key`` (and how many ``more`` keys) when read-only."""
+        if self.read_only:
+            what = "" if key is None else f" {key!r}" + (f" and {more} more keys" if more else "")
+            raise ReadOnlyError(f"cannot write{what}: {self!r} is read-only")
+
+    # -- reads -------------------------------------------------------------------------------
+    async def get(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
+        """The value at ``key`` (or the given byte range of it); ``None`` when missing."""
+        return await self._get(validate_key(key), byte_range)
+
+    async def get_many(
+        self, requests: Sequence[tuple[str, ByteRange | None]]
+    ) -> list[bytes | None]:
+        """Values for many ``(key, byte_range)`` requests, in request order.
+
+        The default groups requests by key. Per key, nearby ``RangeBR`` ranges are merged into
+        few backend requests (``coalesce_max_gap`` / ``coalesce_max_request``) and sliced back
+        out; other ranges go as they are, identical ones once; when the whole value is asked
+        for, every request of that key is served from it. Keys are fetched concurrently,
+        bounded by ``max_concurrency``. A missing key gives ``None`` for each of its requests.
+        """
+        by_key: dict[str, list[int]] = {}
+        for pos, (key, _) in enumerate(requests):
+            by_key.setdefault(validate_key(key), []).append(pos)
+        results: list[bytes | None] = [None] * len(requests)
+        limit = asyncio.Semaphore(self.max_concurrency)
+        await asyncio.gather(
+            *(self._get_key_many(key, [(p, requests[p][1]) for p in positions], results, limit)
+              for key, positions in by_key.items())
+        )
+        return results
+
+    async def _get_key_many(
+        self,
+        key: str,
+        reqs: list[tuple[int, ByteRange | None]],
+        results: list[bytes | None],
+        limit: asyncio.Semaphore,
+    ) -> None:
+        """Fetch every request of one key (plan, ``_get_parts``, slice back into ``results``)."""
+        if any(br is None for _, br in reqs):
+            (whole,) = await self._get_parts(key, [None], limit)
+            for pos, br in reqs:
+                results[pos] = whole if whole is None or br is None else slice_range(whole, br)
+            return
+        spans: dict[tuple[int, int], int] = {}  # distinct RangeBR -> index into `ranges`
+        others: dict[ByteRange, int] = {}  # distinct OffsetBR / SuffixBR -> index into `parts`
+        for _, br in reqs:
+            if isinstance(br, RangeBR):
+                spans.setdefault((br.start, br.end), len(spans))
+        ranges = list(spans)
+        if self.coalesce_max_gap is None:
+            groups = [(s, e, [i]) for i, (s, e) in enumerate(ranges)]
+        else:
+            groups = coalesce_ranges(ranges, self.coalesce_max_gap, self.coalesce_max_request)
+        parts: list[ByteRange | None] = [RangeBR(s, e) for s, e, _ in groups]
+        group_of = {i: g for g, (_, _, members) in enumerate(groups) for i in members}
+        for _, br in reqs:
+            if not isinstance(br, RangeBR) and br not in others:
+                others[br] = len(parts)
+                parts.append(br)
+        values = await self._get_parts(key, parts, limit)
+        for pos, br in reqs:
+            if isinstance(br, RangeBR):
+                g = group_of[spans[(br.start, br.end)]]
+                value = values[g]
+                if value is not None:
+                    g_start = groups[g][0]
+                    value = value[br.start - g_start : br.end - g_start]
+                results[pos] = value
+            else:
+                results[pos] = values[others[br]]
+
+    async def _get_parts(
+        self, key: str, parts: Sequence[ByteRange | None], limit: asyncio.Semaphore
+    ) -> list[bytes | None]:
+        """Fetch several (already merged) byte ranges of one key; ``limit`` bounds requests.
+
+        The default is one ``_get`` per part, concurrently. A backend that reads many ranges
+        cheaply in one call (a local file) overrides this.
+        """
+
+        async def one(br: ByteRange | None) -> bytes | None:
+            async with limit:
+                return await self._get(key, br)
+
+        if len(parts) == 1:
+            return [await one(parts[0])]
+        return list(await asyncio.gather(*(one(br) for br in parts)))
+
+    async def exists(self, key: str) -> bool:
+        """Whether ``key`` holds a value."""
+        return (await self.get(key, RangeBR(0, 0))) is not None
+
+    async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        """Every key that starts with ``prefix`` (full keys, any order)."""
+        async for key in self._list_prefix(validate_prefix(prefix)):
+            yield key
+
+    async def list_dir(self, prefix: str) -> tuple[list[str], list[str]]:
+        """Immediate children of ``prefix`` (which is '' or ends in '/'): (keys, sub-prefixes).
+
+        Both are sorted names relative to ``prefix``; sub-prefixes without the trailing '/'.
+        """
+        if prefix and not prefix.endswith("/"):
+            prefix += "/"
+        keys: set[str] = set()
+        dirs: set[str] = set()
+        async for key in self.list_prefix(prefix):
+            rest = key[len(prefix) :]
+            head, sep, _ = rest.partition("/")
+            (dirs if sep else keys).add(head)
+        return sorted(keys), sorted(dirs)
+
+    # -- writes ------------------------------------------------------------------------------
+    async def set(self, key: str, value: bytes) -> None:
+        """Store ``value`` (any bytes-like object) at ``key``, atomically where the backend allows."""
+        self._check_writable(key)
+        validate_key(key)
+        _check_value(key, value)
+        await self._set(key, value)
+
+    async def set_many(self, items: Sequence[tuple[str, bytes | None]]) -> None:
+        """Apply many writes concurrently; a ``None`` value deletes the key.
+
+        When a key appears more than once, its last item wins. Sharding adapters override
+        this to rewrite each touched shard once per batch.
+        """
+        if items:
+            self._check_writable(items[0][0], more=len(items) - 1)
+        final: dict[str, bytes | None] = {}
+        for key, value in items:
+            validate_key(key)
+            if value is not None:
+                _check_value(key, value)
+            final.pop(key, None)  # keep the order of last occurrences
+            final[key] = value
+        limit = asyncio.Semaphore(self.max_concurrency)
+
+        async def one(key: str, value: bytes | None) -> None:
+            async with limit:
+                if value is None:
+                    await self._delete(key)
+                else:
+                    await self._set(key, value)
+
+        await asyncio.gather(*(one(k, v) for k, v in final.items()))
+
+    async def delete(self, key: str) -> None:
+        """Remove ``key``; removing a missing key is not an error."""
+        self._check_writable(key)
+        await self._delete(validate_key(key))
+
+    async def delete_prefix(self, prefix: str) -> None:
+        """Remove every key under ``prefix``."""
+        self._check_writable(prefix)
+        keys = [k async for k in self.list_prefix(prefix)]
+        await self.set_many([(k, None) for k in keys])
+
+    # -- backend hooks -----------------------------------------------------------------------
+    @abc.abstractmethod
+    async def _get(self, key: str, byte_range: ByteRange | None) -> bytes | None: ...
+
+    @abc.abstractmethod
+    async def _set(self, key: str, value: bytes) -> None: ...
+
+    @abc.abstractmethod
+    async def _delete(self, key: str) -> None: ...
+
+    @abc.abstractmethod
+    def _list_prefix(self, prefix: str) -> AsyncIterator[str]: ...
+
+    # -- helpers for subclasses --------------------------------------------------------------
+    @staticmethod
+    def _keys_under(keys: Iterable[str], prefix: str) -> list[str]:
+        return [k for k in keys if k.startswith(prefix)]

@@ -1,0 +1,265 @@
+"""Local filesystem store: one file per key under a root directory.
+
+Writes are atomic: the value goes to a temporary file next to its target, which then replaces
+the target with ``os.replace``, so a reader sees the old value or the new one, never a torn
+one, and a failed write leaves the old value in place. Blocking file I/O runs in the event
+loop's default executor; ``get_many`` reads every range of one file in a single thread call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+import stat
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+
+from ..errors import StoreError
+from .base import ByteRange, Store, resolve_range, validate_key, validate_prefix
+
+__all__ = ["LocalStore"]
+
+# temporary files of in-flight writes: ".{name}.{32 hex}.tmp", never listed as keys
+_TEMP_RE = re.compile(r"^\..*\.[0-9a-f]{32}\.tmp$", re.DOTALL)
+# directory listings are done in thread calls returning up to this many keys each
+_LIST_BATCH = 4096
+
+
+def _is_temp(name: str) -> bool:
+    return name.startswith(".") and name.endswith(".tmp") and _TEMP_RE.match(name) is not None
+
+
+def _pread(fd: int, n: int, offset: int) -> bytes:
+    """Read ``n`` bytes at ``offset`` (fewer only at end of file)."""
+    if n <= 0:
+        return b""
+    if not hasattr(os, "pread"):  # Windows
+        os.lseek(fd, offset, os.SEEK_SET)
+        return _read_loop(lambda k, _off: os.read(fd, k), n, offset)
+    return _read_loop(lambda k, off: os.pread(fd, k, off), n, offset)
+
+
+def _read_loop(read: Callable[[int, int], bytes], n: int, offset: int) -> bytes:
+    first = read(n, offset)
+    if len(first) == n or not first:
+        return first
+    chunks = [first]  # short read: large request or a file that shrank meanwhile
+    got = len(first)
+    while got < n:
+        chunk = read(n - got, offset + got)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def _describe(e: OSError) -> str:
+    return e.strerror or str(e)
+
+
+class LocalStore(Store):
+    """Keys as files under ``root`` (``"c/0/1"`` is ``root/c/0/1``).
+
+    ``create``: make ``root`` (and its parents) if it does not exist; otherwise a missing root
+    is a ``StoreError``. A read-only store never creates anything: a missing root reads as an
+    empty store.
+    """
+
+    # ranges of one file are all read in one thread call, so merging them would only add copies
+    coalesce_max_gap = None
+
+    def __init__(self, root: str | os.PathLike[str], *, read_only: bool = False, create: bool = True) -> None:
+        super().__init__(read_only=read_only)
+        self._root = Path(os.path.abspath(os.fspath(root)))
+        if self._root.exists():
+            if not self._root.is_dir():
+                raise StoreError(f"store root {str(self._root)!r} exists and is not a directory")
+        elif not read_only:
+            if not create:
+                raise StoreError(f"store root {str(self._root)!r} does not exist (create=False)")
+            try:
+                self._root.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise StoreError(f"cannot create store root {str(self._root)!r}: {_describe(e)}") from e
+
+    @property
+    def root(self) -> Path:
+        """The directory holding the keys (absolute)."""
+        return self._root
+
+    def __repr__(self) -> str:
+        flag = ", read_only=True" if self.read_only else ""
+        return f"LocalStore({str(self._root)!r}{flag})"
+
+    def _path(self, key: str) -> str:
+        return os.path.join(self._root, *key.split("/"))
+
+    # -- reads -------------------------------------------------------------------------------
+    def _read_parts(self, key: str, parts: Sequence[ByteRange | None]) -> list[bytes | None]:
+        """Blocking: read byte ranges of one file; ``None`` for each when it is missing."""
+        path = self._path(key)
+        try:
+            try:
+                fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+            except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+                return [None] * len(parts)
+            except PermissionError:
+                if os.path.isdir(path):  # Windows refuses to open directories
+                    return [None] * len(parts)
+                raise
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):  # a directory (or device) is not a key
+                    return [None] * len(parts)
+                out: list[bytes | None] = []
+                for br in parts:
+                    start, end = resolve_range(br, st.st_size)
+                    out.append(_pread(fd, end - start, start))
+                return out
+            finally:
+                os.close(fd)
+        except OSError as e:
+            raise StoreError(f"cannot read key {key!r} from {path!r}: {_describe(e)}") from e
+
+    async def _get(self, key: str, byte_range: ByteRange | None) -> bytes | None:
+        return (await asyncio.to_thread(self._read_parts, key, [byte_range]))[0]
+
+    async def _get_parts(
+        self, key: str, parts: Sequence[ByteRange | None], limit: asyncio.Semaphore
+    ) -> list[bytes | None]:
+        async with limit:
+            return await asyncio.to_thread(self._read_parts, key, parts)
+
+    async def exists(self, key: str) -> bool:
+        return await asyncio.to_thread(os.path.isfile, self._path(validate_key(key)))
+
+    # -- writes ------------------------------------------------------------------------------
+    def _write(self, key: str, value: bytes) -> None:
+        """Blocking: write ``value`` to a temp file beside the target, then rename it into place."""
+        path = self._path(key)
+        parent, name = os.path.split(path)
+        # the name is shortened so that a long key still gives a legal temp file name
+        tmp = os.path.join(parent, f".{name[:64]}.{uuid.uuid4().hex}.tmp")
+        try:
+            for attempt in range(8):
+                try:
+                    os.makedirs(parent, exist_ok=True)
+                    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+                    break
+                except FileNotFoundError:
+                    # a concurrent delete pruned a directory we had just made: make it again
+                    if attempt == 7:
+                        raise
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(value)
+                os.replace(tmp, path)
+            except BaseException:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+                raise
+        except OSError as e:
+            raise StoreError(f"cannot write key {key!r} to {path!r}: {_describe(e)}") from e
+
+    async def _set(self, key: str, value: bytes) -> None:
+        await asyncio.to_thread(self._write, key, value)
+
+    def _prune(self, directory: str) -> None:
+        """Remove now-empty directories from ``directory`` up to (not including) the root."""
+        root = str(self._root)
+        while len(directory) > len(root) and directory.startswith(root):
+            try:
+                os.rmdir(directory)
+            except OSError:  # not empty (or gone, or busy): stop here
+                return
+            directory = os.path.dirname(directory)
+
+    def _remove(self, key: str) -> None:
+        path = self._path(key)
+        try:
+            os.unlink(path)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return  # missing, or a directory, which is not a key
+        except PermissionError:
+            if os.path.isdir(path):  # some platforms refuse unlink() on a directory this way
+                return
+            raise StoreError(f"cannot delete key {key!r} at {path!r}: permission denied") from None
+        except OSError as e:
+            raise StoreError(f"cannot delete key {key!r} at {path!r}: {_describe(e)}") from e
+        self._prune(os.path.dirname(path))
+
+    async def _delete(self, key: str) -> None:
+        await asyncio.to_thread(self._remove, key)
+
+    def _remove_tree(self, prefix: str) -> None:
+        """Blocking: remove the directory that ``prefix`` ('' or ending in '/') names."""
+        if prefix:
+            directory = self._path(prefix[:-1])
+            if os.path.isdir(directory) and not os.path.islink(directory):
+                shutil.rmtree(directory)
+            self._prune(os.path.dirname(directory))
+            return
+        try:
+            entries = list(os.scandir(self._root))
+        except FileNotFoundError:
+            return
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+
+    async def delete_prefix(self, prefix: str) -> None:
+        """Remove every key under ``prefix``; a directory prefix goes in one tree removal."""
+        self._check_writable(prefix)
+        validate_prefix(prefix)
+        if prefix and not prefix.endswith("/"):
+            await super().delete_prefix(prefix)  # a partial name: only matching keys go
+            return
+        try:
+            await asyncio.to_thread(self._remove_tree, prefix)
+        except OSError as e:
+            raise StoreError(f"cannot delete prefix {prefix!r} under {str(self._root)!r}: {_describe(e)}") from e
+
+    # -- listing -----------------------------------------------------------------------------
+    def _walk(self, stack: list[tuple[str, str, str]]) -> list[str]:
+        """Blocking: pop directories off ``stack`` (path, key prefix, name filter) and list
+        their files as keys, pushing subdirectories, until a batch is full."""
+        keys: list[str] = []
+        while stack and len(keys) < _LIST_BATCH:
+            directory, key_prefix, name_filter = stack.pop()
+            try:
+                with os.scandir(directory) as it:
+                    entries = list(it)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            except OSError as e:
+                raise StoreError(f"cannot list {directory!r} in {self!r}: {_describe(e)}") from e
+            for entry in entries:
+                name = entry.name
+                if not name.startswith(name_filter) or "\\" in name:
+                    continue
+                try:
+                    if entry.is_file():
+                        if not _is_temp(name):
+                            keys.append(key_prefix + name)
+                    elif entry.is_dir():
+                        stack.append((entry.path, f"{key_prefix}{name}/", ""))
+                except OSError:  # vanished meanwhile, or a dangling link
+                    continue
+        return keys
+
+    async def _list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        # start in the deepest directory the prefix names; its last segment filters names there
+        head, _, name_filter = prefix.rpartition("/")
+        start = self._path(head) if head else str(self._root)
+        stack = [(start, f"{head}/" if head else "", name_filter)]
+        while stack:
+            for key in await asyncio.to_thread(self._walk, stack):
+                yield key

@@ -1,0 +1,55 @@
+"""In-memory store: a dict of bytes. Useful for tests and scratch arrays."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+
+from .base import ByteRange, Store, slice_range, validate_key
+
+__all__ = ["MemoryStore"]
+
+
+class MemoryStore(Store):
+    """Keys and values in a Python dict (shared when passed in)."""
+
+    # a request costs nothing here: merging ranges would only add copies
+    coalesce_max_gap = None
+
+    def __init__(self, data: dict[str, bytes] | None = None, *, read_only: bool = False) -> None:
+        super().__init__(read_only=read_only)
+        self._data: dict[str, bytes] = {} if data is None else data
+
+    def __repr__(self) -> str:
+        flag = ", read_only=True" if self.read_only else ""
+        return f"MemoryStore(<{len(self._data)} keys>{flag})"
+
+    async def _get(self, key: str, byte_range: ByteRange | None) -> bytes | None:
+        value = self._data.get(key)
+        if value is None:
+            return None
+        return value if byte_range is None else slice_range(value, byte_range)
+
+    async def get_many(
+        self, requests: Sequence[tuple[str, ByteRange | None]]
+    ) -> list[bytes | None]:
+        # everything is already here: slice directly, no tasks
+        out: list[bytes | None] = []
+        for key, byte_range in requests:
+            value = self._data.get(validate_key(key))
+            if value is not None and byte_range is not None:
+                value = slice_range(value, byte_range)
+            out.append(value)
+        return out
+
+    async def _set(self, key: str, value: bytes) -> None:
+        self._data[key] = bytes(value)
+
+    async def _delete(self, key: str) -> None:
+        self._data.pop(key, None)
+
+    async def exists(self, key: str) -> bool:
+        return validate_key(key) in self._data
+
+    async def _list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        for key in [k for k in self._data if k.startswith(prefix)]:
+            yield key

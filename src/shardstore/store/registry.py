@@ -1,0 +1,110 @@
+"""Open a Store from a URL or a path: a table of URL schemes to store factories.
+
+Factories import their backend lazily, so a backend's optional dependencies are only needed
+when its scheme is used. A new backend registers itself with ``register_scheme``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+from urllib.parse import unquote
+
+from ..errors import UnsupportedFeatureError
+from .base import Store
+
+__all__ = ["store_from_url", "register_scheme", "MODES"]
+
+#: the open modes every layer understands; only "r" opens a store read-only
+MODES = ("r", "r+", "a", "w", "w-")
+
+#: factory(url, read_only, storage_options) -> Store
+StoreFactory = Callable[[str, bool, Mapping[str, Any]], Store]
+
+_SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def _file_factory(url: str, read_only: bool, options: Mapping[str, Any]) -> Store:
+    from .local import LocalStore
+
+    path = url
+    if _SCHEME_RE.match(url):
+        path = unquote(url[len("file://") :])
+        if path.startswith("localhost/"):
+            path = path[len("localhost") :]
+    unknown = set(options) - {"create"}
+    if unknown:
+        raise ValueError(f"unknown storage options for a local store: {sorted(unknown)} (known: ['create'])")
+    return LocalStore(path, read_only=read_only, **options)
+
+
+def _memory_factory(url: str, read_only: bool, options: Mapping[str, Any]) -> Store:
+    from .memory import MemoryStore
+
+    if options:
+        raise ValueError(f"a memory store takes no storage options, got {sorted(options)}")
+    return MemoryStore(read_only=read_only)
+
+
+def _later(scheme: str) -> StoreFactory:
+    def factory(url: str, read_only: bool, options: Mapping[str, Any]) -> Store:
+        raise UnsupportedFeatureError(
+            f"cannot open {url!r}: {scheme}:// stores are not supported yet "
+            "(remote stores arrive in a later release); use a local path or memory://"
+        )
+
+    return factory
+
+
+_FACTORIES: dict[str, StoreFactory] = {
+    "file": _file_factory,
+    "memory": _memory_factory,
+    "s3": _later("s3"),
+    "http": _later("http"),
+    "https": _later("https"),
+    "gs": _later("gs"),
+}
+
+
+def register_scheme(scheme: str, factory: StoreFactory) -> None:
+    """Make ``scheme://`` URLs open through ``factory(url, read_only, storage_options)``."""
+    _FACTORIES[scheme.lower()] = factory
+
+
+def store_from_url(
+    url_or_path: str | os.PathLike[str] | Store,
+    *,
+    mode: str = "r",
+    storage_options: Mapping[str, Any] | None = None,
+) -> Store:
+    """The Store for a path, a URL or a Store.
+
+    - a Store instance is returned unchanged;
+    - a plain path, a ``pathlib.Path`` or a ``file://`` URL gives a ``LocalStore``;
+    - ``memory://`` gives a new, empty ``MemoryStore``.
+
+    ``mode="r"`` opens the store read-only; the other modes (``"r+"``, ``"a"``, ``"w"``,
+    ``"w-"``) open it writable (a local root directory is created when missing). What a mode
+    means for the data (overwrite, refuse existing) is decided by the layers above.
+    """
+    if isinstance(url_or_path, Store):
+        return url_or_path
+    if mode not in MODES:
+        raise ValueError(f"invalid mode {mode!r}; expected one of {list(MODES)}")
+    options = dict(storage_options or {})
+    read_only = mode == "r"
+    if isinstance(url_or_path, os.PathLike):
+        return _file_factory(os.fspath(url_or_path), read_only, options)
+    if not isinstance(url_or_path, str):
+        raise TypeError(f"expected a path, a URL or a Store, got {type(url_or_path).__name__}: {url_or_path!r}")
+    match = _SCHEME_RE.match(url_or_path)
+    if match is None:
+        return _file_factory(url_or_path, read_only, options)
+    scheme = match.group(1).lower()
+    factory = _FACTORIES.get(scheme)
+    if factory is None:
+        known = ", ".join(f"{s}://" for s in sorted(_FACTORIES))
+        raise UnsupportedFeatureError(f"cannot open {url_or_path!r}: unknown URL scheme {scheme!r} (known: {known})")
+    return factory(url_or_path, read_only, options)

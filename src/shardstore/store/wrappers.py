@@ -1,0 +1,163 @@
+"""Stores over other stores: a key prefix, a read-only view, and a request recorder for tests."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import NamedTuple
+
+from .base import ByteRange, Store, validate_key, validate_prefix
+
+__all__ = ["PrefixStore", "ReadOnlyStore", "RecordingStore", "Request"]
+
+
+class _Wrapper(Store):
+    """Forwards to ``base``; ``read_only`` follows the base (or is forced on)."""
+
+    def __init__(self, base: Store, *, read_only: bool = False) -> None:
+        if not isinstance(base, Store):
+            raise TypeError(f"{type(self).__name__} wraps a Store, got {type(base).__name__}")
+        super().__init__(read_only=read_only)
+        self.base = base
+
+    @property
+    def read_only(self) -> bool:
+        return self._read_only or self.base.read_only
+
+
+class PrefixStore(_Wrapper):
+    """The keys of ``base`` under ``prefix`` (a key path such as ``"group/array"``).
+
+    Key ``"c/0"`` here is ``"group/array/c/0"`` in the base; listings strip the prefix again.
+    Batched calls go to the base's batched calls, so its coalescing or sharding still applies.
+    """
+
+    def __init__(self, base: Store, prefix: str) -> None:
+        super().__init__(base)
+        prefix = prefix.strip("/")
+        if prefix:
+            validate_key(prefix)
+        self.prefix = prefix
+        self._pre = f"{prefix}/" if prefix else ""
+
+    def __repr__(self) -> str:
+        return f"PrefixStore({self.base!r}, {self.prefix!r})"
+
+    def _full(self, key: str) -> str:
+        return self._pre + key
+
+    async def _get(self, key: str, byte_range: ByteRange | None) -> bytes | None:
+        return await self.base.get(self._full(key), byte_range)
+
+    async def get_many(
+        self, requests: Sequence[tuple[str, ByteRange | None]]
+    ) -> list[bytes | None]:
+        return await self.base.get_many([(self._full(validate_key(k)), br) for k, br in requests])
+
+    async def exists(self, key: str) -> bool:
+        return await self.base.exists(self._full(validate_key(key)))
+
+    async def _set(self, key: str, value: bytes) -> None:
+        await self.base.set(self._full(key), value)
+
+    async def set_many(self, items: Sequence[tuple[str, bytes | None]]) -> None:
+        if items:
+            self._check_writable(items[0][0], more=len(items) - 1)
+        await self.base.set_many([(self._full(validate_key(k)), v) for k, v in items])
+
+    async def _delete(self, key: str) -> None:
+        await self.base.delete(self._full(key))
+
+    async def delete_prefix(self, prefix: str) -> None:
+        self._check_writable(prefix)
+        await self.base.delete_prefix(self._pre + validate_prefix(prefix))
+
+    async def _list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        n = len(self._pre)
+        async for key in self.base.list_prefix(self._pre + prefix):
+            yield key[n:]
+
+
+class ReadOnlyStore(_Wrapper):
+    """A read-only view of ``base``: every write raises ``ReadOnlyError`` naming the key."""
+
+    def __init__(self, base: Store) -> None:
+        super().__init__(base, read_only=True)
+
+    def __repr__(self) -> str:
+        return f"ReadOnlyStore({self.base!r})"
+
+    async def _get(self, key: str, byte_range: ByteRange | None) -> bytes | None:
+        return await self.base.get(key, byte_range)
+
+    async def get_many(
+        self, requests: Sequence[tuple[str, ByteRange | None]]
+    ) -> list[bytes | None]:
+        return await self.base.get_many(requests)
+
+    async def exists(self, key: str) -> bool:
+        return await self.base.exists(key)
+
+    async def _set(self, key: str, value: bytes) -> None:  # unreachable: read_only is checked first
+        self._check_writable(key)
+
+    async def _delete(self, key: str) -> None:
+        self._check_writable(key)
+
+    async def _list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        async for key in self.base.list_prefix(prefix):
+            yield key
+
+
+class Request(NamedTuple):
+    """One request that reached the backend; compares equal to a plain tuple."""
+
+    op: str  # "get", "set", "delete" or "list"
+    key: str  # the key, or the prefix for "list"
+    byte_range: ByteRange | None
+
+
+class RecordingStore(_Wrapper):
+    """Records every request that reaches ``base``, as a remote backend would be billed for.
+
+    It keeps the default ``get_many`` of ``Store``, so ranges of one key are coalesced just as
+    a remote store coalesces them and a merged range counts once; ``exists`` counts as a
+    zero-length "get". Each ``set_many`` item counts as one "set" or "delete", each listing as
+    one "list". Tune the model through ``coalesce_max_gap`` / ``coalesce_max_request`` (class
+    attributes of ``Store``, settable per instance).
+    """
+
+    def __init__(self, base: Store) -> None:
+        super().__init__(base)
+        self.requests: list[Request] = []
+
+    def __repr__(self) -> str:
+        return f"RecordingStore({self.base!r})"
+
+    def count(self, op: str | None = None, key_prefix: str | None = None) -> int:
+        """How many recorded requests match ``op`` and start with ``key_prefix``."""
+        return sum(
+            1
+            for r in self.requests
+            if (op is None or r.op == op) and (key_prefix is None or r.key.startswith(key_prefix))
+        )
+
+    def reset(self) -> None:
+        """Forget the recorded requests."""
+        self.requests.clear()
+
+    async def _get(self, key: str, byte_range: ByteRange | None) -> bytes | None:
+        self.requests.append(Request("get", key, byte_range))
+        return await self.base.get(key, byte_range)
+
+    async def _set(self, key: str, value: bytes) -> None:
+        self.requests.append(Request("set", key, None))
+        await self.base.set(key, value)
+
+    async def _delete(self, key: str) -> None:
+        self.requests.append(Request("delete", key, None))
+        await self.base.delete(key)
+
+    async def _list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        self.requests.append(Request("list", prefix, None))
+        async for key in self.base.list_prefix(prefix):
+            yield key

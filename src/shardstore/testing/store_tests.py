@@ -1,0 +1,369 @@
+"""``StoreTests``: the shared pytest battery every Store (and every sharding adapter) passes.
+
+Use it by subclassing in a test module (the class name must start with ``Test`` so that pytest
+collects it) and providing a ``store`` fixture that returns a fresh, empty, writable Store::
+
+    import pytest
+    from shardstore.store import LocalStore
+    from shardstore.testing import StoreTests
+
+    class TestLocalStore(StoreTests):
+        @pytest.fixture
+        def store(self, tmp_path):
+            return LocalStore(tmp_path / "root")
+
+        # optional: how to view the same data read-only (default: ReadOnlyStore(store))
+        def make_read_only(self, store):
+            return LocalStore(store.root, read_only=True)
+
+Stores with a restricted key space, such as a sharding adapter whose keys are inner-chunk
+coordinates, override ``sample_keys`` (at least 3 distinct valid keys; keys with ``/`` in them
+let the listing tests cover directories). ``supports_listing = False`` skips the listing and
+``delete_prefix`` tests; ``supports_concurrent_writes = False`` skips the test that writes and
+deletes different keys concurrently from separate calls (which a shard read-modify-write
+without a per-shard lock can lose)::
+
+    class TestZarrSharding(StoreTests):
+        supports_listing = False
+
+        @pytest.fixture
+        def store(self):
+            return ZarrShardingStore(MemoryStore(), layout)
+
+        def sample_keys(self):
+            return ["0.0", "0.1", "1.0", "3.2"]
+
+Tests are plain synchronous functions that run their body with ``asyncio.run`` (no
+pytest-asyncio needed); the ``store`` fixture is built outside that loop, so a store must not
+bind itself to an event loop in ``__init__``. Values are generated deterministically.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import random
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import pytest
+
+from ..errors import InvalidKeyError, ReadOnlyError
+from ..store.base import ByteRange, OffsetBR, RangeBR, Store, SuffixBR, slice_range
+from ..store.wrappers import ReadOnlyStore
+
+__all__ = ["StoreTests", "async_test", "BYTE_RANGES", "INVALID_KEYS"]
+
+#: keys every store must refuse with InvalidKeyError
+INVALID_KEYS = ["../x", "/abs", "a\\b", "a\x00b", "a//b", "", "a/../b", "./a", "a/"]
+
+#: byte ranges checked against ``slice_range`` on a 1000-byte value (and on b"")
+BYTE_RANGES: list[ByteRange | None] = [
+    None,
+    RangeBR(0, 10),
+    RangeBR(10, 20),
+    RangeBR(0, 1000),
+    RangeBR(990, 2000),  # clipped at the end
+    RangeBR(1000, 1010),  # starts at the end
+    RangeBR(5000, 6000),  # entirely past the end
+    RangeBR(7, 7),  # empty
+    RangeBR(0, 0),
+    OffsetBR(0),
+    OffsetBR(123),
+    OffsetBR(999),
+    OffsetBR(1000),
+    OffsetBR(10_000),
+    SuffixBR(0),
+    SuffixBR(1),
+    SuffixBR(100),
+    SuffixBR(1000),
+    SuffixBR(5000),  # longer than the value: all of it
+]
+
+
+def async_test(fn: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
+    """Turn ``async def test_x(self, store)`` into a sync test that runs it with asyncio.run."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        asyncio.run(fn(*args, **kwargs))
+
+    return wrapper
+
+
+def _value(i: int, size: int = 100) -> bytes:
+    return random.Random(i).randbytes(size)
+
+
+class StoreTests:
+    """Subclass and provide a ``store`` fixture; see the module docstring."""
+
+    #: set False for stores that cannot list (the listing tests are then skipped)
+    supports_listing: bool = True
+    #: set False when concurrent writes of different keys may clobber each other (e.g. keys
+    #: that share a shard and are read-modified-written by separate calls)
+    supports_concurrent_writes: bool = True
+
+    def sample_keys(self) -> list[str]:
+        """Valid, distinct keys of this store's key space (at least 3)."""
+        return ["a", "b/c", "b/d/e", "zarr.json", "c/0/0"]
+
+    def make_read_only(self, store: Store) -> Store:
+        """A read-only view of the same data as ``store``."""
+        return ReadOnlyStore(store)
+
+    def _need_listing(self) -> None:
+        if not self.supports_listing:
+            pytest.skip("this store does not support listing")
+
+    # -- basic reads and writes ------------------------------------------------------------
+    @async_test
+    async def test_is_writable(self, store: Store) -> None:
+        assert store.read_only is False
+        assert repr(store)
+
+    @async_test
+    async def test_set_get_roundtrip(self, store: Store) -> None:
+        keys = self.sample_keys()
+        for i, key in enumerate(keys):
+            await store.set(key, _value(i, 50 + i))
+        for i, key in enumerate(keys):
+            got = await store.get(key)
+            assert type(got) is bytes
+            assert got == _value(i, 50 + i), key
+
+    @async_test
+    async def test_missing_is_none(self, store: Store) -> None:
+        keys = self.sample_keys()
+        await store.set(keys[0], b"x")
+        for key in keys[1:]:
+            assert await store.get(key) is None
+            for br in BYTE_RANGES:
+                assert await store.get(key, br) is None, (key, br)
+            assert await store.exists(key) is False
+        assert await store.get_many([(k, None) for k in keys[1:]]) == [None] * (len(keys) - 1)
+
+    @async_test
+    async def test_byte_ranges(self, store: Store) -> None:
+        key = self.sample_keys()[0]
+        value = bytes(range(250)) * 4
+        await store.set(key, value)
+        for br in BYTE_RANGES:
+            got = await store.get(key, br)
+            assert type(got) is bytes, br
+            assert got == slice_range(value, br), br
+        assert await store.get(key, RangeBR(990, 2000)) == value[990:]
+        assert await store.get(key, RangeBR(5000, 6000)) == b""
+        assert await store.get(key, SuffixBR(5000)) == value
+        assert await store.get(key, OffsetBR(10_000)) == b""
+
+    @async_test
+    async def test_empty_value(self, store: Store) -> None:
+        key = self.sample_keys()[1]
+        await store.set(key, b"")
+        assert await store.exists(key) is True
+        for br in BYTE_RANGES:
+            assert await store.get(key, br) == b"", br  # present but empty, never None
+        assert await store.get_many([(key, None), (key, RangeBR(0, 5)), (key, SuffixBR(3))]) == [b""] * 3
+
+    @async_test
+    async def test_bytes_like_values(self, store: Store) -> None:
+        k1, k2 = self.sample_keys()[:2]
+        await store.set(k1, bytearray(b"hello"))
+        await store.set(k2, memoryview(b"world!")[1:])
+        assert await store.get(k1) == b"hello"
+        assert await store.get(k2) == b"orld!"
+
+    @async_test
+    async def test_overwrite(self, store: Store) -> None:
+        key = self.sample_keys()[2]
+        await store.set(key, _value(1, 500))
+        await store.set(key, b"short")  # a shorter value must not keep the old tail
+        assert await store.get(key) == b"short"
+        await store.set(key, _value(2, 800))
+        assert await store.get(key) == _value(2, 800)
+
+    @async_test
+    async def test_large_value(self, store: Store) -> None:
+        key = self.sample_keys()[0]
+        value = _value(7, 3 * 1024 * 1024 + 17)
+        await store.set(key, value)
+        assert await store.get(key) == value
+        assert await store.get(key, SuffixBR(100)) == value[-100:]
+        assert await store.get(key, RangeBR(1 << 20, (1 << 20) + 12345)) == value[1 << 20 : (1 << 20) + 12345]
+        ranges = [RangeBR(i * 300_000, i * 300_000 + 5000) for i in range(11)]
+        assert await store.get_many([(key, r) for r in ranges]) == [slice_range(value, r) for r in ranges]
+
+    # -- batches ---------------------------------------------------------------------------
+    @async_test
+    async def test_get_many_order_mixed_missing_duplicates(self, store: Store) -> None:
+        keys = self.sample_keys()
+        present = keys[::2]
+        values = {k: _value(i, 1000) for i, k in enumerate(keys) if k in present}
+        for k, v in values.items():
+            await store.set(k, v)
+        requests: list[tuple[str, ByteRange | None]] = []
+        for i, br in enumerate(BYTE_RANGES * 2):  # every range twice: duplicates
+            requests.append((keys[i % len(keys)], br))
+        requests += [(keys[0], RangeBR(3, 9)), (keys[0], RangeBR(3, 9)), (keys[1], None)]
+        got = await store.get_many(requests)
+        expected = [None if k not in values else slice_range(values[k], br) for k, br in requests]
+        assert got == expected
+        assert await store.get_many([]) == []
+
+    @async_test
+    async def test_get_many_many_ranges_one_key(self, store: Store) -> None:
+        key = self.sample_keys()[1]
+        value = _value(3, 300_000)
+        await store.set(key, value)
+        rng = random.Random(0)
+        ranges: list[ByteRange] = []
+        for _ in range(150):  # adjacent, overlapping, nested and far-apart ranges
+            start = rng.randrange(0, 310_000)
+            ranges.append(RangeBR(start, start + rng.choice([0, 1, 10, 1000, 70_000])))
+        ranges += [RangeBR(0, 100), RangeBR(100, 200), RangeBR(50, 150), OffsetBR(299_990), SuffixBR(7)]
+        got = await store.get_many([(key, r) for r in ranges])
+        assert got == [slice_range(value, r) for r in ranges]
+        # the whole value asked for in the same batch as ranges of it
+        got = await store.get_many([(key, RangeBR(5, 9)), (key, None), (key, SuffixBR(2))])
+        assert got == [value[5:9], value, value[-2:]]
+
+    @async_test
+    async def test_set_many_and_deletes(self, store: Store) -> None:
+        keys = self.sample_keys()
+        await store.set_many([(k, _value(i)) for i, k in enumerate(keys)])
+        assert [await store.get(k) for k in keys] == [_value(i) for i in range(len(keys))]
+        # None deletes; the other items overwrite
+        await store.set_many([(k, None if i % 2 else b"new" + k.encode()) for i, k in enumerate(keys)])
+        for i, k in enumerate(keys):
+            assert await store.get(k) == (None if i % 2 else b"new" + k.encode()), k
+        # a key given twice: the last item wins
+        await store.set_many([(keys[0], b"first"), (keys[1], b"x"), (keys[0], b"last")])
+        assert await store.get(keys[0]) == b"last"
+        await store.set_many([(keys[1], b"again"), (keys[1], None)])
+        assert await store.get(keys[1]) is None
+        await store.set_many([])
+
+    @async_test
+    async def test_delete_idempotent(self, store: Store) -> None:
+        keys = self.sample_keys()
+        await store.set(keys[0], b"v")
+        await store.set(keys[1], b"w")
+        await store.delete(keys[0])
+        assert await store.get(keys[0]) is None
+        assert await store.exists(keys[0]) is False
+        await store.delete(keys[0])  # again: fine
+        await store.delete(keys[2])  # never existed: fine
+        assert await store.get(keys[1]) == b"w"
+
+    @async_test
+    async def test_exists(self, store: Store) -> None:
+        keys = self.sample_keys()
+        assert not any([await store.exists(k) for k in keys])
+        await store.set(keys[-1], b"1")
+        assert [await store.exists(k) for k in keys] == [False] * (len(keys) - 1) + [True]
+
+    @async_test
+    async def test_concurrent_set_and_delete(self, store: Store) -> None:
+        if not self.supports_concurrent_writes:
+            pytest.skip("this store does not support concurrent writes of neighbouring keys")
+        keys = self.sample_keys()
+        for round_ in range(8):  # writers and deleters of neighbouring keys race each other
+            await asyncio.gather(*(store.set(k, _value(round_ + i)) for i, k in enumerate(keys)))
+            doomed = keys[round_ % 2 :: 2]
+            await asyncio.gather(
+                *(store.delete(k) for k in doomed),
+                *(store.set(k, b"r%d" % round_) for k in keys if k not in doomed),
+            )
+            for k in keys:
+                assert await store.get(k) == (None if k in doomed else b"r%d" % round_), (round_, k)
+
+    # -- key validation and read-only ------------------------------------------------------
+    @pytest.mark.parametrize("bad", INVALID_KEYS)
+    @async_test
+    async def test_invalid_keys(self, store: Store, bad: str) -> None:
+        calls = [
+            lambda: store.get(bad),
+            lambda: store.get(bad, RangeBR(0, 1)),
+            lambda: store.exists(bad),
+            lambda: store.set(bad, b"x"),
+            lambda: store.delete(bad),
+            lambda: store.get_many([(self.sample_keys()[0], None), (bad, None)]),
+            lambda: store.set_many([(self.sample_keys()[0], b"x"), (bad, b"x")]),
+        ]
+        for call in calls:
+            with pytest.raises(InvalidKeyError):
+                await call()
+
+    @async_test
+    async def test_read_only_refuses_writes(self, store: Store) -> None:
+        keys = self.sample_keys()
+        await store.set(keys[0], b"kept")
+        ro = self.make_read_only(store)
+        assert ro.read_only is True
+        assert await ro.get(keys[0]) == b"kept"
+        assert await ro.get_many([(keys[0], RangeBR(1, 3))]) == [b"ep"]
+        assert await ro.exists(keys[0]) is True
+        writes = [
+            (keys[0], lambda: ro.set(keys[0], b"changed")),
+            (keys[1], lambda: ro.set(keys[1], b"new")),
+            (keys[0], lambda: ro.delete(keys[0])),
+            (keys[1], lambda: ro.set_many([(keys[1], b"new"), (keys[0], None)])),
+        ]
+        for key, call in writes:
+            with pytest.raises(ReadOnlyError) as info:
+                await call()
+            assert repr(key) in str(info.value), str(info.value)
+        if self.supports_listing:
+            with pytest.raises(ReadOnlyError):
+                await ro.delete_prefix("")
+        assert await store.get(keys[0]) == b"kept"
+        assert await store.get(keys[1]) is None
+
+    # -- listing ---------------------------------------------------------------------------
+    @async_test
+    async def test_list_prefix(self, store: Store) -> None:
+        self._need_listing()
+        keys = self.sample_keys()
+        assert [k async for k in store.list_prefix("")] == []
+        await store.set_many([(k, b"v") for k in keys])
+        prefixes = {""} | {k[:i] for k in keys for i in range(1, len(k) + 1)}
+        for prefix in sorted(prefixes):
+            got = sorted([k async for k in store.list_prefix(prefix)])
+            assert got == sorted(k for k in keys if k.startswith(prefix)), prefix
+        assert [k async for k in store.list_prefix("nonexistent/")] == []
+
+    @async_test
+    async def test_list_dir(self, store: Store) -> None:
+        self._need_listing()
+        keys = self.sample_keys()
+        await store.set_many([(k, b"v") for k in keys])
+        dir_prefixes = {""} | {k[: i + 1] for k in keys for i, c in enumerate(k) if c == "/"}
+        for prefix in sorted(dir_prefixes):
+            rests = [k[len(prefix) :] for k in keys if k.startswith(prefix)]
+            expected_keys = sorted(r for r in rests if "/" not in r)
+            expected_dirs = sorted({r.split("/")[0] for r in rests if "/" in r})
+            assert await store.list_dir(prefix) == (expected_keys, expected_dirs), prefix
+            if prefix:  # the trailing '/' is optional
+                assert await store.list_dir(prefix[:-1]) == (expected_keys, expected_dirs), prefix
+
+    @async_test
+    async def test_delete_prefix(self, store: Store) -> None:
+        self._need_listing()
+        keys = self.sample_keys()
+        await store.set_many([(k, b"v") for k in keys])
+        nested = [k for k in keys if "/" in k]
+        if nested:
+            prefix = nested[0].split("/")[0] + "/"
+            await store.delete_prefix(prefix)
+            for k in keys:
+                assert await store.exists(k) is (not k.startswith(prefix)), k
+            assert sorted([k async for k in store.list_prefix("")]) == sorted(
+                k for k in keys if not k.startswith(prefix)
+            )
+        await store.delete_prefix("")
+        assert [k async for k in store.list_prefix("")] == []
+        for k in keys:
+            assert await store.get(k) is None
+        await store.set(keys[0], b"after")  # still usable
+        assert await store.get(keys[0]) == b"after"
