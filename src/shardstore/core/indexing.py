@@ -108,7 +108,7 @@ class _ProductIndexer(Indexer):
             csel = _open_mesh(csel, self.grid.chunk_shape)
         elif arrays:
             advanced = [i for i, x in enumerate(csel) if not isinstance(x, slice)]
-            if False:  # ints apart from the array
+            if advanced[-1] - advanced[0] != len(advanced) - 1:  # ints apart from the array
                 csel = _open_mesh(csel, self.grid.chunk_shape)
         if sum(isinstance(x, np.ndarray) for x in osel) > 1:
             osel = _open_mesh(osel, self.shape)
