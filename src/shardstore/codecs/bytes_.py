@@ -92,7 +92,11 @@ class BytesCodec(ArrayBytesCodec):
         return memoryview(array.reshape(-1).view(np.uint8)).toreadonly()
 
     def decode(self, data: bytes, spec: ChunkSpec) -> np.ndarray:
-        """An array of ``spec.shape`` / native ``spec.dtype``; writable; at most one copy."""
+        """An array of ``spec.shape`` / native ``spec.dtype``, at most one copy.
+
+        The result may be a read-only view of ``data``: readers only copy out of it, and
+        writers that merge into a chunk copy it first (saves a copy on every read).
+        """
         dtype = np.dtype(spec.dtype)
         expected = spec.nbytes
         got = memoryview(data).nbytes
@@ -107,8 +111,6 @@ class BytesCodec(ArrayBytesCodec):
             out = flat != 0  # the copy; also normalises stray non-0/1 bytes
         elif stored != dtype:
             out = flat.astype(dtype)  # copy and byte-swap in one pass
-        elif not flat.flags.writeable:
-            out = flat.copy()
         else:
-            out = flat  # a writable buffer handed to us (e.g. by a decompressor): adopt it
+            out = flat  # zero-copy view
         return out.reshape(spec.shape)

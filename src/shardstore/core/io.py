@@ -36,6 +36,9 @@ def _group(layout: ChunkLayout, projections: Iterable[ChunkProjection]) -> list[
 
 async def _bounded(limit: int, jobs: list) -> None:
     """Await coroutine factories with at most ``limit`` running; cancel the rest on error."""
+    if len(jobs) == 1:  # the common small read: no tasks, fewer loop iterations
+        await jobs[0]()
+        return
     sem = asyncio.Semaphore(limit)
 
     async def run(job) -> None:
@@ -69,6 +72,10 @@ async def read_into(
     """Fill ``out`` from the chunks the projections name; missing chunks give the fill value."""
     fill = layout.spec.fill_value
 
+    groups = _group(layout, projections)
+    # a single chunk gains nothing from the pool: decode it here and skip two thread hops
+    inline = len(groups) == 1 and len(groups[0]) == 1
+
     async def read_group(group: list[ChunkProjection]) -> None:
         keys = [layout.chunk_key(p.coords) for p in group]
         datas = await layout.store.get_many([(k, None) for k in keys])
@@ -78,11 +85,13 @@ async def read_into(
                 if strict:
                     raise ChunkNotFoundError(f"chunk {layout.describe_key(key)} is missing")
                 out[p.out_selection] = fill
+            elif inline:
+                _scatter(layout, p, key, data, out)
             else:
                 jobs.append(run_in_codec_pool(_scatter, layout, p, key, data, out))
-        await asyncio.gather(*jobs)
+        if jobs:
+            await asyncio.gather(*jobs)
 
-    groups = _group(layout, projections)
     await _bounded(READ_GROUPS_IN_FLIGHT, [lambda g=g: read_group(g) for g in groups])
 
 

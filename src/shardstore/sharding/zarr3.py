@@ -207,7 +207,10 @@ class ZarrShardingStore(Store):
             shard, i = self.layout.locate(parse_inner_key(key, self._rank))
             by_shard.setdefault(shard, []).append((pos, i, br))
         results: list[bytes | None] = [None] * len(requests)
-        await asyncio.gather(*(self._read_shard(s, reqs, results) for s, reqs in by_shard.items()))
+        if len(by_shard) == 1:
+            await self._read_shard(*next(iter(by_shard.items())), results)
+        else:
+            await asyncio.gather(*(self._read_shard(s, reqs, results) for s, reqs in by_shard.items()))
         return results
 
     async def _read_shard(

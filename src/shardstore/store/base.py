@@ -180,10 +180,14 @@ class Store(abc.ABC):
             by_key.setdefault(validate_key(key), []).append(pos)
         results: list[bytes | None] = [None] * len(requests)
         limit = asyncio.Semaphore(self.max_concurrency)
-        await asyncio.gather(
-            *(self._get_key_many(key, [(p, requests[p][1]) for p in positions], results, limit)
-              for key, positions in by_key.items())
-        )
+        jobs = [
+            self._get_key_many(key, [(p, requests[p][1]) for p in positions], results, limit)
+            for key, positions in by_key.items()
+        ]
+        if len(jobs) == 1:
+            await jobs[0]
+        else:
+            await asyncio.gather(*jobs)
         return results
 
     async def _get_key_many(

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 
 from ..errors import StoreError
-from .base import ByteRange, Store, resolve_range, validate_key, validate_prefix
+from .base import ByteRange, RangeBR, Store, SuffixBR, resolve_range, validate_key, validate_prefix
 
 __all__ = ["LocalStore"]
 
@@ -59,6 +59,14 @@ def _read_loop(read: Callable[[int, int], bytes], n: int, offset: int) -> bytes:
 
 def _describe(e: OSError) -> str:
     return e.strerror or str(e)
+
+
+#: ranged reads up to this many bytes in total run inline on the event loop
+_INLINE_READ = 1 << 20
+
+
+def _span(parts: Sequence[ByteRange | None]) -> int:
+    return sum(br.end - br.start if isinstance(br, RangeBR) else br.n for br in parts)  # type: ignore[union-attr]
 
 
 class LocalStore(Store):
@@ -131,6 +139,10 @@ class LocalStore(Store):
     async def _get_parts(
         self, key: str, parts: Sequence[ByteRange | None], limit: asyncio.Semaphore
     ) -> list[bytes | None]:
+        if all(isinstance(br, (RangeBR, SuffixBR)) for br in parts) and _span(parts) <= _INLINE_READ:
+            # a small ranged read (a shard index, an inner chunk) costs less than the two
+            # thread hops it would take to do it in a worker: do it on the loop
+            return self._read_parts(key, parts)
         async with limit:
             return await asyncio.to_thread(self._read_parts, key, parts)
 
