@@ -1,9 +1,9 @@
 """Zarr v3 ``bytes`` codec: an array as its C-order element bytes in a given byte order.
 
-Encoding a native-order, C-contiguous array is zero-copy: the result is a read-only
-``memoryview`` over the array's memory. Decoding copies at most once: a writable buffer (such as
-the ones our decompressors return) is adopted as it is; a read-only one (``bytes`` from a
-store) is copied, byte-swapping in the same pass when needed.
+No needless copies: encoding a native-order, C-contiguous array returns a read-only
+``memoryview`` over the array's memory; decoding native-order data returns a view of the input
+buffer (read-only when the input is ``bytes``). Only a byte swap, a layout change or bool
+normalisation costs a copy, and then exactly one.
 """
 
 from __future__ import annotations

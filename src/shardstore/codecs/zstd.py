@@ -47,55 +47,64 @@ def _error(e: Exception, what: str) -> CodecError:
     return CodecError(f"codec 'zstd': {what}: {msg}")
 
 
-def _unzstd_frames(data: bytes, max_size: int) -> bytearray:
-    """Several concatenated frames: stream them, never producing more than ``max_size + 1``."""
-    out = bytearray(max_size + 1)
-    n = 0
-    with _decompressor().stream_reader(data, read_across_frames=True) as reader:
-        while n <= max_size:
-            k = reader.readinto(memoryview(out)[n:])
-            if not k:
-                break
-            n += k
-    if n > max_size:
-        raise CodecError(
-            f"codec 'zstd': data decompresses to more than the {max_size} bytes a chunk can hold"
-        )
-    del out[n:]
-    return out
+def _frame_size(view: memoryview, has_checksum: bool) -> int:
+    """Compressed size of the frame at the start of ``view``, from its block headers (RFC 8878
+    §3.1.1.2); needed because zstandard's one-shot decoder stops silently after one frame."""
+    pos = zstandard.frame_header_size(view)
+    while True:
+        if pos + 3 > len(view):
+            raise CodecError(f"codec 'zstd': truncated frame ({len(view)} bytes)")
+        header = int.from_bytes(view[pos : pos + 3], "little")
+        block_type = (header >> 1) & 3
+        if block_type == 3:
+            raise CodecError(f"codec 'zstd': corrupt frame (reserved block type at byte {pos})")
+        pos += 3 + (1 if block_type == 1 else header >> 3)  # an RLE block stores one byte
+        if header & 1:  # last block
+            break
+    return pos + (4 if has_checksum else 0)
 
 
 def unzstd(data: bytes, max_size: int) -> bytes:
-    """Decompress a zstd frame, refusing output beyond ``max_size`` bytes before allocating it."""
-    try:
-        size = zstandard.get_frame_parameters(data).content_size
-    except zstandard.ZstdError as e:
-        raise CodecError(f"codec 'zstd': not a zstd frame ({len(data)} bytes): {e}") from e
-    if size != zstandard.CONTENTSIZE_UNKNOWN and size > max_size:
-        raise CodecError(
-            f"codec 'zstd': frame declares {size} bytes of content, more than the {max_size} "
-            "bytes a chunk can hold (corrupt data or a decompression bomb)"
-        )
-    try:
-        # with no content size in the header, max_output_size bounds the single allocation
-        # (0 would mean "unbounded" to zstandard, hence the max with 1 and the check below)
-        out = _decompressor().decompress(
-            data, max_output_size=max(max_size, 1), allow_extra_data=False
-        )
-    except zstandard.ZstdError as e:
-        if "unused data" not in str(e):
+    """Decompress zstd frame(s), refusing output beyond ``max_size`` bytes before allocating it."""
+    view = memoryview(data).cast("B")
+    parts: list[bytes] = []
+    total = 0
+    while True:
+        try:
+            params = zstandard.get_frame_parameters(view)
+            size = params.content_size
+            if size == zstandard.CONTENTSIZE_UNKNOWN:
+                end = _frame_size(view, params.has_checksum)
+            else:
+                if size > max_size - total:
+                    raise CodecError(
+                        f"codec 'zstd': frame declares {size} bytes of content, more than the "
+                        f"{max_size} bytes a chunk can hold (corrupt data or a decompression bomb)"
+                    )
+                end = len(view)  # usual case: one frame with its size; else ZstdError below
+            try:
+                # max_output_size bounds the one allocation when the header has no size (0
+                # would mean "unbounded" to zstandard, hence max(..., 1) and the check below)
+                out = _decompressor().decompress(
+                    view[:end], max_output_size=max(max_size - total, 1), allow_extra_data=False
+                )
+            except zstandard.ZstdError as e:
+                if "unused data" not in str(e):
+                    raise
+                end = _frame_size(view, params.has_checksum)  # several frames: one at a time
+                out = _decompressor().decompress(view[:end], allow_extra_data=False)
+        except zstandard.ZstdError as e:
             raise _error(e, f"cannot decompress {len(data)} bytes") from e
-    else:
-        if len(out) > max_size:
+        total += len(out)
+        if total > max_size:
             raise CodecError(
                 f"codec 'zstd': data decompresses to more than the {max_size} bytes a chunk "
                 "can hold"
             )
-        return out
-    try:  # more than one frame: legal zstd, rare in Zarr
-        return _unzstd_frames(data, max_size)
-    except zstandard.ZstdError as e:
-        raise _error(e, f"cannot decompress {len(data)} bytes") from e
+        parts.append(out)
+        view = view[end:]
+        if not view:
+            return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 @register_codec("zstd")

@@ -23,7 +23,7 @@ import itertools
 import math
 import weakref
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -103,7 +103,10 @@ class ZarrShardingStore(Store):
         self.base = base
         self.layout = layout
         self._rank = len(layout.inner_grid_shape)
-        self._index_cache: OrderedDict[str, object] = OrderedDict()
+        # shard key -> (decoded index or _MISSING, the base's generation token when read);
+        # an entry is used only while the shard's generation is unchanged (another writer
+        # replacing the shard is noticed), or always when the base cannot tell (None)
+        self._index_cache: OrderedDict[str, tuple[object, Hashable | None]] = OrderedDict()
         self._index_cache_size = index_cache_size
         # one read-merge-write per shard at a time, so concurrent batches in this process
         # cannot lose each other's inner chunks
@@ -113,8 +116,8 @@ class ZarrShardingStore(Store):
         return f"ZarrShardingStore({self.base!r}, chunks_per_shard={list(self.layout.chunks_per_shard)})"
 
     # -- index handling ---------------------------------------------------------------------
-    def _cache_put(self, shard_key: str, index: object) -> None:
-        self._index_cache[shard_key] = index
+    def _cache_put(self, shard_key: str, index: object, generation: Hashable | None) -> None:
+        self._index_cache[shard_key] = (index, generation)
         self._index_cache.move_to_end(shard_key)
         while len(self._index_cache) > self._index_cache_size:
             self._index_cache.popitem(last=False)
@@ -150,26 +153,32 @@ class ZarrShardingStore(Store):
         return whole[:isz] if self.layout.codec.index_location == "start" else whole[len(whole) - isz :]
 
     async def _get_index(self, shard_key: str) -> np.ndarray | None:
-        cached = self._index_cache.get(shard_key, None)
-        if cached is not None:
+        gen = await self.base.generation(shard_key)
+        cached = self._index_cache.get(shard_key)
+        if cached is not None and (gen is None or cached[1] == gen):
             self._index_cache.move_to_end(shard_key)
-            return None if cached is _MISSING else cached  # type: ignore[return-value]
+            return None if cached[0] is _MISSING else cached[0]  # type: ignore[return-value]
         data = await self.base.get(shard_key, self._index_range())
         if data is None:
-            self._cache_put(shard_key, _MISSING)
+            self._cache_put(shard_key, _MISSING, gen)
             return None
         index = self._index_from_bytes(shard_key, data, None)
-        self._cache_put(shard_key, index)
+        self._cache_put(shard_key, index, gen)
         return index
 
     async def _read_whole(self, shard_key: str) -> tuple[bytes | None, np.ndarray | None]:
+        gen = await self.base.generation(shard_key)
         whole = await self.base.get(shard_key)
         if whole is None:
-            self._cache_put(shard_key, _MISSING)
+            self._cache_put(shard_key, _MISSING, gen)
             return None, None
         index = self._index_from_bytes(shard_key, self._slice_index(whole), whole)
-        self._cache_put(shard_key, index)
+        self._cache_put(shard_key, index, gen)
         return whole, index
+
+    async def generation(self, key: str) -> Hashable | None:
+        shard, _ = self.layout.locate(parse_inner_key(validate_key(key), self._rank))
+        return await self.base.generation(self.layout.shard_key(shard))
 
     def invalidate(self) -> None:
         """Forget cached indexes (e.g. after another process changed the shards)."""

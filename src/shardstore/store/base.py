@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Hashable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from ..errors import InvalidKeyError, ReadOnlyError
 from ._coalesce import DEFAULT_MAX_GAP, DEFAULT_MAX_REQUEST, coalesce_ranges
 
+#: ``generation`` of a key that does not exist
+MISSING: Final = ("missing",)
+
 __all__ = [
+    "MISSING",
     "RangeBR",
     "OffsetBR",
     "SuffixBR",
@@ -247,6 +252,16 @@ class Store(abc.ABC):
         if len(parts) == 1:
             return [await one(parts[0])]
         return list(await asyncio.gather(*(one(br) for br in parts)))
+
+    async def generation(self, key: str) -> Hashable | None:
+        """A cheap token that changes whenever the value at ``key`` changes, or None.
+
+        Caches (a shard index) compare it to decide whether what they hold is still current.
+        ``None`` means the backend cannot tell cheaply; a missing key gives ``MISSING``.
+        Local files answer with one ``stat``; the in-memory store with a write counter.
+        """
+        validate_key(key)
+        return None
 
     async def exists(self, key: str) -> bool:
         """Whether ``key`` holds a value."""

@@ -14,11 +14,11 @@ import re
 import shutil
 import stat
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Hashable, AsyncIterator, Callable, Sequence
 from pathlib import Path
 
 from ..errors import StoreError
-from .base import ByteRange, RangeBR, Store, SuffixBR, resolve_range, validate_key, validate_prefix
+from .base import MISSING, ByteRange, RangeBR, Store, SuffixBR, resolve_range, validate_key, validate_prefix
 
 __all__ = ["LocalStore"]
 
@@ -145,6 +145,18 @@ class LocalStore(Store):
             return self._read_parts(key, parts)
         async with limit:
             return await asyncio.to_thread(self._read_parts, key, parts)
+
+    async def generation(self, key: str) -> Hashable | None:
+        # one stat, inline: cheaper than a thread hop; an atomic replace changes the inode
+        try:
+            st = os.stat(self._path(validate_key(key)))
+        except (FileNotFoundError, NotADirectoryError):
+            return MISSING
+        except OSError as e:
+            raise StoreError(f"cannot stat key {key!r}: {_describe(e)}") from e
+        if not stat.S_ISREG(st.st_mode):
+            return MISSING
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
 
     async def exists(self, key: str) -> bool:
         return await asyncio.to_thread(os.path.isfile, self._path(validate_key(key)))

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+import itertools
+from collections.abc import AsyncIterator, Hashable, Sequence
 
-from .base import ByteRange, Store, slice_range, validate_key
+from .base import MISSING, ByteRange, Store, slice_range, validate_key
 
 __all__ = ["MemoryStore"]
 
@@ -18,6 +19,8 @@ class MemoryStore(Store):
     def __init__(self, data: dict[str, bytes] | None = None, *, read_only: bool = False) -> None:
         super().__init__(read_only=read_only)
         self._data: dict[str, bytes] = {} if data is None else data
+        self._writes = itertools.count()
+        self._versions: dict[str, int] = {}
 
     def __repr__(self) -> str:
         flag = ", read_only=True" if self.read_only else ""
@@ -43,6 +46,14 @@ class MemoryStore(Store):
 
     async def _set(self, key: str, value: bytes) -> None:
         self._data[key] = bytes(value)
+        self._versions[key] = next(self._writes)
+
+    async def generation(self, key: str) -> Hashable | None:
+        validate_key(key)
+        if key not in self._data:
+            return MISSING
+        # values placed in the shared dict from outside have no counter: use the object
+        return (self._versions.get(key), id(self._data[key]))
 
     async def _delete(self, key: str) -> None:
         self._data.pop(key, None)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Hashable, AsyncIterator, Sequence
 from typing import NamedTuple
 
 from .base import ByteRange, Store, validate_key, validate_prefix
@@ -22,6 +22,12 @@ class _Wrapper(Store):
     @property
     def read_only(self) -> bool:
         return self._read_only or self.base.read_only
+
+    async def generation(self, key: str) -> Hashable | None:
+        return await self.base.generation(self._full(validate_key(key)))
+
+    def _full(self, key: str) -> str:
+        return key
 
 
 class PrefixStore(_Wrapper):

@@ -3,18 +3,31 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from ...codecs.base import ChunkSpec
+from ...codecs.pipeline import CodecPipeline
 from ...codecs.sharding_indexed import ShardingCodec
+from ...codecs.transpose import TransposeCodec
 from ...core.grid import RegularGrid
 from ...core.layout import ArraySpec, ChunkLayout, FormatDriver
-from ...errors import UnsupportedFeatureError
+from ...errors import MetadataError, UnsupportedFeatureError
 from ...sharding.zarr3 import ShardLayout, ZarrShardingStore, inner_key, parse_inner_key
 from ...store.base import Store
 from .metadata import ArrayMetadata, chunk_key, encode_json
 
 __all__ = ["Zarr3Driver", "metadata_key"]
+
+
+def _permuted(key_fn: Callable[[tuple[int, ...]], str], order: tuple[int, ...]) -> Callable[[tuple[int, ...]], str]:
+    """``key_fn`` taking coordinates of a space transposed by ``order`` (identity: unchanged)."""
+    if order == tuple(range(len(order))):
+        return key_fn
+    inv = tuple(int(i) for i in np.argsort(order))
+    return lambda coords: key_fn(tuple(coords[i] for i in inv))
 
 
 def metadata_key(path: str) -> str:
@@ -49,50 +62,69 @@ class Zarr3Driver(FormatDriver):
         meta = self.meta
         spec = ArraySpec(meta.shape, meta.dtype, meta.fill_value, meta.dimension_names)
         chunk = ChunkSpec(meta.chunk_shape, meta.dtype, meta.fill_value)
-        pipeline = meta.codecs.bind(chunk)
+        try:
+            pipeline = meta.codecs.bind(chunk)
+        except MetadataError as e:
+            raise MetadataError(f"{metadata_key(self.path)}: {e}") from e
         store: Store = self.store
-        key_fn = self._base_key
+        key_fn: Callable[[tuple[int, ...]], str] = self._base_key
+        # ``perm`` maps the codec space of the current level to array space: the chunk the
+        # codecs see is the array chunk transposed by ``perm`` (transposes before sharding)
+        perm = tuple(range(len(meta.shape)))
         levels: list[ShardLayout] = []
         # each sharding level becomes a store adapter; the innermost chain is what the core runs
         while isinstance(pipeline.array_bytes, ShardingCodec):
-            if pipeline.array_array or pipeline.bytes_bytes:
+            if pipeline.bytes_bytes or not all(isinstance(c, TransposeCodec) for c in pipeline.array_array):
                 raise UnsupportedFeatureError(
-                    f"{metadata_key(self.path)}: codecs around sharding_indexed "
-                    f"({[c.name for c in pipeline.codecs]}) are not supported; put them inside it"
+                    f"{metadata_key(self.path)}: codecs {[c.name for c in pipeline.codecs]}: only "
+                    "'transpose' may come before sharding_indexed, and nothing after it"
                 )
+            rel = tuple(range(len(perm)))
+            for t in pipeline.array_array:
+                rel = tuple(rel[i] for i in t.order)
+            perm = tuple(perm[i] for i in rel)
             codec = pipeline.array_bytes
-            inner = chunk.with_shape(codec.chunk_shape)
+            shard = pipeline.specs(chunk)[-1]  # the shard as the sharding codec sees it
+            inner = shard.with_shape(codec.chunk_shape)
+            shape_here = tuple(meta.shape[p] for p in perm)
             level = ShardLayout(
                 codec=codec,
-                shard_spec=chunk,
-                inner_grid_shape=tuple(-(-s // c) for s, c in zip(meta.shape, inner.shape)),
-                shard_key=key_fn,
+                shard_spec=shard,
+                inner_grid_shape=tuple(-(-s // c) for s, c in zip(shape_here, inner.shape)),
+                shard_key=_permuted(key_fn, rel),
             )
             levels.append(level)
             store = ZarrShardingStore(store, level)
             key_fn = inner_key
             chunk, pipeline = inner, codec.codecs
         self._shard_shape = meta.chunk_shape if levels else None
-        grid = RegularGrid(meta.shape, chunk.shape)
+        # back to array space for the core: the read chunk, its keys, and a leading transpose
+        inv = tuple(int(i) for i in np.argsort(perm))
+        read_chunk = tuple(chunk.shape[i] for i in inv)
+        if perm != tuple(range(len(perm))):
+            pipeline = CodecPipeline([TransposeCodec(perm), *pipeline.codecs])
+            key_fn = _permuted(key_fn, inv)
         return ChunkLayout(
             spec=spec,
-            grid=grid,
+            grid=RegularGrid(meta.shape, read_chunk),
             pipeline=pipeline,
             store=store,
             chunk_key=key_fn,
-            write_ratio=tuple(s // c for s, c in zip(meta.chunk_shape, chunk.shape)),
+            write_ratio=tuple(s // c for s, c in zip(meta.chunk_shape, read_chunk)),
             describe_key=self._describer(levels),
         )
 
-    def _describer(self, levels: list[ShardLayout]):
+    def _describer(self, levels: list[ShardLayout]) -> Callable[[str], str]:
         if not levels:
             return repr
+        rank = len(self.meta.shape)
 
         def describe(key: str) -> str:
-            coords = parse_inner_key(key, len(self.meta.shape))
-            factor = [s // c for s, c in zip(self.meta.chunk_shape, self.layout.grid.chunk_shape)]
-            top = tuple(c // f for c, f in zip(coords, factor))
-            return f"inner chunk {list(coords)} in shard {levels[0].shard_key(top)!r}"
+            outer = key
+            for level in reversed(levels):  # inner-chunk key -> its shard's key, level by level
+                shard, _ = level.locate(parse_inner_key(outer, rank))
+                outer = level.shard_key(shard)
+            return f"inner chunk {key!r} in shard {outer!r}"
 
         return describe
 
