@@ -1,0 +1,369 @@
+"""Layer 1 stores: the shared battery for every backend and wrapper, plus their own behaviour."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from shardstore.errors import InvalidKeyError, ReadOnlyError, StoreError, UnsupportedFeatureError
+from shardstore.store import (
+    LocalStore,
+    MemoryStore,
+    OffsetBR,
+    PrefixStore,
+    RangeBR,
+    ReadOnlyStore,
+    RecordingStore,
+    Store,
+    SuffixBR,
+    store_from_url,
+)
+from shardstore.store import local as local_module
+from shardstore.testing import StoreTests, async_test
+
+run = asyncio.run
+
+
+# -- the battery, once per store -------------------------------------------------------------
+class TestMemoryStore(StoreTests):
+    @pytest.fixture
+    def store(self) -> Store:
+        return MemoryStore()
+
+    def make_read_only(self, store: Store) -> Store:
+        assert isinstance(store, MemoryStore)
+        return MemoryStore(store._data, read_only=True)
+
+
+class TestLocalStore(StoreTests):
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> Store:
+        return LocalStore(tmp_path / "root")
+
+    def make_read_only(self, store: Store) -> Store:
+        assert isinstance(store, LocalStore)
+        return LocalStore(store.root, read_only=True)
+
+
+class TestPrefixStoreOverMemory(StoreTests):
+    @pytest.fixture
+    def store(self) -> Store:
+        base = MemoryStore()
+        run(base.set("outside", b"not mine"))  # keys outside the prefix stay invisible
+        return PrefixStore(base, "group/arr")
+
+
+class TestPrefixStoreOverLocal(StoreTests):
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> Store:
+        return PrefixStore(LocalStore(tmp_path), "x")
+
+
+class TestRecordingStore(StoreTests):
+    @pytest.fixture
+    def store(self) -> Store:
+        return RecordingStore(MemoryStore())
+
+
+class TestRecordingStoreOverLocal(StoreTests):
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> Store:
+        return RecordingStore(LocalStore(tmp_path))
+
+
+# -- LocalStore ------------------------------------------------------------------------------
+def _files(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
+def test_local_layout_and_repr(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "r")
+    assert store.root == tmp_path / "r" and store.root.is_dir()
+    assert repr(store) == f"LocalStore({str(tmp_path / 'r')!r})"
+    run(store.set("c/0/1", b"abc"))
+    assert (tmp_path / "r" / "c" / "0" / "1").read_bytes() == b"abc"
+    assert "read_only=True" in repr(LocalStore(tmp_path / "r", read_only=True))
+
+
+def test_local_set_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = LocalStore(tmp_path)
+    run(store.set("a/b", b"old value"))
+
+    def failing_replace(src: str, dst: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(local_module.os, "replace", failing_replace)
+    with pytest.raises(StoreError, match="'a/b'") as info:
+        run(store.set("a/b", b"new value"))
+    assert isinstance(info.value.__cause__, OSError)
+    monkeypatch.undo()
+    assert run(store.get("a/b")) == b"old value"
+    assert _files(tmp_path) == ["a/b"]  # no temp file left behind
+
+
+def test_local_failed_write_midway_leaves_old_value(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = LocalStore(tmp_path)
+    run(store.set("k", b"old"))
+    real_fdopen = os.fdopen
+
+    class Exploding:
+        def __init__(self, f):  # type: ignore[no-untyped-def]
+            self.f = f
+
+        def __enter__(self):  # type: ignore[no-untyped-def]
+            return self
+
+        def __exit__(self, *exc):  # type: ignore[no-untyped-def]
+            self.f.close()
+
+        def write(self, data):  # type: ignore[no-untyped-def]
+            self.f.write(bytes(data)[:2])  # part of the value lands, then the disk fails
+            raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(local_module.os, "fdopen", lambda fd, mode: Exploding(real_fdopen(fd, mode)))
+    with pytest.raises(StoreError, match="'k'"):
+        run(store.set("k", b"new value"))
+    monkeypatch.undo()
+    assert run(store.get("k")) == b"old"
+    assert _files(tmp_path) == ["k"]
+    # a failure on a new key leaves nothing at all
+    monkeypatch.setattr(local_module.os, "fdopen", lambda fd, mode: Exploding(real_fdopen(fd, mode)))
+    with pytest.raises(StoreError):
+        run(store.set("new/key", b"value"))
+    monkeypatch.undo()
+    assert run(store.get("new/key")) is None
+    assert _files(tmp_path) == ["k"]
+
+
+def test_local_temp_files_are_not_keys(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    run(store.set("d/real", b"1"))
+    (tmp_path / "d" / f".real.{'0' * 32}.tmp").write_bytes(b"partial")
+    (tmp_path / ".zattrs").write_bytes(b"{}")  # a dot file that is a real key
+    assert sorted(_list(store, "")) == [".zattrs", "d/real"]
+
+
+def _list(store: Store, prefix: str) -> list[str]:
+    async def go() -> list[str]:
+        return [k async for k in store.list_prefix(prefix)]
+
+    return run(go())
+
+
+def test_local_directory_is_not_a_key(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    run(store.set("c/0", b"x"))
+    assert run(store.get("c")) is None
+    assert run(store.get("c", RangeBR(0, 1))) is None
+    assert run(store.exists("c")) is False
+    assert run(store.get_many([("c", None), ("c/0", None)])) == [None, b"x"]
+    run(store.delete("c"))  # deleting a directory "key" is a no-op
+    assert run(store.get("c/0")) == b"x"
+    # a key under a file reads as missing; writing there is an error naming the key
+    assert run(store.get("c/0/1")) is None
+    with pytest.raises(StoreError, match="'c/0/1'"):
+        run(store.set("c/0/1", b"y"))
+    with pytest.raises(StoreError, match="'c'"):
+        run(store.set("c", b"y"))  # a directory is in the way
+    assert _files(tmp_path) == ["c/0"]
+
+
+def test_local_delete_prunes_empty_directories(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "root")
+    run(store.set_many([("a/b/c/d", b"1"), ("a/x", b"2")]))
+    run(store.delete("a/b/c/d"))
+    assert sorted(p.name for p in (tmp_path / "root").rglob("*")) == ["a", "x"]
+    run(store.delete("a/x"))
+    assert list((tmp_path / "root").iterdir()) == []
+    assert (tmp_path / "root").is_dir()  # the root itself stays
+    run(store.set_many([("p/q/r", b"1"), ("p/s", b"2"), ("pq", b"3")]))
+    run(store.delete_prefix("p/"))
+    assert _files(tmp_path / "root") == ["pq"]
+    assert not (tmp_path / "root" / "p").exists()
+    run(store.delete_prefix("p"))  # a partial name: matching keys only
+    assert _files(tmp_path / "root") == []
+
+
+def test_local_root_modes(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="does not exist"):
+        LocalStore(tmp_path / "missing", create=False)
+    ro = LocalStore(tmp_path / "missing", read_only=True)  # never creates anything
+    assert not (tmp_path / "missing").exists()
+    assert run(ro.get("a")) is None and _list(ro, "") == []
+    with pytest.raises(ReadOnlyError, match="'a'"):
+        run(ro.set("a", b"x"))
+    (tmp_path / "file").write_bytes(b"")
+    with pytest.raises(StoreError, match="not a directory"):
+        LocalStore(tmp_path / "file")
+
+
+def test_local_os_errors_become_store_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = LocalStore(tmp_path)
+    run(store.set("k", b"v"))
+
+    def denied(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(local_module.os, "open", denied)
+    with pytest.raises(StoreError, match="'k'") as info:
+        run(store.get("k"))
+    assert isinstance(info.value.__cause__, PermissionError)
+
+
+def test_local_get_many_reads_each_file_in_one_thread_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = LocalStore(tmp_path)
+    value = bytes(range(256)) * 100
+    run(store.set_many([("a", value), ("b", value)]))
+    calls = []
+    real = store._read_parts
+
+    def counting(key, parts):  # type: ignore[no-untyped-def]
+        calls.append((key, len(parts)))
+        return real(key, parts)
+
+    monkeypatch.setattr(store, "_read_parts", counting)
+    reqs = [("a", RangeBR(i * 100, i * 100 + 50)) for i in range(20)] + [("b", SuffixBR(10)), ("b", None)]
+    got = run(store.get_many(reqs))
+    assert got[:20] == [value[i * 100 : i * 100 + 50] for i in range(20)]
+    assert got[20:] == [value[-10:], value]
+    assert sorted(calls) == [("a", 20), ("b", 1)]
+
+
+def test_local_list_prefix_starts_deep(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    run(store.set_many([("c/0/0", b""), ("c/0/1", b""), ("c/01/0", b""), ("c/1/0", b""), ("d", b"")]))
+    assert sorted(_list(store, "c/0/")) == ["c/0/0", "c/0/1"]
+    assert sorted(_list(store, "c/0")) == ["c/0/0", "c/0/1", "c/01/0"]
+    assert _list(store, "c/2/") == [] and _list(store, "d/") == [] and _list(store, "d/x") == []
+
+
+def test_local_list_prefix_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(local_module, "_LIST_BATCH", 3)
+    store = LocalStore(tmp_path)
+    keys = [f"{i}/{j}" for i in range(4) for j in range(5)]
+    run(store.set_many([(k, b"") for k in keys]))
+    assert sorted(_list(store, "")) == sorted(keys)
+
+
+# -- wrappers --------------------------------------------------------------------------------
+def test_prefix_store_maps_keys() -> None:
+    base = MemoryStore()
+    store = PrefixStore(base, "g/arr/")
+    assert store.prefix == "g/arr"
+    run(store.set("c/0", b"x"))
+    assert run(base.get("g/arr/c/0")) == b"x"
+    assert _list(store, "") == ["c/0"]
+    with pytest.raises(InvalidKeyError):
+        PrefixStore(base, "../up")
+    assert PrefixStore(ReadOnlyStore(base), "g").read_only is True
+
+
+def test_read_only_store_forwards_reads() -> None:
+    base = MemoryStore({"a": b"abc"})
+    ro = ReadOnlyStore(base)
+    assert run(ro.get("a", OffsetBR(1))) == b"bc"
+    assert _list(ro, "") == ["a"]
+    with pytest.raises(ReadOnlyError, match="'a'"):
+        run(ro.set("a", b"x"))
+    with pytest.raises(ReadOnlyError, match="'b'"):
+        run(ro.delete("b"))
+    assert base._data == {"a": b"abc"}
+    assert RecordingStore(MemoryStore(read_only=True)).read_only is True
+
+
+def test_recording_store_counts_coalesced_requests() -> None:
+    rec = RecordingStore(MemoryStore())
+    run(rec.set("shard", bytes(1 << 20)))
+    assert rec.requests == [("set", "shard", None)]
+    rec.reset()
+    assert rec.requests == []
+    # two adjacent ranges of one key: one request
+    run(rec.get_many([("shard", RangeBR(0, 100)), ("shard", RangeBR(100, 200))]))
+    assert rec.requests == [("get", "shard", RangeBR(0, 200))]
+    rec.reset()
+    # far apart (beyond the merge gap): two requests
+    gap = rec.coalesce_max_gap
+    assert gap is not None
+    run(rec.get_many([("shard", RangeBR(0, 100)), ("shard", RangeBR(100 + gap + 1, 200 + gap + 1))]))
+    assert rec.count("get") == 2
+    rec.reset()
+    # duplicates and a missing key
+    got = run(rec.get_many([("shard", SuffixBR(4)), ("shard", SuffixBR(4)), ("nope", RangeBR(0, 1))]))
+    assert got == [bytes(4), bytes(4), None]
+    assert sorted(rec.requests, key=repr) == [("get", "nope", RangeBR(0, 1)), ("get", "shard", SuffixBR(4))]
+    rec.reset()
+    # set_many: one request per item; listing: one "list"
+    run(rec.set_many([("a/1", b"x"), ("a/2", b"y"), ("shard", None)]))
+    assert rec.count("set") == 2 and rec.count("delete") == 1 and rec.count(key_prefix="a/") == 2
+    assert sorted(_list(rec, "a/")) == ["a/1", "a/2"]
+    assert rec.count("list") == 1
+    rec.reset()
+    assert run(rec.exists("a/1")) is True and rec.count("get") == 1
+
+
+def test_recording_store_max_concurrency() -> None:
+    in_flight = peak = 0
+
+    class Slow(MemoryStore):
+        async def _get(self, key, byte_range):  # type: ignore[no-untyped-def]
+            nonlocal in_flight, peak
+            in_flight += 1
+            peak = max(peak, in_flight)
+            await asyncio.sleep(0.001)
+            in_flight -= 1
+            return await super()._get(key, byte_range)
+
+    rec = RecordingStore(Slow({f"k{i}": b"v" for i in range(50)}))
+    rec.max_concurrency = 4
+    assert run(rec.get_many([(f"k{i}", None) for i in range(50)])) == [b"v"] * 50
+    assert peak == 4 and rec.count("get") == 50
+
+
+# -- registry --------------------------------------------------------------------------------
+def test_registry(tmp_path: Path) -> None:
+    s = store_from_url(tmp_path / "a", mode="w")
+    assert isinstance(s, LocalStore) and not s.read_only and s.root == tmp_path / "a"
+    s = store_from_url(str(tmp_path / "a"))
+    assert isinstance(s, LocalStore) and s.read_only
+    s = store_from_url(f"file://{tmp_path}/a", mode="r+")
+    assert isinstance(s, LocalStore) and s.root == tmp_path / "a" and not s.read_only
+    s = store_from_url(f"file://{tmp_path}/with%20space", mode="w-")
+    assert s.root == tmp_path / "with space"
+    m1, m2 = store_from_url("memory://", mode="w"), store_from_url("memory://", mode="w")
+    assert isinstance(m1, MemoryStore) and m1 is not m2
+    assert store_from_url(m1) is m1
+    for url in ["s3://bucket/x", "http://host/x", "https://host/x"]:
+        with pytest.raises(UnsupportedFeatureError, match="later release"):
+            store_from_url(url)
+    with pytest.raises(UnsupportedFeatureError, match="unknown URL scheme"):
+        store_from_url("ftp://x/y")
+    with pytest.raises(ValueError, match="invalid mode"):
+        store_from_url(tmp_path, mode="rw")
+    with pytest.raises(ValueError, match="storage options"):
+        store_from_url(tmp_path, storage_options={"anon": True})
+
+
+# -- key validation --------------------------------------------------------------------------
+@pytest.mark.parametrize("bad", ["../x", "/abs", "a\\b", "a\x00b", "a//b", "a/./b"])
+def test_invalid_key_message_names_the_key(bad: str) -> None:
+    with pytest.raises(InvalidKeyError) as info:
+        run(MemoryStore().get(bad))
+    assert repr(bad) in str(info.value)
+    assert isinstance(info.value, StoreError) and isinstance(info.value, ValueError)
+
+
+def test_invalid_prefixes() -> None:
+    store = MemoryStore({"a/b": b"", ".x": b""})
+    for bad in ["/", "/a", "../", "a//", "a\\", "a\x00"]:
+        with pytest.raises(InvalidKeyError, match="prefix"):
+            _list(store, bad)
+    assert _list(store, ".") == [".x"]  # a partial name may start with a dot
+
+
+@async_test
+async def test_set_refuses_non_bytes() -> None:
+    with pytest.raises(TypeError, match="'k'"):
+        await MemoryStore().set("k", "text")  # type: ignore[arg-type]
