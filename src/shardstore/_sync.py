@@ -15,7 +15,7 @@ from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-__all__ = ["sync", "codec_pool", "run_in_codec_pool"]
+__all__ = ["sync", "codec_pool", "codec_pool_size", "run_in_codec_pool"]
 
 T = TypeVar("T")
 
@@ -45,6 +45,11 @@ def sync(coro: Coroutine[Any, Any, T]) -> T:
     if threading.current_thread() is _thread:
         raise RuntimeError("shardstore's synchronous API was called from its own event loop")
     return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+
+def codec_pool_size() -> int:
+    """How many encode/decode jobs can run at once."""
+    return codec_pool()._max_workers
 
 
 def codec_pool() -> ThreadPoolExecutor:

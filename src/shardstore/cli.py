@@ -39,8 +39,8 @@ __all__ = ["main", "build_parser"]
 
 #: metadata documents of each format, left out when counting stored data files
 _METADATA_FILES = ("zarr.json",)
-#: unsharded copies write blocks of whole chunks up to about this many bytes
-_COPY_BLOCK_BYTES = 64 * 2**20
+#: unsharded arrays are verified and copied in blocks of whole chunks up to about this size
+_BLOCK_BYTES = 64 * 2**20
 #: verify lists at most this many problems (all are counted)
 _MAX_LISTED = 20
 
@@ -309,24 +309,20 @@ def _verify_array(a: Array, name: str, progress: bool) -> list[str]:
             seen.add(text)
             problems.append(f"{name}{_region_text(region)}: {type(err).__name__}: {text}")
 
-    unit = a.shards or a.chunks
-    blocks = list(iter_blocks(a.shape, unit))
-    with tqdm(total=len(blocks), desc=f"verifying {name}", unit="shard" if a.shards else "chunk",
-              disable=not progress, dynamic_ncols=True) as bar:
-        for region in blocks:
+    block = a.shards or _io_block(a.shape, a.chunks, a.dtype.itemsize)
+    with tqdm(total=count_blocks(a.shape, block), desc=f"verifying {name}",
+              unit="shard" if a.shards else "block", disable=not progress, dynamic_ncols=True) as bar:
+        for region in iter_blocks(a.shape, block):
             try:
-                a[region]  # the fast path: a whole shard per read
-            except ShardStoreError as err:
-                if a.shards is None:
-                    note(region, err)
-                else:  # narrow it down to the inner chunks that fail
-                    shape = tuple(s.stop - s.start for s in region)
-                    for inner in iter_blocks(shape, a.chunks):
-                        sub = tuple(slice(o.start + i.start, o.start + i.stop) for o, i in zip(region, inner))
-                        try:
-                            a[sub]
-                        except ShardStoreError as inner_err:
-                            note(sub, inner_err)
+                a[region]  # the fast path: a whole shard (or many chunks) per read
+            except ShardStoreError:  # narrow it down to the chunks that fail
+                shape = tuple(s.stop - s.start for s in region)
+                for inner in iter_blocks(shape, a.chunks):
+                    sub = tuple(slice(o.start + i.start, o.start + i.stop) for o, i in zip(region, inner))
+                    try:
+                        a[sub]
+                    except ShardStoreError as err:
+                        note(sub, err)
             bar.update(1)
     return problems
 
@@ -354,13 +350,14 @@ def cmd_verify(args: argparse.Namespace) -> None:
 
 # --------------------------------------------------------------------------- copy
 
-def _copy_block(shape: tuple[int, ...], chunks: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
-    """Whole chunks, grown along the leading axes up to about ``_COPY_BLOCK_BYTES``."""
+def _io_block(shape: tuple[int, ...], chunks: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    """Whole chunks, grown from the last axis backwards up to about ``_BLOCK_BYTES``: the unit
+    of reading / writing for unsharded arrays, few calls without much memory."""
     block = list(chunks)
     for axis in range(len(block) - 1, -1, -1):
         per = math.prod(block) * itemsize // block[axis]
-        fits = max(1, _COPY_BLOCK_BYTES // max(per, 1) // chunks[axis]) * chunks[axis]
-        block[axis] = min(fits, -(-shape[axis] // chunks[axis]) * chunks[axis])
+        fits = max(1, _BLOCK_BYTES // max(per, 1) // chunks[axis]) * chunks[axis]
+        block[axis] = min(fits, max(1, -(-shape[axis] // chunks[axis])) * chunks[axis])
     return tuple(block)
 
 
@@ -397,7 +394,7 @@ def cmd_copy(args: argparse.Namespace) -> None:
     except ContainsNodeError:
         raise ContainsNodeError(f"copy: {args.dst!r} already holds an array or group (use --overwrite "
                                 "to replace it)") from None
-    block = dst.shards or _copy_block(dst.shape, dst.chunks, dst.dtype.itemsize)
+    block = dst.shards or _io_block(dst.shape, dst.chunks, dst.dtype.itemsize)
     t0 = time.perf_counter()
     n = write_blocks(dst, lambda region: src[region], block=block, progress=not args.no_progress,
                      desc="copying")

@@ -340,8 +340,8 @@ def demo_one(
     print(f"\n[{fmt.name}] {fmt.title} -> {path}", file=out, flush=True)
     grid = demo_grid(volume.shape)
 
-    t0 = time.perf_counter()
     array = fmt.create(path, volume.shape, volume.dtype, grid)
+    t0 = time.perf_counter()
     write_blocks(array, lambda region: volume[region], progress=progress, desc=f"  writing {fmt.name}")
     write_seconds = time.perf_counter() - t0
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .._sync import run_in_codec_pool
+from .._sync import codec_pool_size, run_in_codec_pool
 from ..errors import ChunkNotFoundError, CodecError
 from .indexing import ChunkProjection
 from .layout import ChunkLayout, fill_mask
@@ -57,13 +57,19 @@ def _decode(layout: ChunkLayout, key: str, coords: tuple[int, ...], data: bytes)
     try:
         return layout.pipeline.decode(data, layout.spec_for(coords))
     except CodecError as e:
-        raise type(e)(f"chunk {layout.describe_key(key)}: {e}") from e
+        raise type(e)(f"{layout.describe_key(key)}: {e}") from e
 
 
 # -- reads -----------------------------------------------------------------------------------
-def _scatter(layout: ChunkLayout, p: ChunkProjection, key: str, data: bytes, out: np.ndarray) -> None:
-    chunk = _decode(layout, key, p.coords, data)
-    out[p.out_selection] = chunk[p.chunk_selection]
+def _scatter(layout: ChunkLayout, batch: list[tuple[ChunkProjection, str, bytes]], out: np.ndarray) -> None:
+    for p, key, data in batch:
+        chunk = _decode(layout, key, p.coords, data)
+        out[p.out_selection] = chunk[p.chunk_selection]
+
+
+def _batches(items: list, n: int) -> list[list]:
+    """Split ``items`` into at most ``n`` interleaved batches (one pool job each)."""
+    return [items[i::n] for i in range(min(n, len(items)))]
 
 
 async def read_into(
@@ -71,26 +77,27 @@ async def read_into(
 ) -> None:
     """Fill ``out`` from the chunks the projections name; missing chunks give the fill value."""
     fill = layout.spec.fill_value
-
     groups = _group(layout, projections)
     # a single chunk gains nothing from the pool: decode it here and skip two thread hops
     inline = len(groups) == 1 and len(groups[0]) == 1
+    workers = codec_pool_size()
 
     async def read_group(group: list[ChunkProjection]) -> None:
         keys = [layout.chunk_key(p.coords) for p in group]
         datas = await layout.store.get_many([(k, None) for k in keys])
-        jobs = []
+        found = []
         for p, key, data in zip(group, keys, datas):
-            if data is None:
-                if strict:
-                    raise ChunkNotFoundError(f"chunk {layout.describe_key(key)} is missing")
-                out[p.out_selection] = fill
-            elif inline:
-                _scatter(layout, p, key, data, out)
+            if data is not None:
+                found.append((p, key, data))
+            elif strict:
+                raise ChunkNotFoundError(f"{layout.describe_key(key)} is missing")
             else:
-                jobs.append(run_in_codec_pool(_scatter, layout, p, key, data, out))
-        if jobs:
-            await asyncio.gather(*jobs)
+                out[p.out_selection] = fill
+        if inline:
+            _scatter(layout, found, out)
+        elif found:
+            # a few jobs per group, not one per chunk: each pool hop costs tens of microseconds
+            await asyncio.gather(*(run_in_codec_pool(_scatter, layout, b, out) for b in _batches(found, workers)))
 
     await _bounded(READ_GROUPS_IN_FLIGHT, [lambda g=g: read_group(g) for g in groups])
 

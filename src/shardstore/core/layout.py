@@ -60,7 +60,7 @@ class ChunkLayout:
     #: in-bounds shape (N5, precomputed)
     edge_chunks: Literal["padded", "clipped"] = "padded"
     #: how error messages name a chunk key (sharded drivers add the shard key)
-    describe_key: Callable[[str], str] = repr
+    describe_key: Callable[[str], str] = lambda key: f"chunk {key!r}"
     _specs: dict[tuple[int, ...], ChunkSpec] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:

@@ -116,7 +116,7 @@ class Zarr3Driver(FormatDriver):
 
     def _describer(self, levels: list[ShardLayout]) -> Callable[[str], str]:
         if not levels:
-            return repr
+            return lambda key: f"chunk {key!r}"
         rank = len(self.meta.shape)
 
         def describe(key: str) -> str:
@@ -124,7 +124,7 @@ class Zarr3Driver(FormatDriver):
             for level in reversed(levels):  # inner-chunk key -> its shard's key, level by level
                 shard, _ = level.locate(parse_inner_key(outer, rank))
                 outer = level.shard_key(shard)
-            return f"inner chunk {key!r} in shard {outer!r}"
+            return f"inner chunk {list(parse_inner_key(key, rank))} in shard {outer!r}"
 
         return describe
 

@@ -77,6 +77,10 @@ def _parse_float(value: Any, dtype: np.dtype, key: str) -> Any:
             except ValueError:
                 raise _err(key, f"fill_value {value!r} is not a valid hex string") from None
             width = dtype.itemsize
+            if len(value) != 2 + 2 * width:
+                # a hex spelling carries exactly the float's width; zarr-python would read
+                # "0x7fc0" as a float16 NaN even for float32, so refuse rather than guess
+                raise _err(key, f"fill_value {value!r} must have {2 * width} hex digits for {dtype.name}")
             if bits >= 1 << (8 * width):
                 raise _err(key, f"fill_value {value!r} does not fit a {dtype.name}")
             return np.frombuffer(bits.to_bytes(width, "little"), dtype=dtype.newbyteorder("<"))[0].astype(dtype)

@@ -1,0 +1,362 @@
+"""Zarr v3 sharding benchmark: shardstore vs tensorstore vs zarr-python, in one run.
+
+Every library writes and reads the same deterministic EM-like uint8 volume (default 512^3;
+see ``_common.make_volume``) as a Zarr v3 array with the same metadata semantics: shards of
+256^3 (``sharding_indexed``, index at the end, index codecs ``bytes`` little + ``crc32c``),
+inner chunks of 64^3, chunk keys ``c/i/j/k``, fill value 0. Two inner codec variants:
+
+* ``zstd``  -- bytes + zstd level 3 (no checksum);
+* ``blosc`` -- bytes + blosc lz4 clevel 5, byte shuffle, typesize 1.
+
+Phases, per variant and library (variants outer, libraries inner, so drift hits all alike):
+
+1. **write**: a fresh child process (``--child-write LIB VARIANT DIR``) loads the volume from
+   a .npy file, creates the array and writes it whole with one ``a[...] = vol``. The child
+   reports the wall time of create + write (data reaches the page cache, no fsync) and its
+   peak RSS (``VmHWM``, not ``ru_maxrss``, which Linux inherits from the parent across
+   exec; see ``_common.peak_rss_mib``). The peak includes the interpreter, the library
+   import and the 1x volume the child holds -- "RSS before write" shows that baseline.
+2. **size on disk**: apparent size of all files of the dataset (zarr.json included).
+3. **read cold**: the dataset is evicted from the page cache before every repetition
+   (``/proc/sys/vm/drop_caches`` if writable, else ``posix_fadvise(DONTNEED)`` per file; the
+   output says which, and how much stayed resident according to ``fincore``), then the whole
+   array is read into one NumPy array. The array is opened once per library and reused by
+   all read phases (tensorstore with a cache pool of 0 bytes, i.e. no chunk cache).
+4. **read warm**: the same whole read with the dataset in the page cache. The result is
+   compared with the source volume once (a mismatch aborts the run).
+5. **aligned random reads**: 256 reads of 64^3 boxes at random chunk-aligned origins.
+6. **unaligned random reads**: 256 reads of 100^3 boxes at random origins (each touches up
+   to 8 inner chunks and may straddle shards). Random reads run with a warm page cache; the
+   origins are seeded and identical for every library; a few results are checked.
+
+Timings are the best of ``--repeat`` repetitions (default 3 for reads, 1 for the write).
+Throughputs are in MB/s (10^6 bytes of uncompressed data per second); random reads in
+reads/s; sizes and RSS in MiB. The ratio columns divide shardstore's figure by the other
+library's (> 1 is better for MB/s and reads/s; < 1 is better for size and RSS).
+
+Usage: python benchmarks/bench_zarr3.py [--quick] [--libs shardstore,tensorstore,zarr]
+       [--variants zstd,blosc] [--size 512] [--reads 256] [--repeat N] [--out-dir DIR]
+       [--keep] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (  # noqa: E402
+    MB,
+    MiB,
+    best_of,
+    disk_usage,
+    drop_page_cache,
+    format_table,
+    make_volume,
+    peak_rss_mib,
+    random_origins,
+    resident_fraction,
+    run_child,
+)
+
+SHARD, CHUNK = 256, 64
+BYTES = {"name": "bytes", "configuration": {"endian": "little"}}
+COMPRESSORS = {  # the inner bytes->bytes codec of each variant, as Zarr v3 JSON
+    "zstd": {"name": "zstd", "configuration": {"level": 3, "checksum": False}},
+    "blosc": {
+        "name": "blosc",
+        "configuration": {"cname": "lz4", "clevel": 5, "shuffle": "shuffle", "typesize": 1, "blocksize": 0},
+    },
+}
+Origin = tuple[int, ...]
+
+
+def _box(origin: Origin, n: int) -> tuple[slice, ...]:
+    return tuple(slice(o, o + n) for o in origin)
+
+
+# --------------------------------------------------------------------------- libraries
+# Each adapter imports its library lazily, so a write child only loads the one it measures.
+
+
+class ShardStore:
+    package = "shardstore"
+
+    def __init__(self) -> None:
+        import shardstore
+
+        self.mod = shardstore
+
+    def write(self, path: Path, vol: np.ndarray, variant: str) -> None:
+        a = self.mod.zarr3.create(
+            str(path), shape=vol.shape, dtype="uint8", chunks=(CHUNK,) * vol.ndim,
+            shards=(SHARD,) * vol.ndim, codecs=[BYTES, COMPRESSORS[variant]], mode="w",
+        )
+        a[...] = vol
+
+    def open(self, path: Path) -> Any:
+        return self.mod.zarr3.open(str(path), mode="r")
+
+    def read_all(self, h: Any) -> np.ndarray:
+        return np.asarray(h)
+
+    def read_box(self, h: Any, origin: Origin, n: int) -> np.ndarray:
+        return h[_box(origin, n)]
+
+
+class TensorStore:
+    package = "tensorstore"
+
+    def __init__(self) -> None:
+        import tensorstore
+
+        self.ts = tensorstore
+        # No chunk cache: cold reads are cold, and no library is favoured by caching.
+        self.context = tensorstore.Context({"cache_pool": {"total_bytes_limit": 0}})
+
+    def _spec(self, path: Path) -> dict[str, Any]:
+        return {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(path)}}
+
+    def write(self, path: Path, vol: np.ndarray, variant: str) -> None:
+        sharding = {
+            "chunk_shape": [CHUNK] * vol.ndim,
+            "codecs": [BYTES, COMPRESSORS[variant]],
+            "index_codecs": [BYTES, {"name": "crc32c"}],
+            "index_location": "end",
+        }
+        metadata = {
+            "shape": list(vol.shape),
+            "data_type": "uint8",
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [SHARD] * vol.ndim}},
+            "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+            "fill_value": 0,
+            "codecs": [{"name": "sharding_indexed", "configuration": sharding}],
+        }
+        spec = {**self._spec(path), "metadata": metadata}
+        a = self.ts.open(spec, create=True, delete_existing=True, context=self.context).result()
+        a.write(vol).result()
+
+    def open(self, path: Path) -> Any:
+        return self.ts.open(self._spec(path), open=True, read=True, context=self.context).result()
+
+    def read_all(self, h: Any) -> np.ndarray:
+        return h.read().result()
+
+    def read_box(self, h: Any, origin: Origin, n: int) -> np.ndarray:
+        return h[_box(origin, n)].read().result()
+
+
+class ZarrPython:
+    package = "zarr"
+
+    def __init__(self) -> None:
+        import zarr
+        from zarr.codecs import BloscCodec, ZstdCodec
+
+        self.zarr = zarr
+        self.compressors = {  # the same codecs as COMPRESSORS, as zarr-python objects
+            "zstd": ZstdCodec(level=3, checksum=False),
+            "blosc": BloscCodec(cname="lz4", clevel=5, shuffle="shuffle", typesize=1),
+        }
+
+    def write(self, path: Path, vol: np.ndarray, variant: str) -> None:
+        a = self.zarr.create_array(
+            store=str(path), shape=vol.shape, chunks=(CHUNK,) * vol.ndim,
+            shards=(SHARD,) * vol.ndim, dtype="uint8", fill_value=0,
+            compressors=self.compressors[variant], overwrite=True,
+        )
+        a[...] = vol
+
+    def open(self, path: Path) -> Any:
+        return self.zarr.open_array(str(path), mode="r")
+
+    def read_all(self, h: Any) -> np.ndarray:
+        return h[...]
+
+    def read_box(self, h: Any, origin: Origin, n: int) -> np.ndarray:
+        return h[_box(origin, n)]
+
+
+LIBS = {"shardstore": ShardStore, "tensorstore": TensorStore, "zarr": ZarrPython}
+
+
+# --------------------------------------------------------------------------- phases
+
+
+def child_write(lib: str, variant: str, path: str, volume: str) -> None:
+    """The write phase, in its own process: print one JSON line with time and peak RSS."""
+    vol = np.load(volume)
+    adapter = LIBS[lib]()
+    before = peak_rss_mib()
+    t0 = time.perf_counter()
+    adapter.write(Path(path), vol, variant)
+    seconds = time.perf_counter() - t0
+    print(json.dumps({"seconds": seconds, "rss_peak_mib": peak_rss_mib(), "rss_before_mib": before}))
+
+
+def _read_boxes(adapter: Any, h: Any, boxes: list[Origin], n: int) -> None:
+    for origin in boxes:  # one at a time, result dropped: a random-access pattern, not a batch
+        adapter.read_box(h, origin, n)
+
+
+def bench_one(
+    name: str, adapter: Any, variant: str, path: Path, vol: np.ndarray, npy: Path,
+    origins: dict[str, list[Origin]], write_repeat: int, read_repeat: int,
+) -> dict[str, Any]:
+    """All phases for one library and variant; returns the figures (see the module docstring)."""
+    nbytes = vol.nbytes
+    writes = [
+        run_child(__file__, ["--child-write", name, variant, str(path), "--volume", str(npy)])
+        for _ in range(write_repeat)
+    ]
+    disk, nfiles = disk_usage(path)
+    h = adapter.open(path)
+
+    cache: dict[str, Any] = {}
+
+    def drop() -> None:
+        cache["method"] = drop_page_cache(path)
+        cache.setdefault("resident_after_drop", resident_fraction(path))
+
+    def read_all() -> None:
+        cache["data"] = adapter.read_all(h)
+
+    cold = best_of(read_all, read_repeat, before=drop)
+    warm = best_of(read_all, read_repeat)
+    if not np.array_equal(cache.pop("data"), vol):
+        raise AssertionError(f"{name}/{variant}: whole read differs from the source volume")
+
+    rates = {}
+    for kind, n in (("aligned", CHUNK), ("unaligned", 100)):
+        n = min(n, vol.shape[0])
+        boxes = origins[kind]
+        rates[kind] = len(boxes) / best_of(lambda: _read_boxes(adapter, h, boxes, n), read_repeat)
+        for o in boxes[:4]:
+            if not np.array_equal(adapter.read_box(h, o, n), vol[_box(o, n)]):
+                raise AssertionError(f"{name}/{variant}: {kind} read at {o} differs from the source")
+    return {
+        "write_MBps": nbytes / MB / min(w["seconds"] for w in writes),
+        "read_cold_MBps": nbytes / MB / cold,
+        "read_warm_MBps": nbytes / MB / warm,
+        "aligned_reads_per_s": rates["aligned"],
+        "unaligned_reads_per_s": rates["unaligned"],
+        "disk_MiB": disk / MiB,
+        "files": nfiles,
+        "rss_peak_MiB": max(w["rss_peak_mib"] for w in writes),
+        "rss_before_write_MiB": max(w["rss_before_mib"] for w in writes),
+        "cache_drop": cache["method"],
+        "resident_after_drop": cache["resident_after_drop"],
+    }
+
+
+ROWS = [  # (result key, table label)
+    ("write_MBps", "write MB/s"),
+    ("read_cold_MBps", "read cold MB/s"),
+    ("read_warm_MBps", "read warm MB/s"),
+    ("aligned_reads_per_s", "64^3 aligned reads/s"),
+    ("unaligned_reads_per_s", "100^3 unaligned reads/s"),
+    ("disk_MiB", "size on disk MiB"),
+    ("rss_peak_MiB", "peak RSS write MiB"),
+    ("rss_before_write_MiB", "  (RSS before write MiB)"),
+]
+
+
+# --------------------------------------------------------------------------- main
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--size", type=int, default=512, help="edge of the cubic volume (default 512)")
+    p.add_argument("--reads", type=int, default=256, help="random reads per kind (default 256)")
+    p.add_argument("--repeat", type=int, default=None,
+                   help="best of N for every timing (default: 3 for reads, 1 for the write)")
+    p.add_argument("--variants", default="zstd,blosc", help="comma list of: zstd, blosc")
+    p.add_argument("--libs", default="shardstore,tensorstore,zarr", help="comma list of: " + ", ".join(LIBS))
+    p.add_argument("--out-dir", type=Path, default=None, help="where datasets go (default: a tempdir in /tmp)")
+    p.add_argument("--keep", action="store_true", help="keep the datasets")
+    p.add_argument("--json", type=Path, default=None, help="also dump the results to this file")
+    p.add_argument("--quick", action="store_true", help="smoke test: size 128, 32 reads, 1 repetition")
+    p.add_argument("--child-write", nargs=3, metavar=("LIB", "VARIANT", "DIR"), help=argparse.SUPPRESS)
+    p.add_argument("--volume", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.size, args.reads, args.repeat = 128, 32, args.repeat or 1
+    args.libs = [s for s in args.libs.split(",") if s]
+    args.variants = [s for s in args.variants.split(",") if s]
+    for value, known in ((args.libs, LIBS), (args.variants, COMPRESSORS)):
+        if unknown := set(value) - set(known):
+            p.error(f"unknown {sorted(unknown)}; choose from {sorted(known)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.child_write:
+        child_write(*args.child_write, volume=args.volume)
+        return
+    write_repeat, read_repeat = args.repeat or 1, args.repeat or 3
+    made_dir = args.out_dir is None
+    out_dir = Path(tempfile.mkdtemp(prefix="bench_zarr3_", dir="/tmp")) if made_dir else args.out_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    env = {
+        "python": platform.python_version(), "cpus": os.cpu_count(), "loadavg": os.getloadavg(),
+        **{f"{k}_version": version(v.package) for k, v in LIBS.items() if k in args.libs},
+        "numpy_version": np.__version__,
+    }
+    config = {"size": args.size, "reads": args.reads, "write_repeat": write_repeat,
+              "read_repeat": read_repeat, "shard": SHARD, "chunk": CHUNK, "out_dir": str(out_dir)}
+    print(f"# {json.dumps(config)}\n# {json.dumps(env)}", flush=True)
+
+    t0 = time.perf_counter()
+    vol = make_volume(args.size)
+    npy = out_dir / "source.npy"
+    np.save(npy, vol)
+    shape = vol.shape
+    origins = {
+        "aligned": random_origins(shape, min(CHUNK, args.size), args.reads, align=CHUNK, seed=1),
+        "unaligned": random_origins(shape, min(100, args.size), args.reads, seed=2),
+    }
+    print(f"# volume {shape} generated in {time.perf_counter() - t0:.1f}s", flush=True)
+    adapters = {name: LIBS[name]() for name in args.libs}
+    results: dict[str, dict[str, Any]] = {}
+    ratios = [("shardstore", o) for o in ("tensorstore", "zarr") if "shardstore" in args.libs and o in args.libs]
+    try:
+        for variant in args.variants:
+            results[variant] = {}
+            for name, adapter in adapters.items():
+                t0 = time.perf_counter()
+                path = out_dir / f"{variant}_{name}"
+                res = bench_one(name, adapter, variant, path, vol, npy, origins, write_repeat, read_repeat)
+                results[variant][name] = res
+                resident = res["resident_after_drop"]
+                print(f"# {variant}/{name}: done in {time.perf_counter() - t0:.1f}s; cache drop: "
+                      f"{res['cache_drop']}, resident after drop: "
+                      f"{'n/a' if resident is None else f'{resident:.1%}'}", flush=True)
+                if not args.keep:
+                    shutil.rmtree(path, ignore_errors=True)
+            rows = [(label, {n: results[variant][n][key] for n in args.libs}) for key, label in ROWS]
+            title = (f"\nZarr v3, {args.size}^3 uint8, shard {SHARD}^3, chunk {CHUNK}^3, "
+                     f"variant {variant} ({json.dumps(COMPRESSORS[variant]['configuration'])})")
+            print(format_table(title, rows, args.libs, ratios), flush=True)
+    finally:
+        if not args.keep:
+            npy.unlink(missing_ok=True)
+            if made_dir:
+                shutil.rmtree(out_dir, ignore_errors=True)
+    if args.json:
+        args.json.write_text(json.dumps({"config": config, "env": env, "results": results}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
