@@ -175,13 +175,17 @@ class BloscCodec(BytesBytesCodec):
             raise CodecError(f"codec 'blosc': cannot compress {n} bytes: {e}") from e
 
     def decode(self, data: bytes, spec: ChunkSpec, max_size: int) -> memoryview:  # type: ignore[override]
-        """The decompressed bytes as a writable buffer owned by the caller."""
+        """The decompressed bytes (a view of ``data`` for stored-uncompressed chunks)."""
         header = read_blosc_header(data)
         if header.nbytes > max_size:
             raise CodecError(
                 f"codec 'blosc': header declares {header.nbytes} uncompressed bytes, more than "
                 f"the {max_size} bytes a chunk can hold (corrupt data or a decompression bomb)"
             )
+        if header.memcpyed:
+            # stored uncompressed (and unshuffled): the payload is the data; no copy. Common
+            # for noisy EM data with lz4, where compression does not pay.
+            return memoryview(data)[HEADER_SIZE : HEADER_SIZE + header.nbytes]
         out = np.empty(header.nbytes, dtype=np.uint8)
         if header.nbytes:  # c-blosc reports an empty chunk as an error
             try:

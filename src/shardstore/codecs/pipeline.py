@@ -41,6 +41,7 @@ class CodecPipeline:
         self.array_array: tuple[ArrayArrayCodec, ...] = tuple(aa)  # type: ignore[arg-type]
         self.array_bytes: ArrayBytesCodec = ab[0]  # type: ignore[assignment]
         self.bytes_bytes: tuple[BytesBytesCodec, ...] = tuple(bb)  # type: ignore[arg-type]
+        self._plans: dict[ChunkSpec, tuple[list[ChunkSpec], list[int]]] = {}
 
     @classmethod
     def from_config(cls, configs: Sequence[Any], namespace: str = "zarr3") -> CodecPipeline:
@@ -82,8 +83,24 @@ class CodecPipeline:
         return size
 
     # -- transforms -------------------------------------------------------------------------
+    def _plan(self, spec: ChunkSpec) -> tuple[list[ChunkSpec], list[int]]:
+        """Per-codec specs and decode caps for ``spec``, computed once per distinct spec."""
+        plan = self._plans.get(spec)
+        if plan is None:
+            specs = self.specs(spec)
+            # caps: what each bytes->bytes decoder may produce, innermost (exact-ish) first
+            cap = self.array_bytes.encoded_size(specs[-1])
+            if cap is None:
+                cap = specs[-1].nbytes + 4096  # variable-size array->bytes codecs (sharding)
+            caps = []
+            for codec in self.bytes_bytes:
+                caps.append(cap)
+                cap = codec.max_encoded_size(cap)
+            plan = self._plans[spec] = (specs, caps)
+        return plan
+
     def encode(self, array: np.ndarray, spec: ChunkSpec) -> bytes:
-        specs = self.specs(spec)
+        specs, _ = self._plan(spec)
         for codec, s in zip(self.array_array, specs):
             array = codec.encode(array, s)
         data = self.array_bytes.encode(array, specs[-1])
@@ -92,16 +109,8 @@ class CodecPipeline:
         return data
 
     def decode(self, data: bytes, spec: ChunkSpec) -> np.ndarray:
-        specs = self.specs(spec)
+        specs, caps = self._plan(spec)
         ab_spec = specs[-1]
-        # caps: what each bytes->bytes decoder may produce, innermost (exact-ish) first
-        cap = self.array_bytes.encoded_size(ab_spec)
-        if cap is None:
-            cap = ab_spec.nbytes + 4096  # variable-size array->bytes codecs (e.g. sharding)
-        caps = []
-        for codec in self.bytes_bytes:
-            caps.append(cap)
-            cap = codec.max_encoded_size(cap)
         for codec, limit in zip(reversed(self.bytes_bytes), reversed(caps)):
             data = codec.decode(data, ab_spec, limit)
         array = self.array_bytes.decode(data, ab_spec)

@@ -9,7 +9,7 @@ index once and rewrites each shard once. Decoding and encoding run in the codec 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -61,15 +61,36 @@ def _decode(layout: ChunkLayout, key: str, coords: tuple[int, ...], data: bytes)
 
 
 # -- reads -----------------------------------------------------------------------------------
-def _scatter(layout: ChunkLayout, batch: list[tuple[ChunkProjection, str, bytes]], out: np.ndarray) -> None:
+def _scatter(batch: list[tuple[ChunkProjection, str, bytes]], layout: ChunkLayout, out: np.ndarray) -> list:
     for p, key, data in batch:
         chunk = _decode(layout, key, p.coords, data)
         out[p.out_selection] = chunk[p.chunk_selection]
+    return []
 
 
-def _batches(items: list, n: int) -> list[list]:
-    """Split ``items`` into at most ``n`` interleaved batches (one pool job each)."""
-    return [items[i::n] for i in range(min(n, len(items)))]
+async def _spread(fn: Callable[..., list], items: list, *args: Any) -> list:
+    """``fn(batch, *args)`` over ``items`` split across the codec pool *and* this thread.
+
+    One batch per worker, the first run right here: a pool hop costs tens of microseconds
+    per job, and the event loop thread would otherwise sit idle while the pool works.
+    Returns the concatenated results, in the order of ``items``.
+    """
+    if not items:
+        return []
+    n = min(codec_pool_size(), len(items))
+    size = -(-len(items) // n)
+    batches = [items[i : i + size] for i in range(0, len(items), size)]
+    futures = [asyncio.ensure_future(run_in_codec_pool(fn, b, *args)) for b in batches[1:]]
+    try:
+        first = fn(batches[0], *args)
+    finally:
+        rest = await asyncio.gather(*futures, return_exceptions=True)
+    out = list(first)
+    for r in rest:
+        if isinstance(r, BaseException):
+            raise r
+        out.extend(r)
+    return out
 
 
 async def read_into(
@@ -78,9 +99,6 @@ async def read_into(
     """Fill ``out`` from the chunks the projections name; missing chunks give the fill value."""
     fill = layout.spec.fill_value
     groups = _group(layout, projections)
-    # a single chunk gains nothing from the pool: decode it here and skip two thread hops
-    inline = len(groups) == 1 and len(groups[0]) == 1
-    workers = codec_pool_size()
 
     async def read_group(group: list[ChunkProjection]) -> None:
         keys = [layout.chunk_key(p.coords) for p in group]
@@ -93,11 +111,7 @@ async def read_into(
                 raise ChunkNotFoundError(f"{layout.describe_key(key)} is missing")
             else:
                 out[p.out_selection] = fill
-        if inline:
-            _scatter(layout, found, out)
-        elif found:
-            # a few jobs per group, not one per chunk: each pool hop costs tens of microseconds
-            await asyncio.gather(*(run_in_codec_pool(_scatter, layout, b, out) for b in _batches(found, workers)))
+        await _spread(_scatter, found, layout, out)
 
     await _bounded(READ_GROUPS_IN_FLIGHT, [lambda g=g: read_group(g) for g in groups])
 
@@ -143,6 +157,10 @@ def _encode(
     return key, layout.pipeline.encode(chunk, spec)
 
 
+def _encode_batch(batch: list, layout: ChunkLayout, value: np.ndarray) -> list[tuple[str, bytes | None]]:
+    return [_encode(layout, p, key, old, value) for p, key, old in batch]
+
+
 async def write_from(layout: ChunkLayout, projections: Iterable[ChunkProjection], value: np.ndarray) -> None:
     """Write ``value`` (already broadcast to the selection's shape) into the chunks.
 
@@ -155,10 +173,8 @@ async def write_from(layout: ChunkLayout, projections: Iterable[ChunkProjection]
         keys = [layout.chunk_key(p.coords) for p in group]
         partial = [k for p, k in zip(group, keys) if not p.is_complete]
         olds = dict(zip(partial, await layout.store.get_many([(k, None) for k in partial]))) if partial else {}
-        items = await asyncio.gather(
-            *(run_in_codec_pool(_encode, layout, p, k, olds.get(k), value) for p, k in zip(group, keys))
-        )
-        await layout.store.set_many(items)
+        jobs = [(p, k, olds.get(k)) for p, k in zip(group, keys)]
+        await layout.store.set_many(await _spread(_encode_batch, jobs, layout, value))
 
     groups = _group(layout, projections)
     await _bounded(WRITE_GROUPS_IN_FLIGHT, [lambda g=g: write_group(g) for g in groups])
@@ -173,6 +189,10 @@ def _trim(layout: ChunkLayout, key: str, coords: tuple[int, ...], data: bytes, n
     if fill_mask(chunk, layout.spec.fill_value):
         return key, None
     return key, layout.pipeline.encode(chunk, layout.spec_for(coords))
+
+
+def _trim_batch(batch: list, layout: ChunkLayout, new_shape: tuple[int, ...]) -> list[tuple[str, bytes | None]]:
+    return [_trim(layout, key, coords, data, new_shape) for key, coords, data in batch]
 
 
 async def clear_outside(layout: ChunkLayout, new_shape: tuple[int, ...]) -> None:
@@ -205,9 +225,8 @@ async def clear_outside(layout: ChunkLayout, new_shape: tuple[int, ...]) -> None
         items: list[tuple[str, bytes | None]] = [(layout.chunk_key(c), None) for c in dels]
         keys = [layout.chunk_key(c) for c in cuts]
         datas = await layout.store.get_many([(k, None) for k in keys]) if keys else []
-        items += await asyncio.gather(
-            *(run_in_codec_pool(_trim, layout, k, c, d, new_shape) for k, c, d in zip(keys, cuts, datas) if d is not None)
-        )
+        found = [(k, c, d) for k, c, d in zip(keys, cuts, datas) if d is not None]
+        items += await _spread(_trim_batch, found, layout, new_shape)
         if items:
             await layout.store.set_many(items)
 

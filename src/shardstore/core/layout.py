@@ -8,6 +8,7 @@ for the few operations that change metadata (resize, attributes).
 from __future__ import annotations
 
 import abc
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -67,7 +68,7 @@ class ChunkLayout:
         if not self.write_ratio:
             self.write_ratio = (1,) * len(self.grid.shape)
 
-    @property
+    @functools.cached_property
     def chunk_spec(self) -> ChunkSpec:
         return ChunkSpec(self.grid.chunk_shape, self.spec.dtype, self.spec.fill_value)
 

@@ -61,8 +61,11 @@ def _describe(e: OSError) -> str:
     return e.strerror or str(e)
 
 
-#: ranged reads up to this many bytes in total run inline on the event loop
-_INLINE_READ = 1 << 20
+#: ranged reads up to this many bytes in total run inline on the event loop. Measured on
+#: random 100^3 reads of a sharded array: a worker-thread read costs two thread hops, and
+#: its buffers come from the worker's malloc arena but are freed on the loop thread, which
+#: made ~8x more page faults per read; inline, the read was 1.7x faster overall.
+_INLINE_READ = 8 << 20
 
 
 def _span(parts: Sequence[ByteRange | None]) -> int:
@@ -140,8 +143,8 @@ class LocalStore(Store):
         self, key: str, parts: Sequence[ByteRange | None], limit: asyncio.Semaphore
     ) -> list[bytes | None]:
         if all(isinstance(br, (RangeBR, SuffixBR)) for br in parts) and _span(parts) <= _INLINE_READ:
-            # a small ranged read (a shard index, an inner chunk) costs less than the two
-            # thread hops it would take to do it in a worker: do it on the loop
+            # ranged reads of a shard (its index, some inner chunks) are cheaper here than in
+            # a worker thread (see _INLINE_READ); whole values may be large and cold: thread
             return self._read_parts(key, parts)
         async with limit:
             return await asyncio.to_thread(self._read_parts, key, parts)

@@ -1,0 +1,297 @@
+"""The ``shardstore`` command line: demo, info, ls, verify, copy; exit codes and messages.
+
+Commands run in-process through ``main(argv)`` (fast) and once through a subprocess, the way a
+user runs them. Everything works on small arrays in ``tmp_path``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import shardstore
+from shardstore.cli import main
+from shardstore.demo import DEMO_FORMATS, em_like_volume
+
+REPO = Path(__file__).resolve().parent.parent
+DEMO_ARRAY = DEMO_FORMATS["zarr3"].dirname
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 64^3 demo, written once through main() for the read-only tests below."""
+    d = tmp_path_factory.mktemp("demo")
+    assert main(["demo", str(d), "--size", "64", "--no-progress"]) == 0
+    return d
+
+
+@pytest.fixture()
+def demo_copy(demo_dir: Path, tmp_path: Path) -> Path:
+    """A private copy of the demo array, free to damage."""
+    dst = tmp_path / "arr.zarr"
+    shutil.copytree(demo_dir / DEMO_ARRAY, dst)
+    return dst
+
+
+# --------------------------------------------------------------------------- demo
+
+def test_em_like_volume_is_deterministic_and_em_like() -> None:
+    a = em_like_volume(48, seed=3)
+    assert a.shape == (48, 48, 48) and a.dtype == np.uint8
+    assert np.array_equal(a, em_like_volume(48, seed=3))
+    assert not np.array_equal(a, em_like_volume(48, seed=4))
+    assert 15 < float(a.std()) < 80 and 100 < float(a.mean()) < 180
+    # smooth plus grain: neighbours are far more alike than random pairs of voxels
+    flat = a.ravel().astype(np.int16)
+    neighbours = np.abs(np.diff(a.astype(np.int16), axis=2)).mean()
+    random_pairs = np.abs(flat - np.random.default_rng(0).permutation(flat)).mean()
+    assert 1 < neighbours < 0.5 * random_pairs
+    assert em_like_volume((5, 6, 7)).shape == (5, 6, 7)
+    with pytest.raises(ValueError):
+        em_like_volume((4, 4))
+
+
+def test_demo_in_process(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "demo", tmp_path, "--size", "64", "--no-progress")
+    assert code == 0, out
+    assert "verified: OK" in out
+    for word in ("shape", "(64, 64, 64)", "uint8", "chunks", "shards", "size on disk",
+                 "compression", "MB/s", "shardstore.open("):
+        assert word in out
+    a = shardstore.open(tmp_path / DEMO_ARRAY)
+    assert a.shards == (64, 64, 64) and a.chunks == (64, 64, 64)
+    np.testing.assert_array_equal(a[...], em_like_volume(64, seed=0))
+    # running it again replaces its own output
+    code, out, _ = run(capsys, "demo", tmp_path, "--size", "40", "--seed", "2", "--no-progress")
+    assert code == 0 and "verified: OK" in out
+    np.testing.assert_array_equal(shardstore.open(tmp_path / DEMO_ARRAY)[...], em_like_volume(40, seed=2))
+
+
+def test_demo_subprocess(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "shardstore", "demo", str(tmp_path / "d"), "--size", "64"],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "verified: OK" in proc.stdout
+    assert f"shardstore.open('{tmp_path / 'd' / DEMO_ARRAY}')" in proc.stdout
+
+
+def test_demo_refuses_to_replace_foreign_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    shardstore.zarr3.create(tmp_path / DEMO_ARRAY, shape=(4,), dtype="uint8", chunks=(2,))
+    code, _, err = run(capsys, "demo", tmp_path, "--size", "16", "--no-progress")
+    assert code == 2
+    assert "not written by `shardstore demo`" in err and "Traceback" not in err
+    assert shardstore.open(tmp_path / DEMO_ARRAY).shape == (4,)
+
+
+def test_demo_small_sizes_get_sensible_shards(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "demo", tmp_path, "--size", "100", "--no-progress")
+    assert code == 0 and "verified: OK" in out
+    a = shardstore.open(tmp_path / DEMO_ARRAY)
+    assert a.chunks == (64, 64, 64) and a.shards == (128, 128, 128)
+
+
+def test_console_script_is_declared() -> None:
+    text = (REPO / "pyproject.toml").read_text()
+    assert 'shardstore = "shardstore.cli:main"' in text
+
+
+# --------------------------------------------------------------------------- info / ls
+
+def test_info(demo_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "info", demo_dir / DEMO_ARRAY)
+    assert code == 0
+    for word in ("zarr3 array", "(64, 64, 64)", "uint8", "fill value", "sharding_indexed", "zstd",
+                 '["z", "y", "x"]', "shardstore_demo", "1 of 1 shard files", "codecs JSON"):
+        assert word in out, word
+
+
+def test_info_json(demo_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "info", "--json", demo_dir / DEMO_ARRAY)
+    assert code == 0
+    info = json.loads(out)
+    assert info["shape"] == [64, 64, 64] and info["shards"] == [64, 64, 64]
+    assert info["codecs"][0]["name"] == "sharding_indexed"
+    assert info["stored"]["files"] == 1 and info["stored"]["bytes"] > 1000
+    assert info["dimension_names"] == ["z", "y", "x"]
+
+
+def test_ls_array_group_and_directory(demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "ls", demo_dir / DEMO_ARRAY)
+    assert code == 0 and "(64, 64, 64) uint8" in out
+    code, out, _ = run(capsys, "ls", demo_dir)
+    assert code == 0 and DEMO_ARRAY in out
+
+    g = shardstore.zarr3.create_group(tmp_path / "g", attributes={"a": 1})
+    g.create_group("sub").create_array("deep", shape=(3, 4), dtype="float32", chunks=(2, 2))
+    g.create_array("top", shape=(10,), dtype="int16", chunks=(5,), shards=(10,))
+    code, out, _ = run(capsys, "ls", tmp_path / "g")
+    assert code == 0
+    assert re.search(r"^\s+sub/$", out, re.M) and re.search(r"^\s{4}deep\s+\(3, 4\) float32", out, re.M)
+    assert re.search(r"^\s+top\s+\(10,\) int16 chunks \(5,\) shards \(10,\)", out, re.M)
+    code, out, _ = run(capsys, "info", tmp_path / "g")
+    assert code == 0 and "zarr3 group" in out and "sub, top" in out
+
+
+# --------------------------------------------------------------------------- verify
+
+def test_verify_ok(demo_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "verify", "--no-progress", demo_dir / DEMO_ARRAY)
+    assert code == 0 and "verify: OK" in out
+
+
+def _index_entries(shard: bytes, n_chunks: int) -> list[tuple[int, int]]:
+    """(offset, nbytes) per inner chunk from an end-located index (bytes + crc32c)."""
+    raw = shard[-(16 * n_chunks + 4):-4]
+    return [struct.unpack_from("<QQ", raw, 16 * i) for i in range(n_chunks)]
+
+
+@pytest.mark.parametrize("damage", ["index", "truncate", "chunk"])
+def test_verify_reports_corruption_with_key(demo_copy: Path, damage: str,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    shard_file = demo_copy / "c" / "0" / "0" / "0"
+    data = bytearray(shard_file.read_bytes())
+    if damage == "index":
+        data[-8] ^= 0xFF  # inside the index entries: crc32c mismatch
+    elif damage == "truncate":
+        del data[len(data) // 2:]
+    else:  # ruin the zstd frame header of the one inner chunk, index intact
+        offset, nbytes = _index_entries(bytes(data), 1)[0]
+        assert nbytes > 8
+        data[offset:offset + 4] = b"\0\0\0\0"
+    shard_file.write_bytes(bytes(data))
+    code, out, err = run(capsys, "verify", "--no-progress", demo_copy)
+    assert code == 1
+    assert "c/0/0/0" in err and "problem" in err
+    assert "Traceback" not in err and "verify: OK" not in out
+    if damage == "chunk":
+        assert "inner chunk [0, 0, 0]" in err
+
+
+def test_verify_unsharded_names_each_bad_chunk(demo_dir: Path, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    dst = tmp_path / "chunked.zarr"
+    assert run(capsys, "copy", demo_dir / DEMO_ARRAY, dst, "--chunks", "16", "--shards", "none",
+               "--no-progress")[0] == 0
+    for key in ("c/1/2/3", "c/3/0/0"):
+        path = dst / key
+        path.write_bytes(path.read_bytes()[:10])
+    code, out, err = run(capsys, "verify", "--no-progress", dst)
+    assert code == 1
+    assert "'c/1/2/3'" in err and "'c/3/0/0'" in err and "2 problem(s)" in err
+    assert "[16:32, 32:48, 48:64]" in err  # the region of the bad chunk
+    assert "'c/0/0/0'" not in err
+
+
+def test_verify_unreadable_metadata_exits_2(demo_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (demo_copy / "zarr.json").write_text('{"zarr_format": 3, "node_type": "array"')
+    code, _, err = run(capsys, "verify", demo_copy)
+    assert code == 2
+    assert err.startswith("shardstore: error:") and "zarr.json" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+# --------------------------------------------------------------------------- errors
+
+def test_errors_are_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "info", tmp_path / "missing")
+    assert code == 2 and out == ""
+    assert err.startswith("shardstore: error:") and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_debug_shows_the_exception(tmp_path: Path) -> None:
+    with pytest.raises(shardstore.ShardStoreError):
+        main(["--debug", "info", str(tmp_path / "missing")])
+    with pytest.raises(shardstore.ShardStoreError):
+        main(["info", str(tmp_path / "missing"), "--debug"])
+
+
+def test_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main([])
+    assert e.value.code == 2
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0
+    assert "demo" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------- copy
+
+def test_copy_reshards_and_recompresses(demo_dir: Path, tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    src = demo_dir / DEMO_ARRAY
+    dst = tmp_path / "resharded.zarr"
+    code, out, _ = run(capsys, "copy", src, dst, "--chunks", "16", "--shards", "32,32,32",
+                       "--codecs", '[{"name": "gzip", "configuration": {"level": 1}}]', "--no-progress")
+    assert code == 0, out
+    a, b = shardstore.open(src), shardstore.open(dst)
+    assert b.chunks == (16, 16, 16) and b.shards == (32, 32, 32)
+    assert b.dimension_names == a.dimension_names and dict(b.attrs) == dict(a.attrs)
+    inner = b.metadata["codecs"][0]["configuration"]["codecs"]
+    assert [c["name"] for c in inner] == ["bytes", "gzip"]
+    np.testing.assert_array_equal(b[...], a[...])
+    assert len(list((dst / "c").rglob("*"))) >= 8  # 8 shard files plus directories
+
+    # unshard it; defaults keep the chunks and the codecs of the source
+    flat = tmp_path / "flat.zarr"
+    code, _, _ = run(capsys, "copy", dst, flat, "--shards", "none", "--no-progress")
+    assert code == 0
+    c = shardstore.open(flat)
+    assert c.shards is None and c.chunks == (16, 16, 16)
+    assert [x["name"] for x in c.metadata["codecs"]] == ["bytes", "gzip"]
+    np.testing.assert_array_equal(c[...], a[...])
+
+
+def test_copy_refuses_existing_destination(demo_dir: Path, tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    src = demo_dir / DEMO_ARRAY
+    dst = tmp_path / "d.zarr"
+    assert run(capsys, "copy", src, dst, "--no-progress")[0] == 0
+    code, _, err = run(capsys, "copy", src, dst, "--no-progress")
+    assert code == 2 and "--overwrite" in err
+    code, _, _ = run(capsys, "copy", src, dst, "--shards", "none", "--overwrite", "--no-progress")
+    assert code == 0 and shardstore.open(dst).shards is None
+    code, _, err = run(capsys, "copy", src, src / "inside", "--no-progress")
+    assert code == 2 and "overlaps" in err
+    code, _, err = run(capsys, "copy", src, tmp_path / "x", "--chunks", "1,2", "--no-progress")
+    assert code == 2 and "--chunks" in err
+
+
+# --------------------------------------------------------------------------- README and CI
+
+def _readme_commands() -> list[str]:
+    text = (REPO / "README.md").read_text()
+    setup = text.split("```", 2)[1]  # the first code block holds the two set-up commands
+    return [line for line in setup.splitlines()[1:] if line.strip() and not line.startswith("#")]
+
+
+def test_readme_has_two_setup_commands_and_ci_runs_the_test_command() -> None:
+    commands = _readme_commands()
+    assert len(commands) == 2, commands
+    assert "shardstore demo" in commands[0]
+    test_command = commands[1].rsplit("&&", 1)[1].strip()
+    assert test_command.startswith("python -m pytest"), test_command
+    ci = (REPO / ".ci" / "run").read_text()
+    ci_lines = [line.strip() for line in ci.splitlines()]
+    assert test_command in ci_lines, f"{test_command!r} is not a line of .ci/run"
+    assert shlex.split(commands[1])  # valid shell quoting
+    assert os.access(REPO / ".ci" / "run", os.R_OK)
