@@ -403,3 +403,25 @@ def test_every_dtype_small_roundtrip_all_directions(tmp_path):
         ts_write(tpath, spec, data)
         for p in (zpath, tpath):
             assert_bitexact(np.asarray(shardstore.open(str(p), mode="r")), data, f"{p.name}")
+
+
+@pytest.mark.parametrize(
+    "codecs",
+    [
+        [{"name": "zstd"}],
+        [{"name": "gzip"}],
+        [{"name": "blosc", "configuration": {"cname": "lz4", "clevel": 5, "shuffle": "shuffle"}}],
+    ],
+)
+def test_short_codec_configs_are_written_complete(tmp_path, codecs):
+    """Defaults a user leaves out are spelled out in zarr.json, so tensorstore opens it."""
+    import tensorstore as ts
+
+    path = tmp_path / "short"
+    a = shardstore.zarr3.create(path, shape=(8, 8), dtype="uint16", chunks=(4, 4), shards=(8, 8), codecs=codecs)
+    a[...] = np.arange(64, dtype="uint16").reshape(8, 8)
+    inner = a.metadata["codecs"][0]["configuration"]["codecs"]
+    assert inner[0] == {"name": "bytes", "configuration": {"endian": "little"}}
+    assert set(inner[1]["configuration"]) >= {"level"} or "typesize" in inner[1]["configuration"]
+    t = ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": str(path)}}).result()
+    assert np.array_equal(t[...].read().result(), a[...])

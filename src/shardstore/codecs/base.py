@@ -112,6 +112,11 @@ class Codec(abc.ABC):
     @abc.abstractmethod
     def _canonical_config(self) -> dict[str, Any]: ...
 
+    def canonical_config(self) -> dict[str, Any]:
+        """The complete JSON object with every default spelled out (what shardstore writes
+        for codecs a user gave in short form, so that every reader accepts them)."""
+        return self._canonical_config()
+
     def resolve(self, spec: ChunkSpec) -> ChunkSpec:
         """The spec the next codec in the chain sees (array->array codecs change it)."""
         return spec

@@ -52,6 +52,10 @@ class CodecPipeline:
     def to_config(self) -> list[Any]:
         return [c.to_config() for c in self.codecs]
 
+    def canonical_config(self) -> list[dict[str, Any]]:
+        """Every codec's complete JSON (bind first so spec-dependent defaults are filled)."""
+        return [c.canonical_config() for c in self.codecs]
+
     def __repr__(self) -> str:
         return f"CodecPipeline({[c.name for c in self.codecs]})"
 

@@ -84,6 +84,12 @@ class ShardingCodec(ArrayBytesCodec):
             },
         }
 
+    def canonical_config(self) -> dict[str, Any]:
+        config = self._canonical_config()
+        config["configuration"]["codecs"] = self.codecs.canonical_config()
+        config["configuration"]["index_codecs"] = self.index_codecs.canonical_config()
+        return config
+
     # -- validation -------------------------------------------------------------------------
     def validate(self, spec: ChunkSpec) -> None:
         if len(self.chunk_shape) != len(spec.shape):

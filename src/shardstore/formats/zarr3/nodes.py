@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..._sync import sync
+from ...codecs.base import ChunkSpec
 from ...codecs.pipeline import CodecPipeline
 from ...codecs.registry import codec_from_config
 from ...core.array import Array, AsyncArray, Attributes
@@ -125,13 +126,21 @@ def create(
     else:
         top_codecs, grid_shape = inner, chunks
     cke = chunk_key_encoding or {"name": "default", "configuration": {"separator": "/"}}
+    fill = _fill_scalar(fill_value, np_dtype)
+    pipeline = CodecPipeline.from_config(top_codecs)
+    try:
+        # write complete codec objects (e.g. zstd without "level", blosc without "typesize"
+        # are legal to pass here but tensorstore refuses to open them)
+        top_codecs = pipeline.bind(ChunkSpec(grid_shape, np_dtype, fill)).canonical_config()
+    except MetadataError as e:
+        raise MetadataError(f"{metadata_key(path)}: {e}") from e
     meta = ArrayMetadata(
         shape=shape,
         dtype=np_dtype,
         chunk_shape=grid_shape,
         key_encoding=cke.get("name", "default"),
         separator=cke.get("configuration", {}).get("separator", "/" if cke.get("name", "default") == "default" else "."),
-        fill_value=_fill_scalar(fill_value, np_dtype),
+        fill_value=fill,
         codecs=CodecPipeline.from_config(top_codecs),
         attributes=dict(attributes or {}),
         dimension_names=tuple(dimension_names) if dimension_names is not None else None,
