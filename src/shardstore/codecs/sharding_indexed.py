@@ -145,8 +145,9 @@ class ShardingCodec(ArrayBytesCodec):
             index.reshape(self.chunks_per_shard(spec) + (2,)), self._index_chunk_spec(spec)
         )
 
-    def assemble(self, chunks: Mapping[int, bytes], spec: ChunkSpec) -> bytes | None:
-        """Build a shard from encoded inner chunks (by C-order index); None if it holds none.
+    def assemble(self, chunks: Mapping[int, bytes], spec: ChunkSpec) -> list[bytes] | None:
+        """Build a shard from encoded inner chunks (by C-order index), as the list of its
+        parts in order (the caller joins or writes them); None if it holds none.
 
         Inner chunks are written in C order without gaps, as tensorstore does.
         """
@@ -168,7 +169,7 @@ class ShardingCodec(ArrayBytesCodec):
             parts.insert(0, encoded_index)
         else:
             parts.append(encoded_index)
-        return b"".join(parts)
+        return parts
 
     # -- whole-shard transforms are not how shardstore does I/O ------------------------------
     def encode(self, array: np.ndarray, spec: ChunkSpec) -> bytes:

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .._sync import codec_pool_size, run_in_codec_pool
+from .._sync import codec_pool, codec_pool_size
 from ..errors import ChunkNotFoundError, CodecError
 from .indexing import ChunkProjection
 from .layout import ChunkLayout, fill_mask
@@ -25,6 +25,8 @@ __all__ = ["read_into", "write_from", "clear_outside"]
 WRITE_GROUPS_IN_FLIGHT = 2
 #: read groups in flight; each holds its fetched (compressed) bytes until decoded
 READ_GROUPS_IN_FLIGHT = 8
+#: reads of at most this many chunks are fetched whole before decoding starts
+SMALL_READ_CHUNKS = 64
 
 
 def _group(layout: ChunkLayout, projections: Iterable[ChunkProjection]) -> list[list[ChunkProjection]]:
@@ -80,7 +82,9 @@ async def _spread(fn: Callable[..., list], items: list, *args: Any) -> list:
     n = min(codec_pool_size(), len(items))
     size = -(-len(items) // n)
     batches = [items[i : i + size] for i in range(0, len(items), size)]
-    futures = [asyncio.ensure_future(run_in_codec_pool(fn, b, *args)) for b in batches[1:]]
+    # submitted now (run_in_executor, not a task that would start only after the inline batch)
+    loop = asyncio.get_running_loop()
+    futures = [loop.run_in_executor(codec_pool(), fn, b, *args) for b in batches[1:]]
     try:
         first = fn(batches[0], *args)
     finally:
@@ -100,7 +104,7 @@ async def read_into(
     fill = layout.spec.fill_value
     groups = _group(layout, projections)
 
-    async def read_group(group: list[ChunkProjection]) -> None:
+    async def fetch(group: list[ChunkProjection]) -> list[tuple[ChunkProjection, str, bytes]]:
         keys = [layout.chunk_key(p.coords) for p in group]
         datas = await layout.store.get_many([(k, None) for k in keys])
         found = []
@@ -111,8 +115,19 @@ async def read_into(
                 raise ChunkNotFoundError(f"{layout.describe_key(key)} is missing")
             else:
                 out[p.out_selection] = fill
-        await _spread(_scatter, found, layout, out)
+        return found
 
+    if sum(map(len, groups)) <= SMALL_READ_CHUNKS:
+        # a small read (a box across a few shards): fetch everything, then decode it all in
+        # one spread, so the work is balanced across threads instead of per shard
+        fetched = await asyncio.gather(*(fetch(g) for g in groups))
+        await _spread(_scatter, [item for found in fetched for item in found], layout, out)
+        return
+
+    async def read_group(group: list[ChunkProjection]) -> None:
+        await _spread(_scatter, await fetch(group), layout, out)
+
+    # a large read streams shard by shard: bounded memory, fetching overlaps decoding
     await _bounded(READ_GROUPS_IN_FLIGHT, [lambda g=g: read_group(g) for g in groups])
 
 

@@ -32,7 +32,7 @@ import numpy as np
 from ..codecs.base import ChunkSpec
 from ..codecs.sharding_indexed import EMPTY, ShardingCodec
 from ..errors import CodecError, InvalidKeyError, UnsupportedFeatureError
-from ..store.base import ByteRange, OffsetBR, RangeBR, Store, SuffixBR, validate_key
+from ..store.base import ByteRange, Parts, joined, OffsetBR, RangeBR, Store, SuffixBR, validate_key
 
 __all__ = ["ShardLayout", "ZarrShardingStore", "inner_key", "parse_inner_key"]
 
@@ -285,7 +285,7 @@ class ZarrShardingStore(Store):
         for key, value in items:
             validate_key(key)
             shard, i = self.layout.locate(parse_inner_key(key, self._rank))
-            by_shard.setdefault(shard, {})[i] = value
+            by_shard.setdefault(shard, {})[i] = None if value is None else joined(value)
         keyed = sorted((self.layout.shard_key(s), s, new) for s, new in by_shard.items())
         async with contextlib.AsyncExitStack() as stack:
             # lock the shards in key order (no deadlock between overlapping batches); one
@@ -314,7 +314,8 @@ class ZarrShardingStore(Store):
                     off, n = int(index[i, 0]), int(index[i, 1])
                     chunks[i] = whole[off : off + n]
         chunks.update({i: v for i, v in new.items() if v is not None})
-        return self.layout.codec.assemble(chunks, self.layout.shard_spec)
+        parts = self.layout.codec.assemble(chunks, self.layout.shard_spec)
+        return None if parts is None else Parts(parts)
 
     # -- listing ----------------------------------------------------------------------------
     async def _list_prefix(self, prefix: str) -> AsyncIterator[str]:

@@ -22,6 +22,8 @@ MISSING: Final = ("missing",)
 
 __all__ = [
     "MISSING",
+    "Parts",
+    "joined",
     "RangeBR",
     "OffsetBR",
     "SuffixBR",
@@ -130,9 +132,24 @@ def validate_prefix(prefix: str) -> str:
     return prefix
 
 
+class Parts(tuple):
+    """A value given as bytes-like parts, stored as their concatenation.
+
+    Lets a sharding adapter hand a shard to a backend that can write it without joining it
+    first (``Store.accepts_parts``); other backends receive it joined.
+    """
+
+    __slots__ = ()
+
+
 def _check_value(key: str, value: object) -> None:
     if value is None or isinstance(value, str):
         raise TypeError(f"value for store key {key!r} must be bytes-like, got {type(value).__name__}")
+
+
+def joined(value: bytes | Parts) -> bytes:
+    """``value`` as one bytes-like object."""
+    return b"".join(value) if isinstance(value, Parts) else value
 
 
 class Store(abc.ABC):
@@ -145,6 +162,8 @@ class Store(abc.ABC):
 
     #: how many backend requests ``get_many`` / ``set_many`` keep in flight by default
     max_concurrency: int = 16
+    #: whether ``_set`` takes ``Parts`` values as they are (else they arrive joined)
+    accepts_parts: bool = False
     #: ``get_many`` merges ranges of one key closer than this many bytes into one request;
     #: ``None`` turns merging off (for backends where a request costs nothing, e.g. memory)
     coalesce_max_gap: int | None = DEFAULT_MAX_GAP
@@ -293,7 +312,7 @@ class Store(abc.ABC):
         self._check_writable(key)
         validate_key(key)
         _check_value(key, value)
-        await self._set(key, value)
+        await self._set(key, value if self.accepts_parts else joined(value))
 
     async def set_many(self, items: Sequence[tuple[str, bytes | None]]) -> None:
         """Apply many writes concurrently; a ``None`` value deletes the key.
@@ -317,7 +336,7 @@ class Store(abc.ABC):
                 if value is None:
                     await self._delete(key)
                 else:
-                    await self._set(key, value)
+                    await self._set(key, value if self.accepts_parts else joined(value))
 
         await asyncio.gather(*(one(k, v) for k, v in final.items()))
 

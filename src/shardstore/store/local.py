@@ -18,7 +18,7 @@ from collections.abc import Hashable, AsyncIterator, Callable, Sequence
 from pathlib import Path
 
 from ..errors import StoreError
-from .base import MISSING, ByteRange, RangeBR, Store, SuffixBR, resolve_range, validate_key, validate_prefix
+from .base import MISSING, ByteRange, Parts, RangeBR, Store, SuffixBR, resolve_range, validate_key, validate_prefix
 
 __all__ = ["LocalStore"]
 
@@ -82,6 +82,7 @@ class LocalStore(Store):
 
     # ranges of one file are all read in one thread call, so merging them would only add copies
     coalesce_max_gap = None
+    accepts_parts = True
 
     def __init__(self, root: str | os.PathLike[str], *, read_only: bool = False, create: bool = True) -> None:
         super().__init__(read_only=read_only)
@@ -183,7 +184,10 @@ class LocalStore(Store):
                         raise
             try:
                 with os.fdopen(fd, "wb") as f:
-                    f.write(value)
+                    if isinstance(value, Parts):
+                        f.writelines(value)  # large parts go straight to the file: no join copy
+                    else:
+                        f.write(value)
                 os.replace(tmp, path)
             except BaseException:
                 try:
