@@ -15,6 +15,8 @@ from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from ._malloc import tune_malloc
+
 __all__ = ["sync", "codec_pool", "codec_pool_size", "run_in_codec_pool"]
 
 T = TypeVar("T")
@@ -28,6 +30,7 @@ _pid: int | None = None
 
 def _ensure_loop() -> asyncio.AbstractEventLoop:
     global _loop, _thread, _pid
+    tune_malloc()
     with _lock:
         # a forked child (e.g. a dask or multiprocessing worker) must not reuse the parent's loop
         if _loop is None or _pid != os.getpid():
