@@ -42,6 +42,7 @@ class CodecPipeline:
         self.array_bytes: ArrayBytesCodec = ab[0]  # type: ignore[assignment]
         self.bytes_bytes: tuple[BytesBytesCodec, ...] = tuple(bb)  # type: ignore[arg-type]
         self._plans: dict[ChunkSpec, tuple[list[ChunkSpec], list[int]]] = {}
+        self._last: tuple[ChunkSpec | None, tuple[list[ChunkSpec], list[int]]] = (None, ([], []))
 
     @classmethod
     def from_config(cls, configs: Sequence[Any], namespace: str = "zarr3") -> CodecPipeline:
@@ -89,6 +90,8 @@ class CodecPipeline:
     # -- transforms -------------------------------------------------------------------------
     def _plan(self, spec: ChunkSpec) -> tuple[list[ChunkSpec], list[int]]:
         """Per-codec specs and decode caps for ``spec``, computed once per distinct spec."""
+        if spec is self._last[0]:  # the usual case, without hashing the spec
+            return self._last[1]
         plan = self._plans.get(spec)
         if plan is None:
             specs = self.specs(spec)
@@ -101,6 +104,7 @@ class CodecPipeline:
                 caps.append(cap)
                 cap = codec.max_encoded_size(cap)
             plan = self._plans[spec] = (specs, caps)
+        self._last = (spec, plan)
         return plan
 
     def encode(self, array: np.ndarray, spec: ChunkSpec) -> bytes:

@@ -105,7 +105,7 @@ def validate_key(key: str) -> str:
     if key.startswith("/"):
         raise InvalidKeyError(f"store key must be relative, not absolute: {key!r}")
     parts = key.split("/")
-    if any(p in ("", ".", "..") for p in parts):
+    if "" in parts or "." in parts or ".." in parts:
         raise InvalidKeyError(f"store key has an empty, '.' or '..' path segment: {key!r}")
     return key
 
