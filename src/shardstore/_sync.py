@@ -3,6 +3,11 @@
 A single daemon thread runs an event loop; sync calls submit coroutines to it and wait. This
 works the same from plain scripts, from threads, and from inside a running loop (Jupyter),
 where ``asyncio.run`` would fail.
+
+Reads over stores that work from any event loop (memory, local files) may instead run on an
+event loop of the calling thread (``sync(..., here=True)``): that saves the two thread
+hand-offs (~0.2 ms, a fifth of a one-chunk read) and lets reads from several user threads
+(e.g. dask workers) run side by side instead of queueing on one loop thread.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import asyncio
 import atexit
 import os
 import threading
+import weakref
 from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -21,11 +27,15 @@ __all__ = ["sync", "codec_pool", "codec_pool_size", "run_in_codec_pool"]
 
 T = TypeVar("T")
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # io_pool() is called while holding it
 _loop: asyncio.AbstractEventLoop | None = None
 _thread: threading.Thread | None = None
 _pool: ThreadPoolExecutor | None = None
 _pid: int | None = None
+_pool_pid: int | None = None
+_io_pool: ThreadPoolExecutor | None = None
+_io_pid: int | None = None
+_local = threading.local()
 
 
 def _ensure_loop() -> asyncio.AbstractEventLoop:
@@ -35,19 +45,59 @@ def _ensure_loop() -> asyncio.AbstractEventLoop:
         # a forked child (e.g. a dask or multiprocessing worker) must not reuse the parent's loop
         if _loop is None or _pid != os.getpid():
             _loop = asyncio.new_event_loop()
-            _loop.set_default_executor(ThreadPoolExecutor(max_workers=32, thread_name_prefix="shardstore-io"))
+            _loop.set_default_executor(io_pool())
             _thread = threading.Thread(target=_loop.run_forever, name="shardstore-loop", daemon=True)
             _thread.start()
             _pid = os.getpid()
         return _loop
 
 
-def sync(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` on the background loop and return its result (re-raising its error)."""
+def _thread_loop() -> asyncio.AbstractEventLoop:
+    """This thread's own event loop (made on first use, kept for the thread's life)."""
+    pid, loop = getattr(_local, "loop", (None, None))
+    if loop is None or pid != os.getpid():
+        tune_malloc()
+        loop = asyncio.new_event_loop()
+        loop.set_default_executor(io_pool())
+        _local.loop = (os.getpid(), loop)
+        # close it when the thread goes away (else a ResourceWarning for an unclosed loop)
+        weakref.finalize(threading.current_thread(), loop.close)
+    return loop
+
+
+def sync(coro: Coroutine[Any, Any, T], *, here: bool = False) -> T:
+    """Run ``coro`` to completion and return its result (re-raising its error).
+
+    ``here=True``: run it on this thread's own loop when no loop is running in this thread;
+    only for coroutines whose stores work from any loop and that take no asyncio locks.
+    """
+    if here and threading.current_thread() is not _thread:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return _thread_loop().run_until_complete(coro)
     loop = _ensure_loop()
     if threading.current_thread() is _thread:
         raise RuntimeError("shardstore's synchronous API was called from its own event loop")
     return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+
+class _SharedPool(ThreadPoolExecutor):
+    """An executor shared by several loops: a loop closing (e.g. when its thread ends and
+    the loop is collected) shuts down its default executor, which must not stop the others."""
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        return None
+
+
+def io_pool() -> ThreadPoolExecutor:
+    """Threads for blocking I/O (file reads and writes), shared by every loop."""
+    global _io_pool, _io_pid
+    with _lock:
+        if _io_pool is None or _io_pid != os.getpid():
+            _io_pool = _SharedPool(max_workers=32, thread_name_prefix="shardstore-io")
+            _io_pid = os.getpid()
+        return _io_pool
 
 
 def codec_pool_size() -> int:
@@ -57,9 +107,10 @@ def codec_pool_size() -> int:
 
 def codec_pool() -> ThreadPoolExecutor:
     """Threads for encode/decode: the C codecs and numpy release the GIL."""
-    global _pool
+    global _pool, _pool_pid
     with _lock:
-        if _pool is None or _pid != os.getpid():
+        if _pool is None or _pool_pid != os.getpid():
+            _pool_pid = os.getpid()
             _pool = ThreadPoolExecutor(max_workers=max(os.cpu_count() or 1, 2), thread_name_prefix="shardstore-codec")
         return _pool
 

@@ -10,7 +10,7 @@ import numpy as np
 from .._sync import sync
 from ..errors import ReadOnlyError
 from .indexing import Indexer, basic_indexer, orthogonal_indexer
-from .io import clear_outside, read_into, write_from
+from .io import UnitLocks, clear_outside, read_into, write_from
 from .layout import FormatDriver
 
 __all__ = ["AsyncArray", "Array", "Attributes"]
@@ -37,6 +37,7 @@ class AsyncArray:
         self.driver = driver
         self.read_only = read_only
         self.name = name
+        self._locks = UnitLocks()
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -62,7 +63,7 @@ class AsyncArray:
         layout = self.driver.layout
         arr = _as_value(value, layout.spec.dtype, indexer.shape)
         if arr.size:
-            await write_from(layout, indexer, arr)
+            await write_from(layout, indexer, arr, self._locks)
 
     async def getitem(self, selection: Any) -> np.ndarray:
         return await self.read(basic_indexer(selection, self.driver.layout.grid))
@@ -77,7 +78,7 @@ class AsyncArray:
             raise ValueError(f"resize cannot change the rank: {self.shape} -> {shape}")
         if any(s < 0 for s in shape):
             raise ValueError(f"resize to a negative shape {shape}")
-        await clear_outside(self.driver.layout, shape)
+        await clear_outside(self.driver.layout, shape, self._locks)
         await self.driver.set_shape(shape)
 
 
@@ -130,7 +131,7 @@ class _OIndex:
 
     def __getitem__(self, selection: Any) -> np.ndarray:
         a = self._array._async
-        return _scalar_or_array(sync(a.read(orthogonal_indexer(selection, a.driver.layout.grid))))
+        return _scalar_or_array(sync(a.read(orthogonal_indexer(selection, a.driver.layout.grid)), here=self._array._here()))
 
     def __setitem__(self, selection: Any, value: Any) -> None:
         a = self._array._async
@@ -223,8 +224,12 @@ class Array:
         )
 
     # -- data -------------------------------------------------------------------------------
+    def _here(self) -> bool:
+        """Whether reads may run on the calling thread's loop (see ``_sync``)."""
+        return self.driver.layout.store.runs_on_any_loop
+
     def __getitem__(self, selection: Any) -> Any:
-        return _scalar_or_array(sync(self._async.getitem(selection)))
+        return _scalar_or_array(sync(self._async.getitem(selection), here=self._here()))
 
     def __setitem__(self, selection: Any, value: Any) -> None:
         sync(self._async.setitem(selection, value))
@@ -236,10 +241,10 @@ class Array:
 
     def read(self, selection: Any = Ellipsis, *, strict: bool = False) -> np.ndarray:
         """Like ``a[selection]``; with ``strict=True`` a missing chunk raises ChunkNotFoundError."""
-        return sync(self._async.read(basic_indexer(selection, self.driver.layout.grid), strict=strict))
+        return sync(self._async.read(basic_indexer(selection, self.driver.layout.grid), strict=strict), here=self._here())
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
-        out = sync(self._async.getitem(Ellipsis))
+        out = sync(self._async.getitem(Ellipsis), here=self._here())
         return out if dtype is None else out.astype(dtype, copy=False)
 
     def resize(self, *shape: Any) -> None:

@@ -9,6 +9,7 @@ index once and rewrites each shard once. Decoding and encoding run in the codec 
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -19,7 +20,7 @@ from ..errors import ChunkNotFoundError, CodecError
 from .indexing import ChunkProjection
 from .layout import ChunkLayout, fill_mask
 
-__all__ = ["read_into", "write_from", "clear_outside"]
+__all__ = ["read_into", "write_from", "clear_outside", "UnitLocks"]
 
 #: write groups (shards) in flight; each holds its encoded chunks until written
 WRITE_GROUPS_IN_FLIGHT = 2
@@ -176,15 +177,40 @@ def _encode_batch(batch: list, layout: ChunkLayout, value: np.ndarray) -> list[t
     return [_encode(layout, p, key, old, value) for p, key, old in batch]
 
 
-async def write_from(layout: ChunkLayout, projections: Iterable[ChunkProjection], value: np.ndarray) -> None:
+class UnitLocks:
+    """One asyncio lock per write unit (shard), held across its read-merge-write.
+
+    Without it two concurrent partial writes to one chunk both read the old chunk and the
+    later write drops the earlier one's data. Writes run on the background loop only, so
+    asyncio locks suffice. Shared by every write through one array handle.
+    """
+
+    def __init__(self) -> None:
+        self._locks: weakref.WeakValueDictionary[tuple[int, ...], asyncio.Lock] = weakref.WeakValueDictionary()
+
+    def __call__(self, unit: tuple[int, ...]) -> asyncio.Lock:
+        lock = self._locks.get(unit)
+        if lock is None:
+            lock = self._locks[unit] = asyncio.Lock()
+        return lock
+
+
+async def write_from(
+    layout: ChunkLayout, projections: Iterable[ChunkProjection], value: np.ndarray, locks: UnitLocks | None = None
+) -> None:
     """Write ``value`` (already broadcast to the selection's shape) into the chunks.
 
     Complete chunks are encoded directly; partial ones are read, merged and re-encoded;
     chunks equal to the fill value become deletes. Each group is encoded in full before
     anything of it is written, so an encoder error leaves that shard as it was.
     """
+    locks = locks or UnitLocks()
 
     async def write_group(group: list[ChunkProjection]) -> None:
+        async with locks(layout.write_unit(group[0].coords)):
+            await write_unit(group)
+
+    async def write_unit(group: list[ChunkProjection]) -> None:
         keys = [layout.chunk_key(p.coords) for p in group]
         partial = [k for p, k in zip(group, keys) if not p.is_complete]
         olds = dict(zip(partial, await layout.store.get_many([(k, None) for k in partial]))) if partial else {}
@@ -210,7 +236,7 @@ def _trim_batch(batch: list, layout: ChunkLayout, new_shape: tuple[int, ...]) ->
     return [_trim(layout, key, coords, data, new_shape) for key, coords, data in batch]
 
 
-async def clear_outside(layout: ChunkLayout, new_shape: tuple[int, ...]) -> None:
+async def clear_outside(layout: ChunkLayout, new_shape: tuple[int, ...], locks: UnitLocks | None = None) -> None:
     """Before shrinking to ``new_shape``: delete chunks beyond it, fill-pad the ones cut by it.
 
     Done so that growing the array again shows the fill value there, as NumPy would, rather
@@ -236,7 +262,13 @@ async def clear_outside(layout: ChunkLayout, new_shape: tuple[int, ...]) -> None
     for coords in trims:
         by_unit.setdefault(layout.write_unit(coords), ([], []))[1].append(coords)
 
+    locks = locks or UnitLocks()
+
     async def unit(dels: list, cuts: list) -> None:
+        async with locks(layout.write_unit((dels or cuts)[0])):
+            await trim_unit(dels, cuts)
+
+    async def trim_unit(dels: list, cuts: list) -> None:
         items: list[tuple[str, bytes | None]] = [(layout.chunk_key(c), None) for c in dels]
         keys = [layout.chunk_key(c) for c in cuts]
         datas = await layout.store.get_many([(k, None) for k in keys]) if keys else []

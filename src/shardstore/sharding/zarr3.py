@@ -125,6 +125,10 @@ class ZarrShardingStore(Store):
         # cannot lose each other's inner chunks
         self._shard_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
+    @property
+    def runs_on_any_loop(self) -> bool:  # type: ignore[override]
+        return self.base.runs_on_any_loop
+
     def __repr__(self) -> str:
         return f"ZarrShardingStore({self.base!r}, chunks_per_shard={list(self.layout.chunks_per_shard)})"
 
@@ -175,7 +179,8 @@ class ZarrShardingStore(Store):
         gen = await self.base.generation(shard_key)
         cached = self._index_cache.get(shard_key)
         if cached is not None and (gen is None or cached[1] == gen):
-            self._index_cache.move_to_end(shard_key)
+            with contextlib.suppress(KeyError):  # reads on several threads' loops share the cache
+                self._index_cache.move_to_end(shard_key)
             return None if cached[0] is _MISSING else cached[0]  # type: ignore[return-value]
         data = await self.base.get(shard_key, self._index_range())
         if data is None:

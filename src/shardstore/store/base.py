@@ -164,6 +164,9 @@ class Store(abc.ABC):
     max_concurrency: int = 16
     #: whether ``_set`` takes ``Parts`` values as they are (else they arrive joined)
     accepts_parts: bool = False
+    #: whether reads may run on any event loop (no loop-bound client sessions inside), so
+    #: the sync API can run them on the caller's thread (see ``_sync``)
+    runs_on_any_loop: bool = False
     #: ``get_many`` merges ranges of one key closer than this many bytes into one request;
     #: ``None`` turns merging off (for backends where a request costs nothing, e.g. memory)
     coalesce_max_gap: int | None = DEFAULT_MAX_GAP

@@ -80,6 +80,8 @@ class LocalStore(Store):
     empty store.
     """
 
+    runs_on_any_loop = True
+
     # ranges of one file are all read in one thread call, so merging them would only add copies
     coalesce_max_gap = None
     accepts_parts = True

@@ -23,6 +23,10 @@ class _Wrapper(Store):
     def read_only(self) -> bool:
         return self._read_only or self.base.read_only
 
+    @property
+    def runs_on_any_loop(self) -> bool:  # type: ignore[override]
+        return self.base.runs_on_any_loop
+
     async def generation(self, key: str) -> Hashable | None:
         return await self.base.generation(self._full(validate_key(key)))
 
