@@ -294,3 +294,10 @@ def test_rewrite_copy_roundtrip(fixtures_dir, tmp_path, case, array_path, info):
                     "shardstore after partial overwrite")
     assert_bitexact(ts_read(arr_dir), oracle, "tensorstore after partial overwrite")
     assert_bitexact(zarr_read(arr_dir), oracle, "zarr-python after partial overwrite")
+
+
+def test_every_zarr3_case_is_collected(fixtures_dir, manifest):
+    """Fails (in CI) rather than silently collecting nothing when the fixtures are missing."""
+    cases = [c for c in manifest["cases"] if c["format"] == "zarr3"]
+    assert len(cases) >= 14
+    assert len(ARRAYS) == sum(len(c["arrays"]) for c in cases)
