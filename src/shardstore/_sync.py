@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from ._malloc import tune_malloc
 
-__all__ = ["sync", "codec_pool", "codec_pool_size", "run_in_codec_pool"]
+__all__ = ["sync", "codec_pool", "codec_pool_size", "io_pool"]
 
 T = TypeVar("T")
 
@@ -114,10 +114,6 @@ def codec_pool() -> ThreadPoolExecutor:
             _pool = ThreadPoolExecutor(max_workers=max(os.cpu_count() or 1, 2), thread_name_prefix="shardstore-codec")
         return _pool
 
-
-async def run_in_codec_pool(fn, *args) -> Any:
-    """Await ``fn(*args)`` run in the codec pool."""
-    return await asyncio.get_running_loop().run_in_executor(codec_pool(), fn, *args)
 
 
 @atexit.register

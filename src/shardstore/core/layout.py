@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import abc
 import functools
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -85,9 +84,6 @@ class ChunkLayout:
     def write_unit(self, coords: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(c // r for c, r in zip(coords, self.write_ratio))
 
-    @property
-    def chunks_per_write_unit(self) -> int:
-        return math.prod(self.write_ratio)
 
 
 class FormatDriver(abc.ABC):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import AsyncIterator, Hashable, Iterable, Sequence
+from collections.abc import AsyncIterator, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -366,8 +366,3 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def _list_prefix(self, prefix: str) -> AsyncIterator[str]: ...
-
-    # -- helpers for subclasses --------------------------------------------------------------
-    @staticmethod
-    def _keys_under(keys: Iterable[str], prefix: str) -> list[str]:
-        return [k for k in keys if k.startswith(prefix)]
