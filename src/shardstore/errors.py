@@ -8,7 +8,8 @@
      ├── CodecError               encoding / decoding failed (corrupt or truncated data)
      │    └── ChecksumError       a checksum (crc32c, zstd) did not match
      ├── StoreError               a key-value backend failed (chained with ``raise ... from``)
-     │    └── InvalidKeyError     a key with ``..``, an absolute path, a backslash or NUL
+     │    ├── InvalidKeyError     a key with ``..``, an absolute path, a backslash or NUL
+     │    └── ConflictError       a conditional write lost: another writer changed the key
      ├── ChunkNotFoundError       a chunk is missing and the caller asked for strict reads
      ├── ReadOnlyError            a write to a store or array opened read-only
      └── ContainsNodeError        create(mode="w-") found something already there
@@ -26,6 +27,7 @@ __all__ = [
     "ChecksumError",
     "StoreError",
     "InvalidKeyError",
+    "ConflictError",
     "ChunkNotFoundError",
     "ReadOnlyError",
     "ContainsNodeError",
@@ -58,6 +60,10 @@ class StoreError(ShardStoreError, OSError):
 
 class InvalidKeyError(StoreError, ValueError):
     """A store key is not a safe relative key."""
+
+
+class ConflictError(StoreError):
+    """A conditional write found the key changed since it was read (another writer won)."""
 
 
 class ChunkNotFoundError(ShardStoreError, KeyError):

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from ..errors import InvalidKeyError, ReadOnlyError
+from ..errors import ConflictError, InvalidKeyError, ReadOnlyError
 from ._coalesce import DEFAULT_MAX_GAP, DEFAULT_MAX_REQUEST, coalesce_ranges
 
 #: ``generation`` of a key that does not exist
@@ -285,6 +285,18 @@ class Store(abc.ABC):
         validate_key(key)
         return None
 
+    async def get_versioned(
+        self, key: str, byte_range: ByteRange | None = None
+    ) -> tuple[bytes | None, Hashable | None]:
+        """The value (or range) at ``key`` and the generation it was read at.
+
+        Read-modify-write callers pass that generation to ``set_if`` so a concurrent
+        writer's update is never silently overwritten. Backends whose reads carry a version
+        (an S3 ETag) override this to take both from one response.
+        """
+        gen = await self.generation(key)
+        return await self.get(key, byte_range), gen
+
     async def exists(self, key: str) -> bool:
         """Whether ``key`` holds a value."""
         return (await self.get(key, RangeBR(0, 0))) is not None
@@ -342,6 +354,33 @@ class Store(abc.ABC):
                     await self._set(key, value if self.accepts_parts else joined(value))
 
         await asyncio.gather(*(one(k, v) for k, v in final.items()))
+
+    async def set_if(self, key: str, value: bytes | None, generation: Hashable | None) -> None:
+        """Write (or, for ``None``, delete) ``key`` only if it is still at ``generation``.
+
+        ``generation`` is what ``get_versioned`` / ``generation`` returned; ``MISSING`` means
+        "only if the key does not exist"; ``None`` (the backend could not tell) writes
+        unconditionally. Raises ``ConflictError`` naming the key when another writer got there
+        first. The default compares and writes under a per-store lock, which is exact for
+        writers in this process; object-store backends override it with conditional requests.
+        """
+        self._check_writable(key)
+        validate_key(key)
+        if value is not None:
+            _check_value(key, value)
+        lock = self.__dict__.setdefault("_cas_lock", asyncio.Lock())
+        async with lock:
+            if generation is not None:
+                now = await self.generation(key)
+                if now is not None and now != generation:
+                    raise ConflictError(
+                        f"{key!r} changed since it was read (another writer updated it); "
+                        "re-read and retry"
+                    )
+            if value is None:
+                await self._delete(key)
+            else:
+                await self._set(key, value if self.accepts_parts else joined(value))
 
     async def delete(self, key: str) -> None:
         """Remove ``key``; removing a missing key is not an error."""

@@ -30,6 +30,15 @@ class _Wrapper(Store):
     async def generation(self, key: str) -> Hashable | None:
         return await self.base.generation(self._full(validate_key(key)))
 
+    async def get_versioned(
+        self, key: str, byte_range: ByteRange | None = None
+    ) -> tuple[bytes | None, Hashable | None]:
+        return await self.base.get_versioned(self._full(validate_key(key)), byte_range)
+
+    async def set_if(self, key: str, value: bytes | None, generation: Hashable | None) -> None:
+        self._check_writable(key)
+        await self.base.set_if(self._full(validate_key(key)), value, generation)
+
     def _full(self, key: str) -> str:
         return key
 
@@ -158,6 +167,17 @@ class RecordingStore(_Wrapper):
     async def _get(self, key: str, byte_range: ByteRange | None) -> bytes | None:
         self.requests.append(Request("get", key, byte_range))
         return await self.base.get(key, byte_range)
+
+    async def get_versioned(
+        self, key: str, byte_range: ByteRange | None = None
+    ) -> tuple[bytes | None, Hashable | None]:
+        self.requests.append(Request("get", validate_key(key), byte_range))
+        return await self.base.get_versioned(key, byte_range)
+
+    async def set_if(self, key: str, value: bytes | None, generation: Hashable | None) -> None:
+        self._check_writable(key)
+        self.requests.append(Request("set" if value is not None else "delete", validate_key(key), None))
+        await self.base.set_if(key, value, generation)
 
     async def _set(self, key: str, value: bytes) -> None:
         self.requests.append(Request("set", key, None))
