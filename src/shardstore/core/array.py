@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 
 from .._sync import sync
-from ..errors import ReadOnlyError
+from ..errors import ReadOnlyError, UnsupportedFeatureError
 from .indexing import Indexer, basic_indexer, orthogonal_indexer
-from .io import UnitLocks, clear_outside, read_into, write_from
-from .layout import FormatDriver
+from .io import UnitLocks, read_into, reshape_chunks, write_from
+from .layout import ChunkLayout, FormatDriver
 
 __all__ = ["AsyncArray", "Array", "Attributes"]
 
@@ -64,6 +64,7 @@ class AsyncArray:
         arr = _as_value(value, layout.spec.dtype, indexer.shape)
         if arr.size:
             await write_from(layout, indexer, arr, self._locks)
+            await self.driver.after_write()
 
     async def getitem(self, selection: Any) -> np.ndarray:
         return await self.read(basic_indexer(selection, self.driver.layout.grid))
@@ -71,15 +72,113 @@ class AsyncArray:
     async def setitem(self, selection: Any, value: Any) -> None:
         await self.write(basic_indexer(selection, self.driver.layout.grid), value)
 
-    async def resize(self, shape: tuple[int, ...]) -> None:
+    def _checked_shape(self, shape: Any) -> tuple[int, ...]:
         self._check_writable()
+        if not self.driver.resizable:
+            raise UnsupportedFeatureError(
+                f"{self.driver.format_name} array {self.name or ''}: the format does not allow a new shape"
+            )
         shape = tuple(int(s) for s in shape)
         if len(shape) != len(self.shape):
             raise ValueError(f"resize cannot change the rank: {self.shape} -> {shape}")
         if any(s < 0 for s in shape):
             raise ValueError(f"resize to a negative shape {shape}")
-        await clear_outside(self.driver.layout, shape, self._locks)
-        await self.driver.set_shape(shape)
+        return shape
+
+    async def resize(self, shape: tuple[int, ...]) -> None:
+        """New shape; dropped data is gone, new elements read as the fill value."""
+        shape = self._checked_shape(shape)
+        old_shape = self.shape
+
+        async def fill_added(layout: ChunkLayout) -> None:
+            # formats that store fill chunks (bcolz) materialize the added elements
+            if not layout.store_fill_chunks:
+                return
+            fill = layout.spec.fill_value
+            for region in _added_regions(old_shape, shape):
+                indexer = basic_indexer(region, layout.grid)
+                await write_from(layout, indexer, _as_value(fill, layout.spec.dtype, indexer.shape), self._locks)
+
+        await self._reshape(shape, fill_added)
+        await self.driver.after_write()
+
+    async def append(self, values: Any, axis: int = 0) -> tuple[int, ...]:
+        """Grow along ``axis`` by ``values`` (matching the other dimensions); the new shape."""
+        old_shape = self.shape
+        ndim = len(old_shape)
+        if not -ndim <= axis < ndim:
+            raise ValueError(f"axis {axis} is out of range for a {ndim}-d array")
+        axis %= ndim
+        arr = np.asarray(values, dtype=self.dtype)
+        if arr.ndim != ndim or any(a != s for i, (a, s) in enumerate(zip(arr.shape, old_shape)) if i != axis):
+            raise ValueError(
+                f"cannot append values of shape {arr.shape} along axis {axis} to an array of shape {old_shape}"
+            )
+        shape = list(old_shape)
+        shape[axis] += arr.shape[axis]
+        shape_t = self._checked_shape(shape)
+        region = tuple(slice(old_shape[d], shape_t[d]) if d == axis else slice(None) for d in range(ndim))
+
+        async def write_added(layout: ChunkLayout) -> None:
+            if arr.size:
+                await write_from(layout, basic_indexer(region, layout.grid), arr, self._locks)
+
+        await self._reshape(shape_t, write_added)
+        await self.driver.after_write()
+        return shape_t
+
+    async def _reshape(self, shape: tuple[int, ...], then: Any) -> None:
+        """Adapt chunks and metadata to ``shape``, then ``then(layout)`` writes the added part.
+
+        The order keeps what was readable readable if we are interrupted: when growing, the
+        chunks are written first and the metadata last; when shrinking, the metadata first.
+        Clipped formats write with a layout of the new shape before it is persisted (their
+        chunk keys do not depend on it); padded ones (zarr: sharding adapters built for one
+        shape) persist the shape before writing the added part.
+        """
+        old = self.driver.layout
+        new = old.with_shape(shape)
+        shrinking = any(n < o for n, o in zip(shape, old.spec.shape))
+        if shrinking:
+            await self.driver.set_shape(shape)
+        await reshape_chunks(old, new, self._locks)
+        if old.edge_chunks == "clipped":
+            await then(new)
+            if not shrinking:
+                await self.driver.set_shape(shape)
+        else:
+            if not shrinking:
+                await self.driver.set_shape(shape)
+            await then(self.driver.layout)
+
+    async def read_chunk_bytes(self, coords: tuple[int, ...]) -> bytes | None:
+        """The stored (encoded) bytes of chunk ``coords``, or None when it is missing."""
+        layout = self.driver.layout
+        coords = tuple(int(c) for c in coords)
+        layout.grid._check_coords(coords)
+        return await layout.store.get(layout.chunk_key(coords))
+
+    async def write_chunk_bytes(self, coords: tuple[int, ...], data: bytes | None) -> None:
+        """Store already encoded bytes as chunk ``coords`` (None deletes it)."""
+        self._check_writable()
+        layout = self.driver.layout
+        coords = tuple(int(c) for c in coords)
+        layout.grid._check_coords(coords)
+        async with self._locks(layout.write_unit(coords)):
+            await layout.store.set_many([(layout.chunk_key(coords), data)])
+        await self.driver.after_write()
+
+
+def _added_regions(old: tuple[int, ...], new: tuple[int, ...]) -> list[tuple[slice, ...]]:
+    """Disjoint boxes covering the elements of shape ``new`` outside shape ``old``."""
+    kept = [min(o, n) for o, n in zip(old, new)]
+    regions = []
+    for dim, (k, n) in enumerate(zip(kept, new)):
+        if n > k:
+            regions.append(
+                tuple(slice(0, new[d]) if d < dim else slice(k, n) if d == dim else slice(0, kept[d]) for d in range(len(new)))
+            )
+    return regions
 
 
 class Attributes(MutableMapping[str, Any]):
@@ -252,3 +351,15 @@ class Array:
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
         sync(self._async.resize(tuple(shape)))
+
+    def append(self, values: Any, axis: int = 0) -> tuple[int, ...]:
+        """Grow along ``axis`` by ``values``; returns the new shape."""
+        return sync(self._async.append(values, axis))
+
+    def read_chunk_bytes(self, coords: Any) -> bytes | None:
+        """The stored (encoded) bytes of chunk ``coords`` (grid indices), or None when missing."""
+        return sync(self._async.read_chunk_bytes(tuple(coords)), here=self._here())
+
+    def write_chunk_bytes(self, coords: Any, data: bytes | None) -> None:
+        """Store already encoded bytes as chunk ``coords`` (None deletes it); no validation."""
+        sync(self._async.write_chunk_bytes(tuple(coords), data))

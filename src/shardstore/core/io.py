@@ -20,7 +20,7 @@ from ..errors import ChunkNotFoundError, CodecError
 from .indexing import ChunkProjection
 from .layout import ChunkLayout, fill_mask
 
-__all__ = ["read_into", "write_from", "clear_outside", "UnitLocks"]
+__all__ = ["read_into", "write_from", "reshape_chunks", "UnitLocks"]
 
 #: write groups (shards) in flight; each holds its encoded chunks until written
 WRITE_GROUPS_IN_FLIGHT = 2
@@ -101,8 +101,13 @@ async def _spread(fn: Callable[..., list], items: list, *args: Any) -> list:
 async def read_into(
     layout: ChunkLayout, projections: Iterable[ChunkProjection], out: np.ndarray, *, strict: bool = False
 ) -> None:
-    """Fill ``out`` from the chunks the projections name; missing chunks give the fill value."""
+    """Fill ``out`` from the chunks the projections name; missing chunks give the fill value.
+
+    With ``strict`` (or a layout whose ``missing_chunks`` is "error") a missing chunk raises
+    ``ChunkNotFoundError`` naming it.
+    """
     fill = layout.spec.fill_value
+    strict = strict or layout.missing_chunks == "error"
     groups = _group(layout, projections)
 
     async def fetch(group: list[ChunkProjection]) -> list[tuple[ChunkProjection, str, bytes]]:
@@ -168,7 +173,7 @@ def _encode(
         chunk[p.chunk_selection] = value[p.out_selection]
         if layout.edge_chunks == "padded" and layout.grid.chunk_is_edge(p.coords):
             _reset_outside(layout, chunk, p.coords, layout.spec.shape)
-    if fill_mask(chunk, fill):
+    if not layout.store_fill_chunks and fill_mask(chunk, fill):
         return key, None
     return key, layout.pipeline.encode(chunk, spec)
 
@@ -222,60 +227,79 @@ async def write_from(
 
 
 # -- resize ----------------------------------------------------------------------------------
-def _trim(layout: ChunkLayout, key: str, coords: tuple[int, ...], data: bytes, new_shape: tuple[int, ...]) -> tuple[str, bytes | None]:
-    chunk = _decode(layout, key, coords, data)
-    if not chunk.flags.writeable:
-        chunk = chunk.copy()
-    _reset_outside(layout, chunk, coords, new_shape)
-    if fill_mask(chunk, layout.spec.fill_value):
+def _rechunk(
+    old: ChunkLayout, new: ChunkLayout, key: str, coords: tuple[int, ...], data: bytes
+) -> tuple[str, bytes | None]:
+    """One chunk cut or extended by a resize: decoded as stored, re-encoded for ``new``."""
+    chunk = _decode(old, key, coords, data)
+    spec = new.spec_for(coords)
+    fill = new.spec.fill_value
+    if new.edge_chunks == "padded":
+        if not chunk.flags.writeable:
+            chunk = chunk.copy()
+        _reset_outside(new, chunk, coords, new.spec.shape)
+    else:  # clipped: the chunk's stored shape changes with the array's
+        grown = np.full(spec.shape, fill, dtype=spec.dtype)
+        overlap = tuple(slice(0, min(a, b)) for a, b in zip(chunk.shape, spec.shape))
+        grown[overlap] = chunk[overlap]
+        chunk = grown
+    if not new.store_fill_chunks and fill_mask(chunk, fill):
         return key, None
-    return key, layout.pipeline.encode(chunk, layout.spec_for(coords))
+    return key, new.pipeline.encode(chunk, spec)
 
 
-def _trim_batch(batch: list, layout: ChunkLayout, new_shape: tuple[int, ...]) -> list[tuple[str, bytes | None]]:
-    return [_trim(layout, key, coords, data, new_shape) for key, coords, data in batch]
+def _rechunk_batch(batch: list, old: ChunkLayout, new: ChunkLayout) -> list[tuple[str, bytes | None]]:
+    return [_rechunk(old, new, key, coords, data) for key, coords, data in batch]
 
 
-async def clear_outside(layout: ChunkLayout, new_shape: tuple[int, ...], locks: UnitLocks | None = None) -> None:
-    """Before shrinking to ``new_shape``: delete chunks beyond it, fill-pad the ones cut by it.
-
-    Done so that growing the array again shows the fill value there, as NumPy would, rather
-    than stale data (zarr-python and tensorstore leave it).
-    """
-    if layout.edge_chunks != "padded":  # clipped formats re-encode edge chunks in their driver
-        raise NotImplementedError("clear_outside handles padded edge chunks only")
-    grid = layout.grid
-    shrinking = any(n < o for n, o in zip(new_shape, grid.shape))
-    if not shrinking:
-        return
-    deletes: list[tuple[int, ...]] = []
-    trims: list[tuple[int, ...]] = []
-    for coords in grid.all_coords():
-        starts = [c * n for c, n in zip(coords, grid.chunk_shape)]
+def _reshape_plan(old: ChunkLayout, new_shape: tuple[int, ...]) -> tuple[list, list]:
+    """(chunks beyond ``new_shape``, chunks whose stored content or shape must change)."""
+    grid = old.grid
+    old_shape = grid.shape
+    candidates: set[tuple[int, ...]] = set()
+    for dim, (o, n, c) in enumerate(zip(old_shape, new_shape, grid.chunk_shape)):
+        if o == n:
+            continue
+        region = [slice(0, s) for s in old_shape]
+        region[dim] = slice(min(o, n) // c * c, o)  # from the chunk holding the old/new edge
+        candidates.update(grid.coords_in_region(region))
+    deletes, changes = [], []
+    for coords in sorted(candidates):
+        starts = [i * c for i, c in zip(coords, grid.chunk_shape)]
         if any(s >= ns for s, ns in zip(starts, new_shape)):
             deletes.append(coords)
-        elif any(s + n > ns and ns < os for s, n, ns, os in zip(starts, grid.chunk_shape, new_shape, grid.shape)):
-            trims.append(coords)
+        elif old.edge_chunks == "padded":
+            if any(s + c > ns and ns < os for s, c, ns, os in zip(starts, grid.chunk_shape, new_shape, old_shape)):
+                changes.append(coords)
+        elif any(min(c, os - s) != min(c, ns - s) for s, c, ns, os in zip(starts, grid.chunk_shape, new_shape, old_shape)):
+            changes.append(coords)
+    return deletes, changes
+
+
+async def reshape_chunks(old: ChunkLayout, new: ChunkLayout, locks: UnitLocks | None = None) -> None:
+    """Adapt the stored chunks of ``old`` to the shape of ``new`` (a resize).
+
+    Chunks beyond the new shape are deleted. Padded formats fill-reset the part of the chunks
+    a shrink cuts, so that growing again shows the fill value as NumPy would (zarr-python and
+    tensorstore leave stale data there). Clipped formats re-encode the edge chunks at their
+    new clipped shape, padding with the fill value or cutting. I/O goes to ``old.store``.
+    """
+    deletes, changes = _reshape_plan(old, new.spec.shape)
     by_unit: dict[tuple[int, ...], tuple[list, list]] = {}
     for coords in deletes:
-        by_unit.setdefault(layout.write_unit(coords), ([], []))[0].append(coords)
-    for coords in trims:
-        by_unit.setdefault(layout.write_unit(coords), ([], []))[1].append(coords)
-
+        by_unit.setdefault(old.write_unit(coords), ([], []))[0].append(coords)
+    for coords in changes:
+        by_unit.setdefault(old.write_unit(coords), ([], []))[1].append(coords)
     locks = locks or UnitLocks()
 
     async def unit(dels: list, cuts: list) -> None:
-        async with locks(layout.write_unit((dels or cuts)[0])):
-            await trim_unit(dels, cuts)
-
-    async def trim_unit(dels: list, cuts: list) -> None:
-        items: list[tuple[str, bytes | None]] = [(layout.chunk_key(c), None) for c in dels]
-        keys = [layout.chunk_key(c) for c in cuts]
-        datas = await layout.store.get_many([(k, None) for k in keys]) if keys else []
-        found = [(k, c, d) for k, c, d in zip(keys, cuts, datas) if d is not None]
-        items += await _spread(_trim_batch, found, layout, new_shape)
-        if items:
-            await layout.store.set_many(items)
+        async with locks(old.write_unit((dels or cuts)[0])):
+            items: list[tuple[str, bytes | None]] = [(old.chunk_key(c), None) for c in dels]
+            keys = [old.chunk_key(c) for c in cuts]
+            datas = await old.store.get_many([(k, None) for k in keys]) if keys else []
+            found = [(k, c, d) for k, c, d in zip(keys, cuts, datas) if d is not None]
+            items += await _spread(_rechunk_batch, found, old, new)
+            if items:
+                await old.store.set_many(items)
 
     await _bounded(WRITE_GROUPS_IN_FLIGHT, [lambda d=d, c=c: unit(d, c) for d, c in by_unit.values()])
-

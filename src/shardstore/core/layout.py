@@ -8,6 +8,7 @@ for the few operations that change metadata (resize, attributes).
 from __future__ import annotations
 
 import abc
+import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -61,6 +62,11 @@ class ChunkLayout:
     edge_chunks: Literal["padded", "clipped"] = "padded"
     #: how error messages name a chunk key (sharded drivers add the shard key)
     describe_key: Callable[[str], str] = lambda key: f"chunk {key!r}"
+    #: True: chunks equal to the fill value are stored like any other (bcolz has no holes);
+    #: False: they become deletes and read back as the fill value
+    store_fill_chunks: bool = False
+    #: "fill": a missing chunk reads as the fill value; "error": ChunkNotFoundError naming it
+    missing_chunks: Literal["fill", "error"] = "fill"
     _specs: dict[tuple[int, ...], ChunkSpec] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -84,6 +90,21 @@ class ChunkLayout:
     def write_unit(self, coords: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(c // r for c, r in zip(coords, self.write_ratio))
 
+    def with_shape(self, shape: tuple[int, ...]) -> ChunkLayout:
+        """This layout for an array of ``shape`` (same chunks, keys and store).
+
+        Used to write the chunks of a resize or append before the new shape is persisted, so
+        an interrupted write leaves the old metadata describing readable data. Valid for
+        drivers whose chunk keys do not depend on the shape (clipped-edge formats).
+        """
+        shape = tuple(int(s) for s in shape)
+        return dataclasses.replace(
+            self,
+            spec=dataclasses.replace(self.spec, shape=shape),
+            grid=RegularGrid(shape, self.grid.chunk_shape),
+            _specs={},
+        )
+
 
 
 class FormatDriver(abc.ABC):
@@ -91,6 +112,8 @@ class FormatDriver(abc.ABC):
 
     #: short format name, e.g. "zarr3"
     format_name: str
+    #: whether the format allows changing the shape (``resize`` / ``append``)
+    resizable: bool = True
 
     @property
     @abc.abstractmethod
@@ -114,6 +137,12 @@ class FormatDriver(abc.ABC):
     @abc.abstractmethod
     def metadata(self) -> dict[str, Any]:
         """The metadata document(s) as JSON-compatible data."""
+
+    async def after_write(self) -> None:
+        """Called by the core after every write, resize or append has completed.
+
+        Formats that keep derived metadata (bcolz ``meta/sizes``) refresh it here.
+        """
 
     @property
     def read_chunk_shape(self) -> tuple[int, ...]:
