@@ -367,3 +367,25 @@ def test_invalid_prefixes() -> None:
 async def test_set_refuses_non_bytes() -> None:
     with pytest.raises(TypeError, match="'k'"):
         await MemoryStore().set("k", "text")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kind", ["memory", "local", "prefix-local", "readonly-memory"])
+def test_blocking_reader_agrees_with_get(kind: str, tmp_path: Path) -> None:
+    base = MemoryStore() if "memory" in kind else LocalStore(tmp_path)
+    run(base.set("p/a/b", b"xyz"))
+    store = {
+        "memory": base,
+        "local": base,
+        "prefix-local": PrefixStore(base, "p"),
+        "readonly-memory": ReadOnlyStore(base),
+    }[kind]
+    key = "a/b" if kind == "prefix-local" else "p/a/b"
+    read = store.blocking_reader()
+    assert read is not None
+    assert read(key) == run(store.get(key)) == b"xyz"
+    assert read(key + "x") is None
+
+
+def test_recording_store_has_no_blocking_reader() -> None:
+    # request-counting tests rely on every read going through the async path
+    assert RecordingStore(MemoryStore()).blocking_reader() is None

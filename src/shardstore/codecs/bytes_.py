@@ -31,6 +31,8 @@ class BytesCodec(ArrayBytesCodec):
     """``bytes``: ``endian`` is ``"little"`` or ``"big"``; it may be omitted (``None``) only
     for dtypes whose elements are one byte (bool, int8, uint8) or raw."""
 
+    light = True
+
     name = "bytes"
 
     def __init__(self, endian: Endian | None = "little") -> None:

@@ -35,6 +35,8 @@ except ImportError:  # pragma: no cover - depends on the optional package
 class Crc32cCodec(BytesBytesCodec):
     """``crc32c``: no configuration."""
 
+    light = True
+
     name = "crc32c"
 
     @classmethod

@@ -61,6 +61,11 @@ class CodecPipeline:
         return f"CodecPipeline({[c.name for c in self.codecs]})"
 
     # -- binding ----------------------------------------------------------------------------
+    @property
+    def light(self) -> bool:
+        """Whether every codec is light (see ``Codec.light``): decode inline, not in threads."""
+        return all(c.light for c in self.codecs)
+
     def specs(self, spec: ChunkSpec) -> list[ChunkSpec]:
         """The spec each codec receives, for the array->array codecs and the array->bytes one."""
         out = []

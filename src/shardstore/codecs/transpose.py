@@ -37,6 +37,8 @@ def _parse_order(order: Any) -> tuple[int, ...]:
 class TransposeCodec(ArrayArrayCodec):
     """``transpose``: ``order[i]`` is the input axis that becomes output axis ``i``."""
 
+    light = True
+
     name = "transpose"
 
     def __init__(self, order: Sequence[int]) -> None:

@@ -71,15 +71,36 @@ def _scatter(batch: list[tuple[ChunkProjection, str, bytes]], layout: ChunkLayou
     return []
 
 
-async def _spread(fn: Callable[..., list], items: list, *args: Any) -> list:
+def _read_scatter(
+    batch: list[tuple[ChunkProjection, str]],
+    layout: ChunkLayout,
+    out: np.ndarray,
+    read: Callable[[str], bytes | None],
+    strict: bool,
+) -> list:
+    for p, key in batch:
+        data = read(key)
+        if data is None:
+            if strict:
+                raise ChunkNotFoundError(f"{layout.describe_key(key)} is missing")
+            out[p.out_selection] = layout.spec.fill_value
+        else:
+            out[p.out_selection] = _decode(layout, key, p.coords, data)[p.chunk_selection]
+    return []
+
+
+async def _spread(fn: Callable[..., list], items: list, *args: Any, light: bool = False) -> list:
     """``fn(batch, *args)`` over ``items`` split across the codec pool *and* this thread.
 
     One batch per worker, the first run right here: a pool hop costs tens of microseconds
     per job, and the event loop thread would otherwise sit idle while the pool works.
+    ``light`` work (about a memory copy per item) all runs here: see ``Codec.light``.
     Returns the concatenated results, in the order of ``items``.
     """
     if not items:
         return []
+    if light:
+        return fn(items, *args)
     n = min(codec_pool_size(), len(items))
     size = -(-len(items) // n)
     batches = [items[i : i + size] for i in range(0, len(items), size)]
@@ -108,6 +129,12 @@ async def read_into(
     """
     fill = layout.spec.fill_value
     strict = strict or layout.missing_chunks == "error"
+    read = layout.store.blocking_reader()
+    if read is not None:
+        # files or memory: each worker reads, decodes and scatters its chunks, no loop hops
+        items = [(p, layout.chunk_key(p.coords)) for p in projections]
+        await _spread(_read_scatter, items, layout, out, read, strict, light=layout.pipeline.light)
+        return
     groups = _group(layout, projections)
 
     async def fetch(group: list[ChunkProjection]) -> list[tuple[ChunkProjection, str, bytes]]:
@@ -127,11 +154,11 @@ async def read_into(
         # a small read (a box across a few shards): fetch everything, then decode it all in
         # one spread, so the work is balanced across threads instead of per shard
         fetched = await asyncio.gather(*(fetch(g) for g in groups))
-        await _spread(_scatter, [item for found in fetched for item in found], layout, out)
+        await _spread(_scatter, [item for found in fetched for item in found], layout, out, light=layout.pipeline.light)
         return
 
     async def read_group(group: list[ChunkProjection]) -> None:
-        await _spread(_scatter, await fetch(group), layout, out)
+        await _spread(_scatter, await fetch(group), layout, out, light=layout.pipeline.light)
 
     # a large read streams shard by shard: bounded memory, fetching overlaps decoding
     await _bounded(READ_GROUPS_IN_FLIGHT, [lambda g=g: read_group(g) for g in groups])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import AsyncIterator, Hashable, Sequence
+from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -274,6 +274,16 @@ class Store(abc.ABC):
         if len(parts) == 1:
             return [await one(parts[0])]
         return list(await asyncio.gather(*(one(br) for br in parts)))
+
+    def blocking_reader(self) -> Callable[[str], bytes | None] | None:
+        """A function reading one whole value synchronously from any thread, or None.
+
+        Only backends where a read is a cheap local operation (files, memory) offer one: the
+        core then reads *and* decodes each chunk inside its worker threads, which saves the
+        event-loop round trips that otherwise dominate reads of many small chunks. Keys given
+        to the function must already be valid.
+        """
+        return None
 
     async def generation(self, key: str) -> Hashable | None:
         """A cheap token that changes whenever the value at ``key`` changes, or None.

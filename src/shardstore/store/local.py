@@ -152,6 +152,9 @@ class LocalStore(Store):
         async with limit:
             return await asyncio.to_thread(self._read_parts, key, parts)
 
+    def blocking_reader(self) -> Callable[[str], bytes | None]:
+        return lambda key: self._read_parts(key, [None])[0]
+
     async def generation(self, key: str) -> Hashable | None:
         # one stat, inline: cheaper than a thread hop; an atomic replace changes the inode
         try:

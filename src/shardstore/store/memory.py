@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Hashable, Sequence
+from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 
 from .base import MISSING, ByteRange, Store, slice_range, validate_key
 
@@ -45,6 +45,9 @@ class MemoryStore(Store):
                 value = slice_range(value, byte_range)
             out.append(value)
         return out
+
+    def blocking_reader(self) -> Callable[[str], bytes | None]:
+        return self._data.get
 
     async def _set(self, key: str, value: bytes) -> None:
         self._data[key] = bytes(value)

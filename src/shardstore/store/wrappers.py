@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable, AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from typing import NamedTuple
 
 from .base import ByteRange, Store, validate_key, validate_prefix
@@ -64,6 +64,13 @@ class PrefixStore(_Wrapper):
     def _full(self, key: str) -> str:
         return self._pre + key
 
+    def blocking_reader(self) -> Callable[[str], bytes | None] | None:
+        read = self.base.blocking_reader()
+        if read is None:
+            return None
+        pre = self._pre
+        return lambda key: read(pre + key)
+
     async def _get(self, key: str, byte_range: ByteRange | None) -> bytes | None:
         return await self.base.get(self._full(key), byte_range)
 
@@ -104,6 +111,9 @@ class ReadOnlyStore(_Wrapper):
 
     def __repr__(self) -> str:
         return f"ReadOnlyStore({self.base!r})"
+
+    def blocking_reader(self) -> Callable[[str], bytes | None] | None:
+        return self.base.blocking_reader()
 
     async def _get(self, key: str, byte_range: ByteRange | None) -> bytes | None:
         return await self.base.get(key, byte_range)
