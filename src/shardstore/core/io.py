@@ -9,6 +9,7 @@ index once and rewrites each shard once. Decoding and encoding run in the codec 
 from __future__ import annotations
 
 import asyncio
+import time
 import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -28,6 +29,8 @@ WRITE_GROUPS_IN_FLIGHT = 2
 READ_GROUPS_IN_FLIGHT = 8
 #: reads of at most this many chunks are fetched whole before decoding starts
 SMALL_READ_CHUNKS = 64
+#: items faster than this stay on the calling thread (a pool hand-off costs about as much)
+INLINE_ITEM_SECONDS = 100e-6
 
 
 def _group(layout: ChunkLayout, projections: Iterable[ChunkProjection]) -> list[list[ChunkProjection]]:
@@ -94,13 +97,21 @@ async def _spread(fn: Callable[..., list], items: list, *args: Any, light: bool 
 
     One batch per worker, the first run right here: a pool hop costs tens of microseconds
     per job, and the event loop thread would otherwise sit idle while the pool works.
-    ``light`` work (about a memory copy per item) all runs here: see ``Codec.light``.
-    Returns the concatenated results, in the order of ``items``.
+    Work of about a memory copy per item all runs here, because handing it to threads costs
+    more in GIL hand-offs than it saves: ``light`` says so up front (see ``Codec.light``);
+    otherwise the first item is timed and cheap items (blosc chunks stored uncompressed, say)
+    stay on this thread too. Returns the concatenated results, in the order of ``items``.
     """
     if not items:
         return []
-    if light:
+    if light or len(items) == 1:
         return fn(items, *args)
+    started = time.perf_counter()
+    out = list(fn(items[:1], *args))
+    items = items[1:]
+    if time.perf_counter() - started < INLINE_ITEM_SECONDS:
+        out.extend(fn(items, *args))
+        return out
     n = min(codec_pool_size(), len(items))
     size = -(-len(items) // n)
     batches = [items[i : i + size] for i in range(0, len(items), size)]
@@ -108,10 +119,9 @@ async def _spread(fn: Callable[..., list], items: list, *args: Any, light: bool 
     loop = asyncio.get_running_loop()
     futures = [loop.run_in_executor(codec_pool(), fn, b, *args) for b in batches[1:]]
     try:
-        first = fn(batches[0], *args)
+        out.extend(fn(batches[0], *args))
     finally:
         rest = await asyncio.gather(*futures, return_exceptions=True)
-    out = list(first)
     for r in rest:
         if isinstance(r, BaseException):
             raise r
