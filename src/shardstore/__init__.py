@@ -22,7 +22,7 @@ from .errors import (
     StoreError,
     UnsupportedFeatureError,
 )
-from .formats import zarr3
+from .formats import bcolz, zarr3
 from .formats.zarr3 import Group
 from .store import LocalStore, MemoryStore, Store
 
@@ -35,6 +35,7 @@ __all__ = [
     "Array",
     "Group",
     "zarr3",
+    "bcolz",
     "Store",
     "MemoryStore",
     "LocalStore",

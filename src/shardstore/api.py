@@ -8,15 +8,15 @@ from typing import Any
 from ._sync import sync
 from .core.array import Array
 from .errors import ShardStoreError
-from .formats import zarr3
+from .formats import bcolz, zarr3
 from .formats.detect import detect_format
 from .store.base import Store
 from .store.registry import store_from_url
 
 __all__ = ["open", "create", "open_group"]
 
-_CREATORS = {"zarr3": zarr3.create}
-_OPENERS = {"zarr3": zarr3.open}
+_CREATORS = {"zarr3": zarr3.create, "bcolz": bcolz.create}
+_OPENERS = {"zarr3": zarr3.open, "bcolz": bcolz.open_node}
 
 
 def open(
@@ -47,7 +47,7 @@ def open(
             return _create(store, "zarr3", path, "w-", create_kwargs)
         raise ShardStoreError(
             f"no array or group found at {path or '/'!r} in {store!r} (looked for the metadata "
-            "of Zarr v3)"
+            "of Zarr v3, bcolz)"
         )
     if create_kwargs:
         raise TypeError(f"unexpected arguments for opening an existing node: {sorted(create_kwargs)}")

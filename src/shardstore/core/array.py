@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator, MutableMapping
 from typing import Any
 
@@ -117,15 +118,47 @@ class AsyncArray:
         shape = list(old_shape)
         shape[axis] += arr.shape[axis]
         shape_t = self._checked_shape(shape)
-        region = tuple(slice(old_shape[d], shape_t[d]) if d == axis else slice(None) for d in range(ndim))
+        layout = self.driver.layout
+        if layout.edge_chunks == "clipped":
+            await self._append_clipped(arr, axis, shape_t)
+        else:
+            region = tuple(slice(old_shape[d], shape_t[d]) if d == axis else slice(None) for d in range(ndim))
 
-        async def write_added(layout: ChunkLayout) -> None:
-            if arr.size:
-                await write_from(layout, basic_indexer(region, layout.grid), arr, self._locks)
+            async def write_added(layout: ChunkLayout) -> None:
+                if arr.size:
+                    await write_from(layout, basic_indexer(region, layout.grid), arr, self._locks)
 
-        await self._reshape(shape_t, write_added)
+            await self._reshape(shape_t, write_added)
         await self.driver.after_write()
         return shape_t
+
+    async def _append_clipped(self, arr: np.ndarray, axis: int, shape: tuple[int, ...]) -> None:
+        """Append for clipped formats: each touched chunk is written once, whole.
+
+        The chunks of the old edge along ``axis`` grow: their old rows are read once and
+        written again together with the first new ones as complete chunks of the new shape
+        (no re-encode at an intermediate shape, no read-merge). Metadata goes last, so an
+        interruption leaves the old shape describing readable data.
+        """
+        old = self.driver.layout
+        new = old.with_shape(shape)
+        n = old.spec.shape[axis]
+        start = n - n % old.grid.chunk_shape[axis]  # where the old edge chunk begins
+
+        def along(lo: int, hi: int) -> tuple[slice, ...]:
+            return tuple(slice(lo, hi) if d == axis else slice(None) for d in range(len(shape)))
+
+        writes = []
+        if start < n:  # the old edge chunk row: its rows and the first new ones (a small copy)
+            head = await self.read(basic_indexer(along(start, n), old.grid))
+            stop = min(start + old.grid.chunk_shape[axis], shape[axis])
+            first = np.concatenate([head, arr[along(0, stop - n)]], axis=axis)
+            writes.append(write_from(new, basic_indexer(along(start, stop), new.grid), first, self._locks))
+            arr, start = arr[along(stop - n, arr.shape[axis])], stop
+        if arr.size:  # whole chunks and the new edge, straight from the caller's array
+            writes.append(write_from(new, basic_indexer(along(start, shape[axis]), new.grid), arr, self._locks))
+        await asyncio.gather(*writes)
+        await self.driver.set_shape(shape)
 
     async def _reshape(self, shape: tuple[int, ...], then: Any) -> None:
         """Adapt chunks and metadata to ``shape``, then ``then(layout)`` writes the added part.

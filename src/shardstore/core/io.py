@@ -9,6 +9,7 @@ index once and rewrites each shard once. Decoding and encoding run in the codec 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import weakref
 from collections.abc import Callable, Iterable
@@ -25,6 +26,8 @@ __all__ = ["read_into", "write_from", "reshape_chunks", "UnitLocks"]
 
 #: write groups (shards) in flight; each holds its encoded chunks until written
 WRITE_GROUPS_IN_FLIGHT = 2
+#: chunks per write batch when every chunk is its own write unit (unsharded formats)
+WRITE_BATCH_CHUNKS = 16
 #: read groups in flight; each holds its fetched (compressed) bytes until decoded
 READ_GROUPS_IN_FLIGHT = 8
 #: reads of at most this many chunks are fetched whole before decoding starts
@@ -249,7 +252,10 @@ async def write_from(
     locks = locks or UnitLocks()
 
     async def write_group(group: list[ChunkProjection]) -> None:
-        async with locks(layout.write_unit(group[0].coords)):
+        units = sorted({layout.write_unit(p.coords) for p in group})
+        async with contextlib.AsyncExitStack() as stack:
+            for unit in units:  # sorted: two batches never wait on each other crosswise
+                await stack.enter_async_context(locks(unit))
             await write_unit(group)
 
     async def write_unit(group: list[ChunkProjection]) -> None:
@@ -260,6 +266,11 @@ async def write_from(
         await layout.store.set_many(await _spread(_encode_batch, jobs, layout, value))
 
     groups = _group(layout, projections)
+    if len(groups) > 1 and all(r == 1 for r in layout.write_ratio):
+        # unsharded: one chunk per unit; batch units so that encoding spreads over the pool
+        # and the store gets one set_many per batch instead of one per chunk
+        flat = [p for g in groups for p in g]
+        groups = [flat[i : i + WRITE_BATCH_CHUNKS] for i in range(0, len(flat), WRITE_BATCH_CHUNKS)]
     await _bounded(WRITE_GROUPS_IN_FLIGHT, [lambda g=g: write_group(g) for g in groups])
 
 

@@ -9,6 +9,8 @@ __all__ = ["detect_format"]
 # (format name, metadata key relative to the node); first match wins
 _MARKERS: list[tuple[str, str]] = [
     ("zarr3", "zarr.json"),
+    ("bcolz", "__rootdirs__"),  # ctable
+    ("bcolz", "meta/sizes"),  # carray
 ]
 
 

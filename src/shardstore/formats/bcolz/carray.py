@@ -1,0 +1,275 @@
+"""The user-facing bcolz ``carray``: a core ``Array`` with bcolz' names and semantics.
+
+Unlike bcolz, nothing is buffered: every ``append`` / write / ``resize`` is on disk (chunk
+files first, ``meta/sizes`` last) when it returns, so ``flush()`` only refreshes the
+informational ``cbytes``. An interrupted write leaves the previous content readable.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from ..._sync import sync
+from ...core.array import Array, AsyncArray
+from ...errors import ContainsNodeError, ShardStoreError
+from ...store.base import Store
+from ...store.memory import MemoryStore
+from ...store.registry import store_from_url
+from .driver import BcolzDriver, read_driver
+from .metadata import SIZES_KEY, CParams, Sizes, Storage, calc_chunklen, dflt_from_json
+
+__all__ = ["CArray", "carray", "open_carray", "create_carray", "iterblocks", "resolve_store"]
+
+RootDir = str | os.PathLike[str] | Store | None
+
+
+def resolve_store(rootdir: RootDir, mode: str) -> Store:
+    """The store for a rootdir (a path, URL or Store; None = a new in-memory store)."""
+    if rootdir is None:
+        return MemoryStore()
+    return store_from_url(rootdir, mode="r" if mode == "r" else "a")
+
+
+def _is_fancy(selection: Any) -> bool:
+    """Integer/boolean arrays (bcolz ``ca[[1, 5]]``, ``ca[mask]``) go to orthogonal indexing."""
+    items = selection if isinstance(selection, tuple) else (selection,)
+    return any(isinstance(s, (list, np.ndarray)) and not (isinstance(s, np.ndarray) and s.ndim == 0) for s in items)
+
+
+class CArray(Array):
+    """A bcolz carray on disk (or in memory): ``ca[sel]``, ``ca[sel] = v``, ``append``,
+    ``resize``, ``trim``, ``flush``, ``attrs``, ``iterblocks``."""
+
+    def __init__(self, async_array: AsyncArray, rootdir: RootDir = None, mode: str = "a") -> None:
+        super().__init__(async_array)
+        self.rootdir = None if rootdir is None or isinstance(rootdir, Store) else os.fspath(rootdir)
+        self.mode = mode
+
+    @property
+    def driver(self) -> BcolzDriver:  # type: ignore[override]
+        return self._async.driver  # type: ignore[return-value]
+
+    def __repr__(self) -> str:
+        return (
+            f"<shardstore.bcolz.carray {self.rootdir or '(in memory)'} shape={self.shape} dtype={self.dtype} "
+            f"chunklen={self.chunklen} cparams={self.cparams}>"
+        )
+
+    # -- bcolz properties ------------------------------------------------------------------
+    @property
+    def chunklen(self) -> int:
+        """Rows per chunk file."""
+        return self.driver.storage.chunklen
+
+    @property
+    def cparams(self) -> dict[str, Any]:
+        return self.driver.storage.cparams.to_json()
+
+    @property
+    def dflt(self) -> Any:
+        """The value rows added by ``resize`` get."""
+        return self.driver.storage.dflt
+
+    @property
+    def expectedlen(self) -> int:
+        return self.driver.storage.expectedlen
+
+    @property
+    def nchunks(self) -> int:
+        """Full chunks (the leftover is not counted, as in bcolz)."""
+        return len(self) // self.chunklen
+
+    @property
+    def nleftover(self) -> int:
+        """Rows in the short last chunk file."""
+        return len(self) % self.chunklen
+
+    @property
+    def cbytes(self) -> int:
+        """As recorded in ``meta/sizes`` (measured by ``flush``)."""
+        return self.driver.sizes.cbytes
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    # -- data ------------------------------------------------------------------------------
+    def _full(self, selection: Any) -> tuple[Any, ...]:
+        sel = selection if isinstance(selection, tuple) else (selection,)
+        return tuple(np.asarray(s) if isinstance(s, list) else s for s in sel)
+
+    def __getitem__(self, selection: Any) -> Any:
+        if _is_fancy(selection):
+            return self.oindex[self._full(selection)]
+        return super().__getitem__(selection)
+
+    def __setitem__(self, selection: Any, value: Any) -> None:
+        if _is_fancy(selection):
+            self.oindex[self._full(selection)] = value
+            return
+        super().__setitem__(selection, value)
+
+    def append(self, array: Any) -> None:  # type: ignore[override]
+        """Add rows at the end: fills the leftover chunk, writes the full chunks, and keeps the
+        new leftover in its own short file (bcolz' layout)."""
+        arr = np.asarray(array, dtype=self.dtype)
+        if arr.shape == self.shape[1:]:  # a single row
+            arr = arr.reshape((1, *arr.shape))
+        if arr.ndim != self.ndim or arr.shape[1:] != self.shape[1:]:
+            raise ValueError(f"cannot append an array of shape {arr.shape} to a carray of shape {self.shape}")
+        if len(arr):
+            super().append(arr)
+
+    def resize(self, nitems: Any) -> None:  # type: ignore[override]
+        """New length; added rows get ``dflt``."""
+        if isinstance(nitems, (tuple, list)):
+            nitems = nitems[0]
+        nitems = int(nitems)
+        if nitems < 0:
+            raise ValueError("`nitems` cannot be negative")
+        if nitems != len(self):
+            super().resize((nitems, *self.shape[1:]))
+
+    def trim(self, nitems: int) -> None:
+        """Remove the last ``nitems`` rows (a negative count grows the carray)."""
+        nitems = int(nitems)
+        if nitems > len(self):
+            raise ValueError("`nitems` must be less than total length")
+        self.resize(len(self) - nitems)
+
+    def flush(self) -> None:
+        """Everything is already on disk; this measures and records ``cbytes``."""
+        if not self.read_only:
+            sync(self.driver.flush())
+
+    def iterblocks(self, blen: int | None = None, start: int = 0, stop: int | None = None) -> Iterator[np.ndarray]:
+        """Rows ``start:stop`` as NumPy blocks of ``blen`` rows (default: ``chunklen``)."""
+        return iterblocks(self, blen, start, stop)
+
+    def __iter__(self) -> Iterator[Any]:
+        for block in self.iterblocks():
+            yield from block
+
+    def purge(self) -> None:
+        """Delete the carray's files."""
+        if self.read_only:
+            raise ShardStoreError("cannot purge a carray opened read-only")
+        path = self.driver.path
+        sync(self.driver.store.delete_prefix(f"{path}/" if path else ""))
+
+
+def iterblocks(obj: Any, blen: int | None = None, start: int = 0, stop: int | None = None) -> Iterator[np.ndarray]:
+    """Blocks of ``blen`` rows of a carray or ctable (bcolz ``iterblocks``)."""
+    n = len(obj)
+    blen = int(blen or getattr(obj, "chunklen", 0) or 65536)
+    if blen < 1:
+        raise ValueError("blen must be positive")
+    start, stop, _ = slice(start, stop).indices(n)
+    for i in range(start, stop, blen):
+        yield obj[i : min(i + blen, stop)]
+
+
+# -- creation and opening ----------------------------------------------------------------------
+async def _exists(store: Store, path: str) -> bool:
+    prefix = f"{path}/" if path else ""
+    async for _ in store.list_prefix(prefix):
+        return True
+    return False
+
+
+async def create_carray(
+    store: Store,
+    path: str,
+    *,
+    shape_tail: tuple[int, ...],
+    dtype: np.dtype,
+    chunklen: int,
+    expectedlen: int,
+    cparams: CParams,
+    dflt: Any,
+    mode: str,
+    attrs: dict[str, Any] | None = None,
+) -> BcolzDriver:
+    """Write the metadata of an empty carray; returns its driver."""
+    if mode in ("w-", "a", "x") and await _exists(store, path):
+        raise ContainsNodeError(f"{path or store!r} already exists (use mode='w' to replace it)")
+    if mode == "w":
+        await store.delete_prefix(f"{path}/" if path else "")
+    rowbytes = int(np.prod(shape_tail, dtype=np.int64)) * dtype.itemsize
+    storage = Storage(dtype, cparams, chunklen, expectedlen, dflt)
+    sizes = Sizes((0, *shape_tail), 0, chunklen * rowbytes)
+    driver = BcolzDriver(store, path, sizes, storage, dict(attrs or {}))  # validates before writing
+    await driver.save_all()
+    return driver
+
+
+def carray(
+    data: Any = None,
+    *,
+    rootdir: RootDir = None,
+    dtype: Any = None,
+    chunklen: int | None = None,
+    expectedlen: int | None = None,
+    cparams: Any = None,
+    dflt: Any = None,
+    mode: str = "w",
+    path: str = "",
+) -> CArray:
+    """Create a carray from ``data`` (array-like, or None for an empty one).
+
+    ``rootdir``: a directory (or URL / Store; None keeps it in memory). ``mode="w"``
+    replaces what is there, ``"a"`` refuses an existing rootdir (as bcolz). ``chunklen``
+    defaults to bcolz' choice for ``expectedlen`` (default ``len(data)``) rows;
+    ``cparams`` defaults to ``{"clevel": 5, "shuffle": 1, "cname": "lz4"}``; ``dflt``
+    (default zero) fills rows added by ``resize``.
+    """
+    if mode not in ("w", "a", "w-"):
+        raise ValueError(f"carray() creates: mode must be 'w' or 'a', got {mode!r}")
+    if data is None:
+        arr = np.empty(0, dtype=np.dtype(dtype) if dtype is not None else np.float64)
+    else:
+        arr = np.asarray(data, dtype=dtype)
+        if arr.ndim == 0:
+            raise ValueError("creating carrays from scalar objects is not supported")
+    dt = arr.dtype
+    if dt.byteorder == ">":
+        dt = dt.newbyteorder("=")
+        arr = arr.astype(dt)
+    atomsize = int(np.prod(arr.shape[1:], dtype=np.int64)) * dt.itemsize
+    expectedlen = len(arr) if expectedlen is None else int(expectedlen)
+    chunklen = calc_chunklen(expectedlen, atomsize) if chunklen is None else int(chunklen)
+    if chunklen < 1:
+        raise ValueError("chunklen must be a positive integer")
+    fill = np.zeros((), dtype=dt)[()] if dflt is None else dflt_from_json(dflt, dt, "dflt argument")
+    store = resolve_store(rootdir, "w")
+    driver = sync(
+        create_carray(
+            store,
+            path.strip("/"),
+            shape_tail=tuple(arr.shape[1:]),
+            dtype=dt,
+            chunklen=chunklen,
+            expectedlen=expectedlen,
+            cparams=CParams.from_any(cparams),
+            dflt=fill,
+            mode=mode,
+        )
+    )
+    ca = CArray(AsyncArray(driver, read_only=False, name=str(rootdir or "memory")), rootdir, "a")
+    ca.append(arr)
+    ca.flush()
+    return ca
+
+
+def open_carray(store: Store, path: str = "", mode: str = "a", rootdir: RootDir = None) -> CArray:
+    """Open the carray at ``path``; ``mode="w"`` empties it (as bcolz does)."""
+    driver = sync(read_driver(store, path))
+    if driver is None:
+        raise ShardStoreError(f"no bcolz carray at {path or '/'!r} in {store!r} ({SIZES_KEY} is missing)")
+    ca = CArray(AsyncArray(driver, read_only=mode == "r", name=str(rootdir or path or store)), rootdir, mode)
+    if mode == "w":
+        ca.resize(0)
+    return ca

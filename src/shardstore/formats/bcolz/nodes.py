@@ -1,0 +1,55 @@
+"""bcolz entry points: ``open`` (carray or ctable, sniffed) and the hooks ``shardstore.open`` uses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..._sync import sync
+from ...errors import ShardStoreError
+from ...store.base import Store
+from .carray import CArray, RootDir, carray, open_carray, resolve_store
+from .ctable import CTable, ctable, open_ctable
+from .metadata import ROOTDIRS_KEY, SIZES_KEY
+
+__all__ = ["open", "open_node", "create"]
+
+
+def _key(path: str, key: str) -> str:
+    return f"{path}/{key}" if path else key
+
+
+def open(rootdir: RootDir, mode: str = "a", *, path: str = "") -> CArray | CTable:
+    """Open a bcolz carray or ctable: ``mode`` "r" (read-only), "a" (read/write) or "w"
+    (open and empty it, as bcolz does)."""
+    if mode not in ("r", "a", "w", "r+"):
+        raise ValueError(f"bcolz open(): mode must be 'r', 'a' or 'w', got {mode!r}")
+    if rootdir is None:
+        raise ValueError("bcolz open() needs a rootdir")
+    store = resolve_store(rootdir, "r" if mode == "r" else "a")
+    return _open(store, path.strip("/"), "a" if mode == "r+" else mode, rootdir)
+
+
+def _open(store: Store, path: str, mode: str, rootdir: RootDir) -> CArray | CTable:
+    is_table, is_array = sync(_sniff(store, path))
+    if is_table:
+        return open_ctable(store, path, mode, rootdir)
+    if is_array:
+        return open_carray(store, path, mode, rootdir)
+    raise ShardStoreError(f"no bcolz carray or ctable at {path or '/'!r} in {store!r} (no {SIZES_KEY} or {ROOTDIRS_KEY})")
+
+
+async def _sniff(store: Store, path: str) -> tuple[bool, bool]:
+    return await store.exists(_key(path, ROOTDIRS_KEY)), await store.exists(_key(path, SIZES_KEY))
+
+
+def open_node(store: Store, mode: str = "r", path: str = "") -> CArray | CTable:
+    """``shardstore.open`` hook: modes "r", "r+" and "a" (the data is kept)."""
+    return _open(store, (path or "").strip("/"), "r" if mode == "r" else "a", store)
+
+
+def create(store: Store, *, path: str = "", mode: str = "w-", **kwargs: Any) -> CArray | CTable:
+    """``shardstore.create`` hook: ``columns=`` makes a ctable, otherwise ``data=`` (or
+    ``dtype=``) a carray; the other keywords are those of ``carray`` / ``ctable``."""
+    if "columns" in kwargs:
+        return ctable(kwargs.pop("columns"), rootdir=store, mode=mode, path=path, **kwargs)
+    return carray(kwargs.pop("data", None), rootdir=store, mode=mode, path=path, **kwargs)
