@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import random
 import time
 import weakref
 from collections.abc import Callable, Iterable
@@ -18,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from .._sync import codec_pool, codec_pool_size
-from ..errors import ChunkNotFoundError, CodecError
+from ..errors import ChunkNotFoundError, CodecError, ConflictError
 from .indexing import ChunkProjection
 from .layout import ChunkLayout, fill_mask
 
@@ -258,12 +260,24 @@ async def write_from(
                 await stack.enter_async_context(locks(unit))
             await write_unit(group)
 
+    retries = int(getattr(layout.store, "retry_conflicts", 0) or 0)
+
     async def write_unit(group: list[ChunkProjection]) -> None:
         keys = [layout.chunk_key(p.coords) for p in group]
         partial = [k for p, k in zip(group, keys) if not p.is_complete]
-        olds = dict(zip(partial, await layout.store.get_many([(k, None) for k in partial]))) if partial else {}
-        jobs = [(p, k, olds.get(k)) for p, k in zip(group, keys)]
-        await layout.store.set_many(await _spread(_encode_batch, jobs, layout, value))
+        for attempt in itertools.count():
+            olds = dict(zip(partial, await layout.store.get_many([(k, None) for k in partial]))) if partial else {}
+            jobs = [(p, k, olds.get(k)) for p, k in zip(group, keys)]
+            try:
+                await layout.store.set_many(await _spread(_encode_batch, jobs, layout, value))
+                return
+            except ConflictError:
+                # another writer changed a shard between our read and write: redo the whole
+                # read-modify-write (chunks merged from the stale read included), with backoff
+                if attempt >= retries:
+                    raise
+                await asyncio.sleep(0.01 * 2 ** min(attempt, 6) * (0.5 + random.random()))
+
 
     groups = _group(layout, projections)
     if len(groups) > 1 and all(r == 1 for r in layout.write_ratio):

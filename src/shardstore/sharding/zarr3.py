@@ -10,6 +10,14 @@ Keys of this store name inner chunks by their coordinates in the array's inner-c
   the shard that lies inside the array writes without reading; otherwise the old shard is read
   and merged. A shard left with no inner chunks is deleted. The new shard replaces the old one
   through the base store's atomic ``set``, so a failure leaves the old shard readable.
+- a read-merge-write is conditional: the old shard is read with ``get_versioned`` and the new
+  one written with ``set_if`` (on S3: ``If-Match`` on the ETag read, ``If-None-Match: *`` for a
+  new shard), so a concurrent writer's shard is never silently overwritten. The loser raises
+  ``ConflictError`` naming the shard. The core redoes its whole read-modify-write up to
+  ``retry_conflicts`` times (an adapter argument, else the ``retry_conflicts`` attribute of
+  the base store chain, e.g. ``S3Store(retry_conflicts=3)``), so inner chunks it merged from
+  stale data are rebuilt as well. Whole-shard writes need no read and are one
+  plain write (last writer wins, as for any whole value).
 
 Nested sharding is this adapter over another one: the base keys are then inner-chunk keys of
 the outer adapter, and byte ranges requested from it are relative to that inner chunk.
@@ -31,7 +39,7 @@ import numpy as np
 
 from ..codecs.base import ChunkSpec
 from ..codecs.sharding_indexed import EMPTY, ShardingCodec
-from ..errors import CodecError, InvalidKeyError, UnsupportedFeatureError
+from ..errors import CodecError, ConflictError, InvalidKeyError, UnsupportedFeatureError
 from ..store.base import ByteRange, OffsetBR, Parts, RangeBR, Store, SuffixBR, joined, validate_key
 
 __all__ = ["ShardLayout", "ZarrShardingStore", "inner_key", "parse_inner_key"]
@@ -111,10 +119,13 @@ class ShardLayout:
 class ZarrShardingStore(Store):
     """Inner chunks of ``sharding_indexed`` shards, as a Store."""
 
-    def __init__(self, base: Store, layout: ShardLayout, *, index_cache_size: int = 4096) -> None:
+    def __init__(
+        self, base: Store, layout: ShardLayout, *, index_cache_size: int = 4096, retry_conflicts: int | None = None
+    ) -> None:
         super().__init__(read_only=base.read_only)
         self.base = base
         self.layout = layout
+        self._retry_conflicts = retry_conflicts
         self._rank = len(layout.inner_grid_shape)
         # shard key -> (decoded index or _MISSING, the base's generation token when read);
         # an entry is used only while the shard's generation is unchanged (another writer
@@ -191,14 +202,31 @@ class ZarrShardingStore(Store):
         return index
 
     async def _read_whole(self, shard_key: str) -> tuple[bytes | None, list[list[int]] | None]:
-        gen = await self.base.generation(shard_key)
-        whole = await self.base.get(shard_key)
+        whole, index, _ = await self._read_versioned(shard_key)
+        return whole, index
+
+    async def _read_versioned(self, shard_key: str) -> tuple[bytes | None, list[list[int]] | None, Hashable | None]:
+        """The whole shard, its index and the generation it was read at (for ``set_if``)."""
+        whole, gen = await self.base.get_versioned(shard_key)
         if whole is None:
             self._cache_put(shard_key, _MISSING, gen)
-            return None, None
+            return None, None, gen
         index = self._index_from_bytes(shard_key, self._slice_index(whole), whole)
         self._cache_put(shard_key, index, gen)
-        return whole, index
+        return whole, index, gen
+
+    @property
+    def retry_conflicts(self) -> int:
+        """How often a read-merge-write that lost a race is redone (see the module docstring)."""
+        if self._retry_conflicts is not None:
+            return self._retry_conflicts
+        store: Store | None = self.base
+        while store is not None:
+            value = store.__dict__.get("retry_conflicts", getattr(type(store), "retry_conflicts", None))
+            if isinstance(value, int):
+                return value
+            store = getattr(store, "base", None)
+        return 0
 
     async def generation(self, key: str) -> Hashable | None:
         shard, _ = self.layout.locate(parse_inner_key(validate_key(key), self._rank))
@@ -306,17 +334,58 @@ class ZarrShardingStore(Store):
                     lock = self._shard_locks[shard_key] = asyncio.Lock()
                 await stack.enter_async_context(lock)
             try:
-                values = await asyncio.gather(*(self._merge_shard(k, s, new) for k, s, new in keyed))
-                await self.base.set_many([(k, v) for (k, _, _), v in zip(keyed, values)])
+                if isinstance(self.base, ZarrShardingStore):
+                    # nested: one base.set_many keeps the batch to one rewrite per outer shard
+                    # (the outer adapter's own read-merge-write is the conditional one)
+                    merged = await asyncio.gather(*(self._merge_shard(k, s, new) for k, s, new in keyed))
+                    await self.base.set_many([(k, v) for (k, _, _), (v, _) in zip(keyed, merged)])
+                else:
+                    await self._write_shards(keyed)
             finally:
                 # the indexes of these shards changed (or may have): the next read refetches
                 for shard_key, _, _ in keyed:
                     self._index_cache.pop(shard_key, None)
 
-    async def _merge_shard(self, shard_key: str, shard: tuple[int, ...], new: dict[int, bytes | None]) -> bytes | None:
+    def _covers_shard(self, shard: tuple[int, ...], new: dict[int, bytes | None]) -> bool:
+        return set(new) >= set(self.layout.valid_in_shard(shard))
+
+    async def _write_shards(self, keyed: list[tuple[str, tuple[int, ...], dict[int, bytes | None]]]) -> None:
+        """Whole shards in one ``base.set_many``; read-merge-writes each with ``set_if``."""
+        whole = [(k, s, new) for k, s, new in keyed if self._covers_shard(s, new)]
+        partial = [(k, s, new) for k, s, new in keyed if not self._covers_shard(s, new)]
+
+        async def write_whole() -> None:
+            if whole:
+                merged = await asyncio.gather(*(self._merge_shard(k, s, new) for k, s, new in whole))
+                await self.base.set_many([(k, v) for (k, _, _), (v, _) in zip(whole, merged)])
+
+        await asyncio.gather(write_whole(), *(self._rewrite_shard(k, s, new) for k, s, new in partial))
+
+    async def _rewrite_shard(self, shard_key: str, shard: tuple[int, ...], new: dict[int, bytes | None]) -> None:
+        """Read-merge-write one shard conditionally; a lost race raises ``ConflictError``.
+
+        The retry (``retry_conflicts``) happens in the core, which redoes its whole
+        read-modify-write: inner chunks it merged from what it read must be rebuilt too.
+        """
+        value, gen = await self._merge_shard(shard_key, shard, new)
+        try:
+            await self.base.set_if(shard_key, value, gen)
+        except ConflictError as e:
+            self._index_cache.pop(shard_key, None)
+            raise ConflictError(
+                f"shard {shard_key!r} was changed by another writer while this one merged inner "
+                "chunks into it; nothing was written to it. Re-read and retry, or let shardstore "
+                "retry (retry_conflicts=N on the store)"
+            ) from e
+
+    async def _merge_shard(
+        self, shard_key: str, shard: tuple[int, ...], new: dict[int, bytes | None]
+    ) -> tuple[Parts | None, Hashable | None]:
+        """The new shard value and the generation of the shard it was merged with."""
         chunks: dict[int, bytes] = {}
-        if not set(new) >= set(self.layout.valid_in_shard(shard)):
-            whole, index = await self._read_whole(shard_key)
+        gen: Hashable | None = None
+        if not self._covers_shard(shard, new):
+            whole, index, gen = await self._read_versioned(shard_key)
             if whole is not None and index is not None:
                 for i in range(len(index)):
                     off, n = index[i]
@@ -325,7 +394,7 @@ class ZarrShardingStore(Store):
                     chunks[i] = whole[off : off + n]
         chunks.update({i: v for i, v in new.items() if v is not None})
         parts = self.layout.codec.assemble(chunks, self.layout.shard_spec)
-        return None if parts is None else Parts(parts)
+        return (None if parts is None else Parts(parts)), gen
 
     # -- listing ----------------------------------------------------------------------------
     async def _list_prefix(self, prefix: str) -> AsyncIterator[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import weakref
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -371,15 +372,18 @@ class Store(abc.ABC):
         ``generation`` is what ``get_versioned`` / ``generation`` returned; ``MISSING`` means
         "only if the key does not exist"; ``None`` (the backend could not tell) writes
         unconditionally. Raises ``ConflictError`` naming the key when another writer got there
-        first. The default compares and writes under a per-store lock, which is exact for
+        first. The default compares and writes under a per-key lock, which is exact for
         writers in this process; object-store backends override it with conditional requests.
         """
         self._check_writable(key)
         validate_key(key)
         if value is not None:
             _check_value(key, value)
-        lock = self.__dict__.setdefault("_cas_lock", asyncio.Lock())
-        async with lock:
+        locks = self.__dict__.setdefault("_cas_locks", weakref.WeakValueDictionary())
+        lock = locks.get(key)
+        if lock is None:
+            lock = locks[key] = asyncio.Lock()
+        async with lock:  # per key: compare-and-write of one key is atomic here
             if generation is not None:
                 now = await self.generation(key)
                 if now is not None and now != generation:

@@ -58,12 +58,30 @@ def _later(scheme: str) -> StoreFactory:
     return factory
 
 
+def _http_factory(url: str, read_only: bool, options: Mapping[str, Any]) -> Store:
+    from .http import HTTPStore
+
+    if not read_only:
+        raise UnsupportedFeatureError(f"cannot open {url!r} for writing: HTTP stores are read-only (use s3:// to write)")
+    known = {"timeout", "connect_timeout", "max_retries", "retry_timeout", "max_concurrency", "headers", "client_options"}
+    unknown = set(options) - known
+    if unknown:
+        raise ValueError(f"unknown storage options for an HTTP store: {sorted(unknown)} (known: {sorted(known)})")
+    return HTTPStore(url, **options)
+
+
+def _s3_factory(url: str, read_only: bool, options: Mapping[str, Any]) -> Store:
+    from .s3 import s3_store_from_url
+
+    return s3_store_from_url(url, read_only, options)
+
+
 _FACTORIES: dict[str, StoreFactory] = {
     "file": _file_factory,
     "memory": _memory_factory,
-    "s3": _later("s3"),
-    "http": _later("http"),
-    "https": _later("https"),
+    "s3": _s3_factory,
+    "http": _http_factory,
+    "https": _http_factory,
     "gs": _later("gs"),
 }
 
@@ -83,7 +101,15 @@ def store_from_url(
 
     - a Store instance is returned unchanged;
     - a plain path, a ``pathlib.Path`` or a ``file://`` URL gives a ``LocalStore``;
-    - ``memory://`` gives a new, empty ``MemoryStore``.
+    - ``memory://`` gives a new, empty ``MemoryStore``;
+    - ``http://`` / ``https://`` give a read-only ``HTTPStore`` (options: ``timeout``,
+      ``connect_timeout``, ``max_retries``, ``retry_timeout``, ``max_concurrency``, ``headers``);
+    - ``s3://bucket/prefix`` gives an ``S3Store`` (options: ``endpoint``, ``region``,
+      ``credentials`` or ``access_key_id`` / ``secret_access_key`` / ``session_token``,
+      ``anonymous``, ``retry_conflicts``, ... see ``S3Store``; the standard ``AWS_*``
+      environment variables fill what is not given).
+
+    Remote schemes need the ``obstore`` package (``pip install 'shardstore[remote]'``).
 
     ``mode="r"`` opens the store read-only; the other modes (``"r+"``, ``"a"``, ``"w"``,
     ``"w-"``) open it writable (a local root directory is created when missing). What a mode

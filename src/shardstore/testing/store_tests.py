@@ -19,7 +19,8 @@ collects it) and providing a ``store`` fixture that returns a fresh, empty, writ
 Stores with a restricted key space, such as a sharding adapter whose keys are inner-chunk
 coordinates, override ``sample_keys`` (at least 3 distinct valid keys; keys with ``/`` in them
 let the listing tests cover directories). ``supports_listing = False`` skips the listing and
-``delete_prefix`` tests; ``supports_concurrent_writes = False`` skips the test that writes and
+``delete_prefix`` tests; ``supports_conditional_writes = False`` skips the tests that expect
+``set_if`` to raise ``ConflictError``; ``supports_concurrent_writes = False`` skips the test that writes and
 deletes different keys concurrently from separate calls (which a shard read-modify-write
 without a per-shard lock can lose)::
 
@@ -48,8 +49,8 @@ from typing import Any
 
 import pytest
 
-from ..errors import InvalidKeyError, ReadOnlyError
-from ..store.base import ByteRange, OffsetBR, RangeBR, Store, SuffixBR, slice_range
+from ..errors import ConflictError, InvalidKeyError, ReadOnlyError, StoreError
+from ..store.base import MISSING, ByteRange, OffsetBR, RangeBR, Store, SuffixBR, slice_range
 from ..store.wrappers import ReadOnlyStore
 
 __all__ = ["StoreTests", "async_test", "BYTE_RANGES", "INVALID_KEYS"]
@@ -103,6 +104,9 @@ class StoreTests:
     #: set False when concurrent writes of different keys may clobber each other (e.g. keys
     #: that share a shard and are read-modified-written by separate calls)
     supports_concurrent_writes: bool = True
+    #: set False when ``set_if`` cannot notice a concurrent writer (the conflict tests are
+    #: then skipped; ``get_versioned`` / ``set_if`` must still read and write)
+    supports_conditional_writes: bool = True
 
     def sample_keys(self) -> list[str]:
         """Valid, distinct keys of this store's key space (at least 3)."""
@@ -367,3 +371,88 @@ class StoreTests:
             assert await store.get(k) is None
         await store.set(keys[0], b"after")  # still usable
         assert await store.get(keys[0]) == b"after"
+
+    # -- versioned reads and conditional writes --------------------------------------------
+    @async_test
+    async def test_get_versioned_and_set_if(self, store: Store) -> None:
+        key = self.sample_keys()[0]
+        value, gen = await store.get_versioned(key)
+        assert value is None
+        assert gen is None or gen == MISSING
+        await store.set_if(key, b"first", gen)  # created only if still missing
+        value, gen = await store.get_versioned(key)
+        assert value == b"first"
+        assert gen != MISSING
+        part, gen2 = await store.get_versioned(key, RangeBR(1, 3))
+        assert part == b"ir"
+        assert gen2 == gen  # a ranged read sees the same version
+        await store.set_if(key, b"second", gen)
+        assert await store.get(key) == b"second"
+        _, gen = await store.get_versioned(key)
+        await store.set_if(key, None, gen)  # a conditional delete
+        assert await store.get(key) is None
+        await store.set_if(key, b"anyway", None)  # None: unconditional
+        assert await store.get(key) == b"anyway"
+
+    @async_test
+    async def test_set_if_conflicts(self, store: Store) -> None:
+        if not self.supports_conditional_writes:
+            pytest.skip("this store cannot notice concurrent writers")
+        k0, k1 = self.sample_keys()[:2]
+        _, missing = await store.get_versioned(k0)
+        await store.set(k0, b"another writer")  # between our read and our write
+        with pytest.raises(ConflictError) as info:
+            await store.set_if(k0, b"mine", missing)
+        assert k0 in str(info.value) and isinstance(info.value, StoreError)  # names the key
+        assert await store.get(k0) == b"another writer"
+        _, gen = await store.get_versioned(k0)
+        await store.set(k0, b"changed again")
+        for value in (b"stale", None):  # stale writes and stale deletes both lose
+            with pytest.raises(ConflictError):
+                await store.set_if(k0, value, gen)
+        assert await store.get(k0) == b"changed again"
+        _, gen1 = await store.get_versioned(k1)
+        results = await asyncio.gather(
+            *(store.set_if(k1, b"w%d" % i, gen1) for i in range(4)), return_exceptions=True
+        )
+        winners = [i for i, r in enumerate(results) if r is None]
+        assert len(winners) == 1, results  # exactly one of the racing creators wins
+        assert all(isinstance(r, ConflictError) for r in results if r is not None), results
+        assert await store.get(k1) == b"w%d" % winners[0]
+
+    @async_test
+    async def test_set_if_read_only(self, store: Store) -> None:
+        key = self.sample_keys()[0]
+        ro = self.make_read_only(store)
+        with pytest.raises(ReadOnlyError):
+            await ro.set_if(key, b"x", None)
+        with pytest.raises(InvalidKeyError):
+            await store.set_if("../x", b"x", None)
+
+    # -- what remote backends get wrong ----------------------------------------------------
+    @async_test
+    async def test_many_keys_in_one_batch(self, store: Store) -> None:
+        keys = self.sample_keys()
+        base = keys[-1]
+        await store.set(base, _value(5, 70_000))
+        # more requests than any store keeps in flight; ranges near, far, overlapping
+        requests: list[tuple[str, ByteRange | None]] = [
+            (k, RangeBR(i * 97 % 60_000, i * 97 % 60_000 + 300)) for i, k in enumerate([base] * 120 + keys[:-1] * 20)
+        ]
+        got = await store.get_many(requests)
+        value = _value(5, 70_000)
+        assert got == [slice_range(value, br) if k == base else None for k, br in requests]
+
+    @async_test
+    async def test_unusual_key_characters(self, store: Store) -> None:
+        if self.sample_keys() != StoreTests.sample_keys(self):
+            pytest.skip("this store has a restricted key space")
+        keys = ["sp ace", "per%20cent", "plus+sign", "uni-\u00fc\u00df", "q=1&r", "dir name/x y", "a.b..c"]
+        for i, k in enumerate(keys):
+            await store.set(k, _value(i, 30))
+        for i, k in enumerate(keys):
+            assert await store.get(k) == _value(i, 30), k
+            assert await store.get(k, SuffixBR(4)) == _value(i, 30)[-4:], k
+        assert await store.get("per cent") is None  # no decoding of '%20' anywhere
+        if self.supports_listing:
+            assert sorted([k async for k in store.list_prefix("")]) == sorted(keys)

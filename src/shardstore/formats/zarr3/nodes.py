@@ -43,8 +43,10 @@ DEFAULT_INDEX_CODECS: list[dict[str, Any]] = [
 StoreLike = str | Path | Store
 
 
-def _resolve(store_like: StoreLike, path: str | None, mode: str) -> tuple[Store, str]:
-    store = store_from_url(store_like, mode=mode)
+def _resolve(
+    store_like: StoreLike, path: str | None, mode: str, storage_options: dict[str, Any] | None = None
+) -> tuple[Store, str]:
+    store = store_from_url(store_like, mode=mode, storage_options=storage_options)
     return store, (path or "").strip("/")
 
 
@@ -92,6 +94,7 @@ def create(
     chunk_key_encoding: dict[str, Any] | None = None,
     mode: str = "w-",
     path: str | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> Array:
     """Create a Zarr v3 array and return it open for writing.
 
@@ -102,7 +105,7 @@ def create(
     """
     if mode not in ("w", "w-"):
         raise ValueError(f"create() takes mode 'w' or 'w-', got {mode!r}; use open() to open")
-    base, path = _resolve(store, path, "w")
+    base, path = _resolve(store, path, "w", storage_options)
     shape = tuple(int(s) for s in shape)
     np_dtype = np.dtype(dtype)
     parse_dtype(dtype_name(np_dtype))
@@ -168,11 +171,13 @@ async def _read_node(store: Store, path: str) -> ArrayMetadata | GroupMetadata |
     return None if raw is None else parse_document(raw, key)
 
 
-def open(store: StoreLike, mode: str = "r", *, path: str | None = None) -> Array | Group:
+def open(
+    store: StoreLike, mode: str = "r", *, path: str | None = None, storage_options: dict[str, Any] | None = None
+) -> Array | Group:
     """Open an existing Zarr v3 array or group (``mode``: "r", "r+" or "a")."""
     if mode not in ("r", "r+", "a"):
         raise ValueError(f"open() takes mode 'r', 'r+' or 'a', got {mode!r}; use create() to create")
-    base, path = _resolve(store, path, mode)
+    base, path = _resolve(store, path, mode, storage_options)
     node = sync(_read_node(base, path))
     if node is None:
         raise ShardStoreError(f"no Zarr v3 node at {metadata_key(path)!r} in {base!r}")
@@ -185,9 +190,11 @@ def _wrap(store: Store, path: str, node: ArrayMetadata | GroupMetadata, read_onl
     return Array(AsyncArray(Zarr3Driver(store, path, node), read_only=read_only, name=path or repr(store)))
 
 
-def open_group(store: StoreLike, mode: str = "r", *, path: str | None = None) -> Group:
+def open_group(
+    store: StoreLike, mode: str = "r", *, path: str | None = None, storage_options: dict[str, Any] | None = None
+) -> Group:
     """Open a group; with mode "a" create it if it does not exist."""
-    base, path = _resolve(store, path, mode)
+    base, path = _resolve(store, path, mode, storage_options)
     node = sync(_read_node(base, path))
     if node is None and mode == "a":
         return create_group(base, path=path, mode="w-")
@@ -198,10 +205,15 @@ def open_group(store: StoreLike, mode: str = "r", *, path: str | None = None) ->
 
 
 def create_group(
-    store: StoreLike, *, attributes: dict[str, Any] | None = None, mode: str = "w-", path: str | None = None
+    store: StoreLike,
+    *,
+    attributes: dict[str, Any] | None = None,
+    mode: str = "w-",
+    path: str | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> Group:
     """Create a group (``zarr.json`` with ``node_type: group``)."""
-    base, path = _resolve(store, path, "w")
+    base, path = _resolve(store, path, "w", storage_options)
     meta = GroupMetadata(attributes=dict(attributes or {}))
 
     async def write() -> None:

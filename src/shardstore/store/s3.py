@@ -1,0 +1,273 @@
+"""S3-compatible object storage (AWS S3, SeaweedFS, MinIO, Ceph, R2, ...) through obstore.
+
+``s3://bucket/prefix`` maps key ``"c/0/0"`` to object ``prefix/c/0/0``. Reads are those of
+``ObjectStoreBase`` (ranged GETs, 404 = missing). Writes are single PUTs up to
+``multipart_threshold`` bytes (64 MiB by default, so a shard is one request) and multipart
+uploads above it. Deletes in a batch go as DeleteObjects requests of up to 1000 keys.
+Listing pages through ListObjectsV2.
+
+Conditional writes: ``get_versioned`` returns the ETag of the reply it read, and ``set_if``
+sends ``If-Match: <etag>`` (or ``If-None-Match: *`` for a key read as missing); a 412 reply
+becomes ``ConflictError`` naming the key. S3 has no conditional DELETE for ordinary buckets,
+so a conditional delete checks the ETag with a HEAD first (a small race window remains).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+from ..errors import ConflictError, StoreError
+from .base import MISSING, _check_value, joined, validate_key
+from .http import ObjectStoreBase, import_obstore, make_client_options, retry_config
+
+__all__ = ["S3Store", "s3_store_from_url"]
+
+#: DeleteObjects takes at most this many keys per request
+_DELETE_BATCH = 1000
+
+
+def _env(*names: str) -> str | None:
+    for name in names:
+        value = os.environ.get(name)
+        if value:
+            return value
+    return None
+
+
+class S3Store(ObjectStoreBase):
+    """Keys under ``prefix`` in ``bucket`` of an S3-compatible service.
+
+    Credentials, region and endpoint come from the arguments, else from the standard
+    environment variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
+    ``AWS_SESSION_TOKEN``, ``AWS_REGION`` / ``AWS_DEFAULT_REGION``, ``AWS_ENDPOINT_URL_S3`` /
+    ``AWS_ENDPOINT_URL``); ``anonymous=True`` sends unsigned requests (public buckets).
+    Without any credentials obstore's default chain (e.g. instance metadata) is used.
+    A custom ``endpoint`` uses path-style requests (``endpoint/bucket/key``).
+    """
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        read_only: bool = False,
+        endpoint: str | None = None,
+        region: str | None = None,
+        access_key_id: str | None = None,
+        secret_access_key: str | None = None,
+        session_token: str | None = None,
+        anonymous: bool = False,
+        virtual_hosted_style: bool | None = None,
+        timeout: float | str = 60.0,
+        connect_timeout: float | str = 5.0,
+        max_retries: int = 5,
+        retry_timeout: float = 120.0,
+        max_concurrency: int = 32,
+        multipart_threshold: int = 64 << 20,
+        multipart_chunk_size: int = 16 << 20,
+        retry_conflicts: int = 0,
+        client_options: Mapping[str, Any] | None = None,
+        config: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(read_only=read_only)
+        obs = import_obstore()
+        if not bucket:
+            raise ValueError("an S3 store needs a bucket name")
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        if self.prefix:
+            validate_key(self.prefix)
+        self._pre = f"{self.prefix}/" if self.prefix else ""
+        endpoint = endpoint or _env("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+        region = region or _env("AWS_REGION", "AWS_DEFAULT_REGION") or "us-east-1"
+        if access_key_id is None and secret_access_key is None and not anonymous:
+            access_key_id = _env("AWS_ACCESS_KEY_ID")
+            secret_access_key = _env("AWS_SECRET_ACCESS_KEY")
+            session_token = session_token or _env("AWS_SESSION_TOKEN")
+        if (access_key_id is None) != (secret_access_key is None):
+            raise ValueError("give both access_key_id and secret_access_key (or neither)")
+        self.endpoint = endpoint
+        self.region = region
+        self.max_concurrency = int(max_concurrency)
+        self.multipart_threshold = int(multipart_threshold)
+        self.multipart_chunk_size = int(multipart_chunk_size)
+        if self.multipart_chunk_size < 5 << 20:
+            raise ValueError("multipart_chunk_size must be at least 5 MiB (the S3 minimum part size)")
+        #: how often a shard read-merge-write that lost a race is redone (0: raise ConflictError)
+        self.retry_conflicts = int(retry_conflicts)
+        cfg: dict[str, Any] = {"region": region}
+        if endpoint:
+            cfg["endpoint"] = endpoint
+            cfg["virtual_hosted_style_request"] = bool(virtual_hosted_style)
+        elif virtual_hosted_style is not None:
+            cfg["virtual_hosted_style_request"] = bool(virtual_hosted_style)
+        if anonymous:
+            cfg["skip_signature"] = True
+        elif access_key_id is not None:
+            cfg["access_key_id"] = access_key_id
+            cfg["secret_access_key"] = secret_access_key
+            if session_token:
+                cfg["session_token"] = session_token
+        cfg.update(config or {})
+        self._where = f"s3://{bucket}/{self._pre}" + (f" ({endpoint})" if endpoint else "")
+        try:
+            self._client = obs.store.S3Store(
+                bucket, config=cfg,
+                client_options=make_client_options(endpoint or "https://", timeout=timeout,
+                                                   connect_timeout=connect_timeout, extra=client_options),
+                retry_config=retry_config(max_retries, retry_timeout))
+        except Exception as e:
+            raise StoreError(f"cannot configure the S3 store for s3://{bucket}/{self._pre}: {e}") from e
+
+    def __repr__(self) -> str:
+        flag = ", read_only=True" if self.read_only else ""
+        where = f", endpoint={self.endpoint!r}" if self.endpoint else ""
+        return f"S3Store('s3://{self.bucket}/{self._pre}'{where}{flag})"
+
+    def _path(self, key: str) -> str:
+        return self._pre + key
+
+    # -- writes ------------------------------------------------------------------------------
+    async def _put(self, key: str, value: Any, mode: Any = None) -> None:
+        obs = import_obstore()
+        exc = obs.exceptions
+        data = joined(value)
+        size = memoryview(data).nbytes
+        multipart = mode is None and size > self.multipart_threshold
+        try:
+            async with self._limit():
+                await obs.put_async(self._client, self._path(key), data, mode=mode, use_multipart=multipart,
+                                    chunk_size=self.multipart_chunk_size, max_concurrency=8)
+        except (exc.AlreadyExistsError, exc.PreconditionError) as e:
+            raise ConflictError(
+                f"{key!r} at {self._where} changed since it was read (another writer updated it); "
+                "re-read and retry"
+            ) from e
+        except (FileNotFoundError, exc.NotFoundError) as e:
+            if mode is not None:  # If-Match on an object deleted meanwhile
+                raise ConflictError(f"{key!r} at {self._where} was deleted since it was read (another writer)") from e
+            raise self._error("write", key, e) from e
+        except Exception as e:
+            raise self._error("write", key, e) from e
+
+    async def _set(self, key: str, value: bytes) -> None:
+        await self._put(key, value)
+
+    async def _delete(self, key: str) -> None:
+        await self._delete_many([key])
+
+    async def _delete_many(self, keys: Sequence[str]) -> None:
+        obs = import_obstore()
+        for i in range(0, len(keys), _DELETE_BATCH):
+            batch = list(keys[i : i + _DELETE_BATCH])
+            try:
+                async with self._limit():
+                    await obs.delete_async(self._client, [self._path(k) for k in batch])
+            except (FileNotFoundError, obs.exceptions.NotFoundError):
+                continue  # deleting a missing key is not an error
+            except Exception as e:
+                raise self._error("delete", batch[0], e) from e
+
+    async def set_many(self, items: Sequence[tuple[str, bytes | None]]) -> None:
+        """Puts concurrently (bounded); deletes as DeleteObjects batches."""
+        if not items:
+            return
+        self._check_writable(items[0][0], more=len(items) - 1)
+        final: dict[str, bytes | None] = {}
+        for key, value in items:
+            validate_key(key)
+            if value is not None:
+                _check_value(key, value)
+            final.pop(key, None)
+            final[key] = value
+        limit = asyncio.Semaphore(self.max_concurrency)
+
+        async def put(key: str, value: bytes) -> None:
+            async with limit:
+                await self._put(key, value)
+
+        deletes = [k for k, v in final.items() if v is None]
+        jobs = [put(k, v) for k, v in final.items() if v is not None]
+        if deletes:
+            jobs.append(self._delete_many(deletes))
+        await asyncio.gather(*jobs)
+
+    async def set_if(self, key: str, value: bytes | None, generation: Hashable | None) -> None:
+        """Conditional PUT: ``If-Match: <etag>``, or ``If-None-Match: *`` for ``MISSING``."""
+        self._check_writable(key)
+        validate_key(key)
+        if value is not None:
+            _check_value(key, value)
+        if value is None:
+            if generation is not None:
+                meta = await self._head(key)
+                now = MISSING if meta is None else meta.get("e_tag")
+                if now != generation:
+                    raise ConflictError(f"{key!r} at {self._where} changed since it was read (another writer updated it); re-read and retry")
+            await self._delete_many([key])
+            return
+        if generation is None:
+            mode = None
+        elif generation == MISSING:
+            mode = "create"
+        elif isinstance(generation, str):
+            mode = {"e_tag": generation}
+        else:
+            raise TypeError(f"not a generation of an S3 object: {generation!r}")
+        await self._put(key, value, mode)
+
+    async def delete_prefix(self, prefix: str) -> None:
+        self._check_writable(prefix)
+        keys = [k async for k in self.list_prefix(prefix)]
+        await self._delete_many(keys)
+
+    # -- listing -----------------------------------------------------------------------------
+    async def _list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        obs = import_obstore()
+        # object_store lists whole path segments: list the directory, filter the partial name
+        head = prefix.rpartition("/")[0]
+        full = self._pre + head
+        n = len(self._pre)
+        try:
+            stream = obs.list(self._client, prefix=full or None, chunk_size=1000)
+            async for batch in stream:
+                for meta in batch:
+                    path = meta["path"]
+                    if not path.startswith(self._pre):
+                        continue
+                    key = path[n:]
+                    if key.startswith(prefix):
+                        yield key
+        except Exception as e:
+            raise self._error("list", prefix or "''", e) from e
+
+
+def s3_store_from_url(url: str, read_only: bool, options: Mapping[str, Any]) -> S3Store:
+    """``s3://bucket/prefix`` plus storage options -> S3Store (the registry's factory)."""
+    parts = urlsplit(url)
+    if not parts.netloc:
+        raise ValueError(f"an S3 URL needs a bucket: s3://bucket/prefix, got {url!r}")
+    if parts.query or parts.fragment:
+        raise ValueError(f"an S3 URL takes no query or fragment: {url!r}")
+    opts = dict(options)
+    aliases = {"endpoint_url": "endpoint", "aws_region": "region", "key": "access_key_id",
+               "secret": "secret_access_key", "token": "session_token", "aws_access_key_id": "access_key_id",
+               "aws_secret_access_key": "secret_access_key", "aws_session_token": "session_token"}
+    for alias, name in aliases.items():
+        if alias in opts:
+            opts.setdefault(name, opts.pop(alias))
+    creds = opts.pop("credentials", None)
+    if creds is not None:  # {"access_key_id": ..., "secret_access_key": ..., "session_token": ...}
+        for k, v in dict(creds).items():
+            opts.setdefault(aliases.get(k, k), v)
+    known = {p.name for p in inspect.signature(S3Store).parameters.values()
+             if p.kind is p.KEYWORD_ONLY} - {"read_only"}
+    unknown = set(opts) - known
+    if unknown:
+        raise ValueError(f"unknown storage options for an S3 store: {sorted(unknown)} (known: {sorted(known | {'credentials'})})")
+    return S3Store(parts.netloc, parts.path, read_only=read_only, **opts)
