@@ -22,7 +22,7 @@ from .errors import (
     StoreError,
     UnsupportedFeatureError,
 )
-from .formats import bcolz, zarr3
+from .formats import bcolz, n5, zarr3
 from .formats.zarr3 import Group
 from .store import LocalStore, MemoryStore, Store
 
@@ -36,6 +36,7 @@ __all__ = [
     "Group",
     "zarr3",
     "bcolz",
+    "n5",
     "Store",
     "MemoryStore",
     "LocalStore",

@@ -84,6 +84,7 @@ def _check_int(value: Any, member: str, lo: int, hi: int | None = None) -> int:
     return value
 
 
+@register_codec("blosc", namespace="n5")
 @register_codec("blosc")
 class BloscCodec(BytesBytesCodec):
     """``blosc``: ``cname``, ``clevel`` 0-9, ``shuffle``, ``typesize`` (filled from the dtype by
@@ -146,11 +147,63 @@ class BloscCodec(BytesBytesCodec):
 
     def bind(self, spec: ChunkSpec) -> BloscCodec:
         """Fill a missing ``typesize`` with the element size, as zarr-python and tensorstore do."""
+        if self._n5_autoshuffle:
+            bound = copy.copy(self)
+            bound._n5_autoshuffle = False
+            bound.shuffle = "bitshuffle" if np.dtype(spec.dtype).itemsize == 1 else "shuffle"
+            return bound.bind(spec)
         if self.typesize is not None:
             return self
         bound = copy.copy(self)  # keeps _source: the stored JSON stays as it was written
         bound.typesize = np.dtype(spec.dtype).itemsize
         return bound
+
+    # -- N5 (n5-blosc) ----------------------------------------------------------------------
+    #: the N5 JSON this codec was parsed from (kept verbatim), see ``from_n5``
+    _n5_source: dict[str, Any] | None = None
+    #: N5 ``shuffle: -1``: chosen from the element size by ``bind``
+    _n5_autoshuffle: bool = False
+
+    @classmethod
+    def from_n5(cls, config: dict[str, Any]) -> BloscCodec:
+        """From N5 ``{"type": "blosc", "cname", "clevel", "shuffle": int, "blocksize"?,
+        "typesize"?, "nthreads"?}``."""
+        missing = {"cname", "clevel", "shuffle"} - set(config)
+        if missing:
+            raise MetadataError(f"compression 'blosc': missing member(s) {sorted(missing)}")
+        shuffle = config["shuffle"]
+        if not isinstance(shuffle, int) or isinstance(shuffle, bool) or not -1 <= shuffle <= 2:
+            raise MetadataError(
+                f"compression 'blosc': 'shuffle' must be -1 (auto), 0, 1 or 2, got {shuffle!r}"
+            )
+        typesize = config.get("typesize")
+        if typesize is not None and _check_int(typesize, "typesize", 0) == 0:
+            typesize = None  # n5-blosc: 0 = unset
+        nthreads = config.get("nthreads", 1)
+        _check_int(nthreads, "nthreads", 1)
+        codec = cls(
+            cname=config["cname"],
+            clevel=config["clevel"],
+            shuffle=SHUFFLES[max(shuffle, 0)],
+            typesize=typesize,
+            blocksize=config.get("blocksize", 0),
+        )
+        codec._n5_autoshuffle = shuffle == -1
+        codec._n5_source = dict(config)
+        return codec
+
+    def to_n5(self) -> dict[str, Any]:
+        """The N5 compression object (as parsed, else without ``nthreads``, which tensorstore
+        refuses)."""
+        if self._n5_source is not None:
+            return dict(self._n5_source)
+        conf: dict[str, Any] = {
+            "type": "blosc", "cname": self.cname, "clevel": self.clevel,
+            "shuffle": SHUFFLES.index(self.shuffle), "blocksize": self.blocksize,
+        }
+        if self.typesize is not None:
+            conf["typesize"] = self.typesize
+        return conf
 
     def encode(self, data: bytes, spec: ChunkSpec) -> bytes:
         n = memoryview(data).nbytes

@@ -2,6 +2,9 @@
 
 Compressor and decompressor contexts are expensive to create and not thread-safe, so each
 thread keeps its own (``threading.local``), keyed by level and checksum flag.
+
+Also N5 ``{"type": "zstd", "level"}`` (n5-zstandard, namespace "n5"); other members written by
+n5-zstandard are kept for the JSON round trip and ignored.
 """
 
 from __future__ import annotations
@@ -107,6 +110,7 @@ def unzstd(data: bytes, max_size: int) -> bytes:
             return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
+@register_codec("zstd", namespace="n5")
 @register_codec("zstd")
 class ZstdCodec(BytesBytesCodec):
     """``zstd``: ``level`` -131072..22 (0 = library default, 3), ``checksum`` (XXH64 in frame)."""
@@ -138,6 +142,21 @@ class ZstdCodec(BytesBytesCodec):
     def _canonical_config(self) -> dict[str, Any]:
         # both reference writers spell checksum out, even when false
         return {"name": "zstd", "configuration": {"level": self.level, "checksum": self.checksum}}
+
+    #: the N5 JSON this codec was parsed from (kept verbatim), see ``from_n5``
+    _n5_source: dict[str, Any] | None = None
+
+    @classmethod
+    def from_n5(cls, config: dict[str, Any]) -> ZstdCodec:
+        """From N5 ``{"type": "zstd", "level": int}`` (0 = zstd's default, 3)."""
+        codec = cls(config.get("level", 3))
+        codec._n5_source = dict(config)
+        return codec
+
+    def to_n5(self) -> dict[str, Any]:
+        if self._n5_source is not None:
+            return dict(self._n5_source)
+        return {"type": "zstd", "level": self.level}
 
     def encode(self, data: bytes, spec: ChunkSpec) -> bytes:
         try:

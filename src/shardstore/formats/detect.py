@@ -9,6 +9,7 @@ __all__ = ["detect_format"]
 # (format name, metadata key relative to the node); first match wins
 _MARKERS: list[tuple[str, str]] = [
     ("zarr3", "zarr.json"),
+    ("n5", "attributes.json"),  # N5 dataset or group (after zarr.json: a zarr.json wins)
     ("bcolz", "__rootdirs__"),  # ctable
     ("bcolz", "meta/sizes"),  # carray
 ]

@@ -1,0 +1,303 @@
+"""N5 benchmark: shardstore vs tensorstore vs z5py, in one run.
+
+Every library writes and reads the same deterministic EM-like uint8 volume (default 512^3;
+see ``_common.make_volume``) as an N5 dataset ``data`` in a fresh container, blocks of 64^3.
+Two compression variants: ``raw`` and ``gzip`` level 1 (N5 ``{"type": "gzip", "level": 1}``).
+z5py runs with ``n_threads`` = the CPU count (its default is 1); tensorstore with a cache pool
+of 0 bytes (no chunk cache), as in bench_zarr3.py.
+
+Phases per variant and library (the same as bench_zarr3.py; see its docstring): write (fresh
+child process, whole volume, includes creation), size on disk, whole read cold (page cache
+dropped before each repetition) and warm, 256 reads of 64^3 boxes at random block-aligned
+origins, 256 reads of 100^3 boxes at random origins. Timings are the best of ``--repeat``.
+The ratio column divides shardstore's figure by the best of tensorstore and z5py in the run
+(> 1 is better for MB/s and reads/s; < 1 is better for size and RSS).
+
+Usage: python benchmarks/bench_n5.py [--quick] [--libs shardstore,tensorstore,z5py]
+       [--variants raw,gzip] [--size 512] [--reads 256] [--repeat N] [--out-dir DIR]
+       [--keep] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (
+    MB,
+    MiB,
+    best_of,
+    disk_usage,
+    drop_page_cache,
+    format_table,
+    make_volume,
+    peak_rss_mib,
+    random_origins,
+    resident_fraction,
+    run_child,
+)
+
+BLOCK = 64
+COMPRESSIONS = {"raw": {"type": "raw"}, "gzip": {"type": "gzip", "level": 1}}
+Origin = tuple[int, ...]
+
+
+def _box(origin: Origin, n: int) -> tuple[slice, ...]:
+    return tuple(slice(o, o + n) for o in origin)
+
+
+class ShardStore:
+    package = "shardstore"
+
+    def __init__(self) -> None:
+        import shardstore
+
+        self.n5 = shardstore.n5
+
+    def write(self, path: Path, vol: np.ndarray, variant: str) -> None:
+        a = self.n5.create(str(path), "data", shape=vol.shape, dtype="uint8",
+                           block_size=(BLOCK,) * vol.ndim, compression=COMPRESSIONS[variant], mode="w")
+        a[...] = vol
+
+    def open(self, path: Path) -> Any:
+        return self.n5.open(str(path), "data", mode="r")
+
+    def read_all(self, h: Any) -> np.ndarray:
+        return np.asarray(h)
+
+    def read_box(self, h: Any, origin: Origin, n: int) -> np.ndarray:
+        return h[_box(origin, n)]
+
+
+class TensorStore:
+    """tensorstore indexes N5 in ``dimensions`` (x-first) order: the transposed view."""
+
+    package = "tensorstore"
+
+    def __init__(self) -> None:
+        import tensorstore
+
+        self.ts = tensorstore
+        self.context = tensorstore.Context({"cache_pool": {"total_bytes_limit": 0}})
+
+    def _spec(self, path: Path) -> dict[str, Any]:
+        return {"driver": "n5", "kvstore": {"driver": "file", "path": str(path / "data")}}
+
+    def write(self, path: Path, vol: np.ndarray, variant: str) -> None:
+        metadata = {"dimensions": list(vol.shape[::-1]), "blockSize": [BLOCK] * vol.ndim,
+                    "dataType": "uint8", "compression": COMPRESSIONS[variant]}
+        a = self.ts.open({**self._spec(path), "metadata": metadata}, create=True,
+                         delete_existing=True, context=self.context).result()
+        a.write(vol.transpose()).result()
+
+    def open(self, path: Path) -> Any:
+        return self.ts.open(self._spec(path), open=True, read=True, context=self.context).result().T
+
+    def read_all(self, h: Any) -> np.ndarray:
+        return h.read(order="C").result()
+
+    def read_box(self, h: Any, origin: Origin, n: int) -> np.ndarray:
+        return h[_box(origin, n)].read(order="C").result()
+
+
+class Z5py:
+    package = "z5py"
+
+    def __init__(self) -> None:
+        import z5py
+
+        self.z5py = z5py
+        self.threads = os.cpu_count() or 1
+
+    def write(self, path: Path, vol: np.ndarray, variant: str) -> None:
+        f = self.z5py.File(str(path), mode="w")
+        opts = {"level": 1} if variant == "gzip" else {}
+        ds = f.create_dataset("data", shape=vol.shape, chunks=(BLOCK,) * vol.ndim, dtype="uint8",
+                              compression=variant, n_threads=self.threads, **opts)
+        ds[...] = vol
+
+    def open(self, path: Path) -> Any:
+        ds = self.z5py.File(str(path), mode="r")["data"]
+        ds.n_threads = self.threads
+        return ds
+
+    def read_all(self, h: Any) -> np.ndarray:
+        return h[...]
+
+    def read_box(self, h: Any, origin: Origin, n: int) -> np.ndarray:
+        return h[_box(origin, n)]
+
+
+LIBS = {"shardstore": ShardStore, "tensorstore": TensorStore, "z5py": Z5py}
+ROWS = [  # (result key, table label, higher is better)
+    ("write_MBps", "write MB/s", True),
+    ("read_cold_MBps", "read cold MB/s", True),
+    ("read_warm_MBps", "read warm MB/s", True),
+    ("aligned_reads_per_s", "64^3 aligned reads/s", True),
+    ("unaligned_reads_per_s", "100^3 unaligned reads/s", True),
+    ("disk_MiB", "size on disk MiB", False),
+    ("rss_peak_MiB", "peak RSS write MiB", False),
+]
+
+
+def child_write(lib: str, variant: str, path: str, volume: str) -> None:
+    """The write phase, in its own process: print one JSON line with time and peak RSS."""
+    vol = np.load(volume)
+    adapter = LIBS[lib]()
+    before = peak_rss_mib()
+    t0 = time.perf_counter()
+    adapter.write(Path(path), vol, variant)
+    seconds = time.perf_counter() - t0
+    print(json.dumps({"seconds": seconds, "rss_peak_mib": peak_rss_mib(), "rss_before_mib": before}))
+
+
+def bench_one(name: str, adapter: Any, variant: str, path: Path, vol: np.ndarray, npy: Path,
+              origins: dict[str, list[Origin]], write_repeat: int, read_repeat: int) -> dict[str, Any]:
+    nbytes = vol.nbytes
+    writes = [run_child(__file__, ["--child-write", name, variant, str(path), "--volume", str(npy)])
+              for _ in range(write_repeat)]
+    disk, nfiles = disk_usage(path)
+    h = adapter.open(path)
+    cache: dict[str, Any] = {}
+
+    def drop() -> None:
+        cache["method"] = drop_page_cache(path)
+        cache.setdefault("resident_after_drop", resident_fraction(path))
+
+    def read_all() -> None:
+        cache["data"] = adapter.read_all(h)
+
+    cold = best_of(read_all, read_repeat, before=drop)
+    warm = best_of(read_all, read_repeat)
+    if not np.array_equal(cache.pop("data"), vol):
+        raise AssertionError(f"{name}/{variant}: whole read differs from the source volume")
+    rates = {}
+    for kind, n in (("aligned", BLOCK), ("unaligned", 100)):
+        n = min(n, vol.shape[0])
+        boxes = origins[kind]
+
+        def reads(boxes: list[Origin] = boxes, n: int = n) -> None:
+            for o in boxes:
+                adapter.read_box(h, o, n)
+
+        rates[kind] = len(boxes) / best_of(reads, read_repeat)
+        for o in boxes[:4]:
+            if not np.array_equal(adapter.read_box(h, o, n), vol[_box(o, n)]):
+                raise AssertionError(f"{name}/{variant}: {kind} read at {o} differs from the source")
+    return {
+        "write_MBps": nbytes / MB / min(w["seconds"] for w in writes),
+        "read_cold_MBps": nbytes / MB / cold,
+        "read_warm_MBps": nbytes / MB / warm,
+        "aligned_reads_per_s": rates["aligned"],
+        "unaligned_reads_per_s": rates["unaligned"],
+        "disk_MiB": disk / MiB,
+        "files": nfiles,
+        "rss_peak_MiB": max(w["rss_peak_mib"] for w in writes),
+        "cache_drop": cache["method"],
+        "resident_after_drop": cache["resident_after_drop"],
+    }
+
+
+def best_other(values: dict[str, float | None], higher: bool) -> float | None:
+    others = [v for k, v in values.items() if k != "shardstore" and v is not None]
+    if not others:
+        return None
+    return max(others) if higher else min(others)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--size", type=int, default=512)
+    p.add_argument("--reads", type=int, default=256)
+    p.add_argument("--repeat", type=int, default=None, help="best of N (default 3 for reads, 1 for the write)")
+    p.add_argument("--variants", default="raw,gzip")
+    p.add_argument("--libs", default="shardstore,tensorstore,z5py")
+    p.add_argument("--out-dir", type=Path, default=None)
+    p.add_argument("--keep", action="store_true")
+    p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--quick", action="store_true", help="smoke test: size 128, 32 reads, 1 repetition")
+    p.add_argument("--child-write", nargs=3, metavar=("LIB", "VARIANT", "DIR"), help=argparse.SUPPRESS)
+    p.add_argument("--volume", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.size, args.reads, args.repeat = 128, 32, args.repeat or 1
+    args.libs = [s for s in args.libs.split(",") if s]
+    args.variants = [s for s in args.variants.split(",") if s]
+    for value, known in ((args.libs, LIBS), (args.variants, COMPRESSIONS)):
+        if unknown := set(value) - set(known):
+            p.error(f"unknown {sorted(unknown)}; choose from {sorted(known)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.child_write:
+        child_write(*args.child_write, volume=args.volume)
+        return
+    write_repeat, read_repeat = args.repeat or 1, args.repeat or 3
+    made_dir = args.out_dir is None
+    out_dir = Path(tempfile.mkdtemp(prefix="bench_n5_", dir="/tmp")) if made_dir else args.out_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    env = {"python": platform.python_version(), "cpus": os.cpu_count(), "loadavg": os.getloadavg(),
+           **{f"{k}_version": version(v.package) for k, v in LIBS.items() if k in args.libs},
+           "numpy_version": np.__version__}
+    config = {"size": args.size, "reads": args.reads, "write_repeat": write_repeat,
+              "read_repeat": read_repeat, "block": BLOCK, "out_dir": str(out_dir)}
+    print(f"# {json.dumps(config)}\n# {json.dumps(env)}", flush=True)
+    vol = make_volume(args.size)
+    npy = out_dir / "source.npy"
+    np.save(npy, vol)
+    origins = {
+        "aligned": random_origins(vol.shape, min(BLOCK, args.size), args.reads, align=BLOCK, seed=1),
+        "unaligned": random_origins(vol.shape, min(100, args.size), args.reads, seed=2),
+    }
+    adapters = {name: LIBS[name]() for name in args.libs}
+    results: dict[str, dict[str, Any]] = {}
+    try:
+        for variant in args.variants:
+            results[variant] = {}
+            for name, adapter in adapters.items():
+                t0 = time.perf_counter()
+                path = out_dir / f"{variant}_{name}.n5"
+                res = bench_one(name, adapter, variant, path, vol, npy, origins, write_repeat, read_repeat)
+                results[variant][name] = res
+                resident = res["resident_after_drop"]
+                print(f"# {variant}/{name}: done in {time.perf_counter() - t0:.1f}s; cache drop: "
+                      f"{res['cache_drop']}, resident after drop: "
+                      f"{'n/a' if resident is None else f'{resident:.1%}'}", flush=True)
+                if not args.keep:
+                    shutil.rmtree(path, ignore_errors=True)
+            rows = []
+            for key, label, higher in ROWS:
+                values = {n: results[variant][n][key] for n in args.libs}
+                best = best_other(values, higher)
+                if "shardstore" in values and best:
+                    values["best other"] = best
+                    values["ratio"] = values["shardstore"] / best
+                rows.append((label, values))
+            title = (f"\nN5, {args.size}^3 uint8, block {BLOCK}^3, compression "
+                     f"{json.dumps(COMPRESSIONS[variant])} (ratio = shardstore / best of the others)")
+            print(format_table(title, rows, [*args.libs, "best other", "ratio"]), flush=True)
+    finally:
+        if not args.keep:
+            npy.unlink(missing_ok=True)
+            if made_dir:
+                shutil.rmtree(out_dir, ignore_errors=True)
+    if args.json:
+        args.json.write_text(json.dumps({"config": config, "env": env, "results": results}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,350 @@
+"""N5 containers, groups and datasets: ``create``, ``open``, ``open_group``, ``create_group``.
+
+Every directory is a group; a dataset is a group whose ``attributes.json`` holds the dataset
+keys. Creating anything writes the ``n5`` version into the container root's
+``attributes.json`` (the store root) when it is missing, as n5-java does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..._sync import sync
+from ...codecs.n5_block import DEFAULT_MAX_VARLENGTH_NBYTES, compression_from_n5
+from ...core.array import Array, AsyncArray, Attributes
+from ...errors import (
+    ChunkNotFoundError,
+    CodecError,
+    ContainsNodeError,
+    MetadataError,
+    ShardStoreError,
+)
+from ...store.base import Store
+from ...store.registry import store_from_url
+from .driver import N5Driver, native
+from .metadata import (
+    N5_VERSION,
+    VERSION_KEY,
+    DatasetMetadata,
+    GroupMetadata,
+    attributes_key,
+    dtype_name,
+    encode_json,
+    parse_document,
+    parse_json,
+)
+
+__all__ = ["DEFAULT_COMPRESSION", "Group", "N5Array", "create", "create_group", "open", "open_group"]
+
+DEFAULT_COMPRESSION: dict[str, Any] = {"type": "gzip", "level": 1}
+
+StoreLike = str | Path | Store
+
+
+class N5Array(Array):
+    """An N5 dataset in NumPy C order (shape = N5 ``dimensions`` reversed), plus access to
+    variable-length (mode 1) blocks."""
+
+    def _block(self, coords: Any) -> tuple[tuple[int, ...], str]:
+        coords = tuple(int(c) for c in coords)
+        layout = self.driver.layout
+        if len(coords) != self.ndim:
+            raise IndexError(f"block coords {list(coords)} need {self.ndim} entries")
+        layout.grid._check_coords(coords)
+        return coords, layout.chunk_key(coords)
+
+    def read_varlength_block(self, coords: Any, *, max_nbytes: int = DEFAULT_MAX_VARLENGTH_NBYTES) -> np.ndarray:
+        """The elements of block ``coords`` (C-order grid indices) as a 1-D array, x fastest.
+
+        Reads mode 1 (varlength) blocks with any number of elements, and mode 0 blocks. A
+        missing block raises ``ChunkNotFoundError``; a block declaring more than
+        ``max_nbytes`` bytes is refused before decompression.
+        """
+        coords, key = self._block(coords)
+        raw = self.read_chunk_bytes(coords)
+        if raw is None:
+            raise ChunkNotFoundError(f"N5 block {key!r} is missing")
+        driver: N5Driver = self.driver  # type: ignore[assignment]
+        try:
+            return driver.block_codec.decode_varlength(raw, driver.layout.spec_for(coords), max_nbytes)
+        except CodecError as e:
+            raise type(e)(f"N5 block {key!r}: {e}") from e
+
+    def write_varlength_block(self, coords: Any, data: Any) -> None:
+        """Store ``data`` (flattened, cast to the dataset's dtype) as the varlength block
+        ``coords``; its header size is the block's in-bounds shape."""
+        coords, _ = self._block(coords)
+        driver: N5Driver = self.driver  # type: ignore[assignment]
+        values = np.asarray(data, dtype=self.dtype).reshape(-1)
+        encoded = driver.block_codec.encode_varlength(values, driver.layout.spec_for(coords))
+        self.write_chunk_bytes(coords, encoded)
+
+
+# -- helpers ---------------------------------------------------------------------------------
+def _resolve(store_like: StoreLike, path: str | None, mode: str) -> tuple[Store, str]:
+    path = (path or "").strip("/")
+    if path and any(p in ("", ".", "..") for p in path.split("/")):
+        raise ValueError(f"invalid N5 path {path!r}")
+    return store_from_url(store_like, mode=mode), path
+
+
+async def _read_doc(store: Store, path: str) -> dict[str, Any] | None:
+    key = attributes_key(path)
+    raw = await store.get(key)
+    return None if raw is None else parse_json(raw, key)
+
+
+async def _has_children(store: Store, path: str) -> bool:
+    async for _ in store.list_prefix(f"{path}/" if path else ""):
+        return True
+    return False
+
+
+async def _ensure_root_version(store: Store) -> None:
+    """Write ``"n5": "4.0.0"`` into the root ``attributes.json`` unless a version is there."""
+    doc = await _read_doc(store, "")
+    if doc is None or VERSION_KEY not in doc:
+        await store.set(attributes_key(""), encode_json({VERSION_KEY: N5_VERSION, **(doc or {})}))
+
+
+def _auto_block(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    """About 1 MiB per block, the same edge on every axis, never larger than the array."""
+    edge = max(1, round((2**20 / itemsize) ** (1 / len(shape))))
+    return tuple(max(1, min(s, edge)) for s in shape)
+
+
+def _wrap(store: Store, path: str, meta: DatasetMetadata | GroupMetadata, read_only: bool) -> N5Array | Group:
+    if isinstance(meta, GroupMetadata):
+        return Group(store, path, meta, read_only)
+    return N5Array(AsyncArray(N5Driver(store, path, meta), read_only=read_only, name=path or repr(store)))
+
+
+# -- datasets --------------------------------------------------------------------------------
+def create(
+    container: StoreLike,
+    dataset_path: str = "",
+    *,
+    shape: Sequence[int],
+    dtype: Any,
+    block_size: Sequence[int] | None = None,
+    compression: dict[str, Any] | str | None = None,
+    mode: str = "w-",
+    attributes: dict[str, Any] | None = None,
+) -> N5Array:
+    """Create an N5 dataset at ``dataset_path`` in ``container`` and return it for writing.
+
+    ``shape`` and ``block_size`` are in NumPy C order (written reversed as N5 ``dimensions`` /
+    ``blockSize``). ``compression`` is an N5 compression object (default gzip level 1), e.g.
+    ``{"type": "zstd", "level": 3}``, ``{"type": "blosc", "cname": "lz4", "clevel": 5,
+    "shuffle": 1}``, ``{"type": "raw"}``; defaults of the type are filled in. ``mode="w-"``
+    refuses to replace an existing node, ``"w"`` deletes what is under ``dataset_path``.
+    """
+    if mode not in ("w", "w-"):
+        raise ValueError(f"create() takes mode 'w' or 'w-', got {mode!r}; use open() to open")
+    base, path = _resolve(container, dataset_path, "w")
+    shape_t = tuple(int(s) for s in shape)
+    np_dtype = native(dtype)
+    dtype_name(np_dtype)
+    if not shape_t:
+        raise MetadataError("N5 datasets need at least one dimension")
+    blocks = tuple(int(b) for b in block_size) if block_size is not None else _auto_block(shape_t, np_dtype.itemsize)
+    if len(blocks) != len(shape_t):
+        raise MetadataError(f"block_size {list(blocks)} must have the rank of shape {list(shape_t)}")
+    given = {"type": compression} if isinstance(compression, str) else dict(compression or DEFAULT_COMPRESSION)
+    codec = compression_from_n5(given, attributes_key(path))
+    codec._n5_source = None  # type: ignore[attr-defined]  # the type's complete JSON...
+    full = {**codec.to_n5(), **given}  # type: ignore[attr-defined]  # ...with the user's members
+    user = dict(attributes or {})
+    doc: dict[str, Any] = {**user, "dimensions": list(shape_t[::-1]), "blockSize": list(blocks[::-1]),
+                           "dataType": dtype_name(np_dtype), "compression": full}
+    if not path:
+        doc = {VERSION_KEY: N5_VERSION, **doc}
+    meta = parse_document(encode_json(doc), attributes_key(path))  # what we write is what we read
+    if not isinstance(meta, DatasetMetadata) or meta.attributes != user:
+        raise MetadataError(f"{attributes_key(path)}: attributes must not use the N5 metadata keys")
+    driver = N5Driver(base, path, meta)
+
+    async def write() -> None:
+        if mode == "w-":
+            old = await _read_doc(base, path)
+            if old is not None and set(old) - {VERSION_KEY}:
+                raise ContainsNodeError(
+                    f"an N5 node already exists at {attributes_key(path)!r} in {base!r} (use mode='w' to replace it)"
+                )
+        else:
+            if path:
+                await base.delete_prefix(f"{path}/")
+            else:
+                await base.delete_prefix("")
+        await driver.save()
+        if path:
+            await _ensure_root_version(base)
+
+    sync(write())
+    return N5Array(AsyncArray(driver, read_only=False, name=path or str(container)))
+
+
+def open(container: StoreLike, dataset_path: str = "", mode: str = "r") -> N5Array | Group:
+    """Open an existing N5 dataset (or group) at ``dataset_path`` (``mode``: "r", "r+", "a")."""
+    if mode not in ("r", "r+", "a"):
+        raise ValueError(f"open() takes mode 'r', 'r+' or 'a', got {mode!r}; use create() to create")
+    base, path = _resolve(container, dataset_path, mode)
+    return open_node(base, mode=mode, path=path)
+
+
+def open_node(store: Store, mode: str = "r", path: str = "") -> N5Array | Group:
+    """The dataset or group at ``path`` in ``store`` (the signature ``shardstore.open`` uses)."""
+    meta = sync(_read_group(store, path))
+    if meta is None:
+        raise ShardStoreError(f"no N5 dataset or group at {path or '/'!r} in {store!r}")
+    return _wrap(store, path, meta, read_only=mode == "r")
+
+
+def create_node(store: Store, *, path: str = "", mode: str = "w-", **kwargs: Any) -> N5Array:
+    """``create`` with the signature ``shardstore.create(format="n5")`` uses."""
+    return create(store, path, mode=mode, **kwargs)
+
+
+# -- groups ----------------------------------------------------------------------------------
+def open_group(container: StoreLike, path: str = "", mode: str = "r") -> Group:
+    """Open the group at ``path`` (default: the container root); mode "a" creates it if missing."""
+    base, path = _resolve(container, path, mode)
+    node = sync(_read_group(base, path))
+    if node is None:
+        if mode == "a":
+            return create_group(base, path, mode="w-")
+        raise ShardStoreError(f"no N5 group at {path or '/'!r} in {base!r}")
+    if isinstance(node, DatasetMetadata):
+        raise ShardStoreError(f"expected an N5 group at {attributes_key(path)!r} in {base!r}, found a dataset")
+    return Group(base, path, node, read_only=mode == "r")
+
+
+async def _read_group(store: Store, path: str) -> DatasetMetadata | GroupMetadata | None:
+    key = attributes_key(path)
+    raw = await store.get(key)
+    if raw is not None:
+        return parse_document(raw, key)
+    return GroupMetadata() if await _has_children(store, path) else None
+
+
+def create_group(
+    container: StoreLike, path: str = "", *, attributes: dict[str, Any] | None = None, mode: str = "w-"
+) -> Group:
+    """Create a group (an ``attributes.json`` with the user ``attributes``). ``"w-"`` refuses
+    an existing node with attributes; ``"w"`` replaces the attributes (children are kept)."""
+    if mode not in ("w", "w-"):
+        raise ValueError(f"create_group() takes mode 'w' or 'w-', got {mode!r}")
+    base, path = _resolve(container, path, "w")
+    meta = GroupMetadata(attributes=dict(attributes or {}))
+    if not path:
+        meta.hidden = {VERSION_KEY: N5_VERSION}
+
+    async def write() -> None:
+        old = await _read_doc(base, path)
+        if old is not None:
+            node = parse_document(old, attributes_key(path))
+            if mode == "w-" and (isinstance(node, DatasetMetadata) or node.attributes):
+                raise ContainsNodeError(f"an N5 node already exists at {attributes_key(path)!r} in {base!r}")
+            if isinstance(node, GroupMetadata):
+                meta.hidden = {**node.hidden, **meta.hidden}
+        await base.set(attributes_key(path), encode_json(meta.to_dict()))
+        if path:
+            await _ensure_root_version(base)
+
+    sync(write())
+    return Group(base, path, meta, read_only=False)
+
+
+class _GroupDriver:
+    """Attribute persistence for groups (the ``Attributes`` mapping talks to this)."""
+
+    def __init__(self, store: Store, path: str, meta: GroupMetadata) -> None:
+        self.store, self.path, self.meta = store, path, meta
+
+    @property
+    def attributes(self) -> dict[str, Any]:
+        return dict(self.meta.attributes)
+
+    async def set_attributes(self, attributes: dict[str, Any]) -> None:
+        if VERSION_KEY in attributes:
+            raise MetadataError(f"{attributes_key(self.path)}: 'n5' is the format version, not a user attribute")
+        self.meta.attributes = dict(attributes)
+        await self.store.set(attributes_key(self.path), encode_json(self.meta.to_dict()))
+
+
+class Group:
+    """An N5 group: attributes plus children (sub-directories: datasets and groups)."""
+
+    def __init__(self, store: Store, path: str, meta: GroupMetadata, read_only: bool) -> None:
+        self.store = store
+        self.path = path
+        self.read_only = read_only
+        self._driver = _GroupDriver(store, path, meta)
+
+    def __repr__(self) -> str:
+        return f"<shardstore.n5.Group {self.path or '/'} in {self.store!r}>"
+
+    @property
+    def attrs(self) -> Attributes:
+        return Attributes(self, self._driver, self.read_only)
+
+    def _child(self, name: str) -> str:
+        name = name.strip("/")
+        if not name or any(p in ("", ".", "..") for p in name.split("/")):
+            raise KeyError(f"invalid child name {name!r}")
+        return f"{self.path}/{name}" if self.path else name
+
+    def keys(self) -> list[str]:
+        """Names of the sub-directories (every directory is an N5 group or dataset), sorted."""
+        _, dirs = sync(self.store.list_dir(self.path))
+        return dirs
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and sync(_read_group(self.store, self._child(name))) is not None
+
+    def __getitem__(self, name: str) -> N5Array | Group:
+        path = self._child(name)
+        node = sync(_read_group(self.store, path))
+        if node is None:
+            raise KeyError(f"no child {name!r} in {self!r}")
+        return _wrap(self.store, path, node, self.read_only)
+
+    def arrays(self) -> list[tuple[str, N5Array]]:
+        return [(k, v) for k in self.keys() if isinstance(v := self[k], N5Array)]
+
+    def groups(self) -> list[tuple[str, Group]]:
+        return [(k, v) for k in self.keys() if isinstance(v := self[k], Group)]
+
+    def create_group(self, name: str, *, attributes: dict[str, Any] | None = None, mode: str = "w-") -> Group:
+        return create_group(self.store, self._child(name), attributes=attributes, mode=mode)
+
+    def require_group(self, name: str) -> Group:
+        """The child group ``name``, created when missing."""
+        return open_group(self.store, self._child(name), mode="a")
+
+    def create_dataset(self, name: str, **kwargs: Any) -> N5Array:
+        """``shardstore.n5.create`` at ``name`` below this group."""
+        return create(self.store, self._child(name), **kwargs)
+
+    def tree(self) -> str:
+        """A text outline of the hierarchy below this group."""
+        lines: list[str] = [self.path or "/"]
+
+        def walk(group: Group, indent: str) -> None:
+            for name in group:
+                child = group[name]
+                if isinstance(child, Group):
+                    lines.append(f"{indent}{name}/")
+                    walk(child, indent + "  ")
+                else:
+                    lines.append(f"{indent}{name} {child.shape} {child.dtype}")
+
+        walk(self, "  ")
+        return "\n".join(lines)
