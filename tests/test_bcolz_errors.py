@@ -145,11 +145,11 @@ class FailingStore(LocalStore):
         super().__init__(root)
         self.budget = budget
 
-    async def _set(self, key: str, value: bytes) -> None:
+    def _write(self, key: str, value: bytes) -> None:  # every file write of the store
         if self.budget <= 0:
             raise StoreError(f"injected failure writing {key!r}")
         self.budget -= 1
-        await super()._set(key, value)
+        super()._write(key, value)
 
 
 @pytest.mark.parametrize("op", ["append", "append_big", "resize_up", "trim"])

@@ -18,7 +18,18 @@ from collections.abc import Hashable, AsyncIterator, Callable, Sequence
 from pathlib import Path
 
 from ..errors import StoreError
-from .base import MISSING, ByteRange, Parts, RangeBR, Store, SuffixBR, resolve_range, validate_key, validate_prefix
+from .base import (
+    MISSING,
+    ByteRange,
+    Parts,
+    RangeBR,
+    Store,
+    SuffixBR,
+    _check_value,
+    resolve_range,
+    validate_key,
+    validate_prefix,
+)
 
 __all__ = ["LocalStore"]
 
@@ -26,6 +37,8 @@ __all__ = ["LocalStore"]
 _TEMP_RE = re.compile(r"^\..*\.[0-9a-f]{32}\.tmp$", re.DOTALL)
 # directory listings are done in thread calls returning up to this many keys each
 _LIST_BATCH = 4096
+# thread jobs a set_many is split into (file writes release the GIL)
+_WRITE_JOBS = 4
 
 
 def _is_temp(name: str) -> bool:
@@ -205,6 +218,35 @@ class LocalStore(Store):
 
     async def _set(self, key: str, value: bytes) -> None:
         await asyncio.to_thread(self._write, key, value)
+
+    async def set_many(self, items: Sequence[tuple[str, bytes | None]]) -> None:
+        """Like ``Store.set_many``, but a few thread jobs each write a share of the files.
+
+        A thread hop per file cost about as much as writing a 256 KiB chunk (measured on
+        N5 blocks: 0.8 ms a file through the store, 0.15 ms written directly).
+        """
+        if not items:
+            return
+        self._check_writable(items[0][0], more=len(items) - 1)
+        final: dict[str, bytes | None] = {}
+        for key, value in items:
+            validate_key(key)
+            if value is not None:
+                _check_value(key, value)
+            final.pop(key, None)  # the last write of a key wins
+            final[key] = value
+        work = list(final.items())
+
+        def run(batch: list[tuple[str, bytes | None]]) -> None:
+            for key, value in batch:
+                if value is None:
+                    self._remove(key)
+                else:
+                    self._write(key, value)
+
+        n = min(len(work), _WRITE_JOBS)
+        size = -(-len(work) // n)
+        await asyncio.gather(*(asyncio.to_thread(run, work[i : i + size]) for i in range(0, len(work), size)))
 
     def _prune(self, directory: str) -> None:
         """Remove now-empty directories from ``directory`` up to (not including) the root."""
