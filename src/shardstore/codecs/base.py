@@ -164,6 +164,12 @@ class ArrayBytesCodec(Codec):
     def decode(self, data: bytes, spec: ChunkSpec) -> np.ndarray:
         """Must return an array of exactly ``spec.shape`` / ``spec.dtype`` or raise CodecError."""
 
+    def decode_partial(self, data: bytes, spec: ChunkSpec, selection: tuple) -> np.ndarray | None:
+        """``decode(data, spec)[selection]`` decoding only part of ``data`` (e.g. the blosc
+        blocks a small selection needs), or None when this codec cannot do better than a full
+        decode. ``selection`` is a tuple of ints / slices / index arrays, one per dimension."""
+        return None
+
     def encoded_size(self, spec: ChunkSpec) -> int | None:
         """Size of the encoding when it does not depend on the data, else None."""
         return None

@@ -12,28 +12,46 @@ A leftover chunk (the array's last, short chunk) may decode to *more* rows than 
 says, up to ``chunklen``: that is what a write leaves when it is interrupted between the data
 and ``meta/sizes`` (bcolz itself reads the leftover into a chunklen-sized buffer). The extra
 rows are dropped. Any other size disagreement is a ``CodecError``.
+
+A selection of a few rows decodes only the blosc blocks holding them (``decode_partial``), and
+chunks are written with blocks of at most ``BLOCK_BYTES`` for the fast codecs (see
+``block_param``), so a 1000-row slice of a 1 MiB chunk decompresses 128 KiB, not all of it.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from typing import Any
 
+import numcodecs.blosc as _blosc_lib
 import numpy as np
 
 from ..errors import CodecError, MetadataError
 from .base import ArrayBytesCodec, ChunkSpec
-from .blosc import SHUFFLES, BloscCodec, read_blosc_header
+from .blosc import HEADER_SIZE as _BLOSC_HEADER_SIZE
+from .blosc import SHUFFLES, BloscCodec, BloscHeader, read_blosc_header
 from .registry import register_codec
 
-__all__ = ["BloscpackCodec", "bloscpack_header", "check_bloscpack_header", "HEADER_SIZE", "bcolz_typesize"]
+__all__ = [
+    "BloscpackCodec",
+    "bloscpack_header",
+    "check_bloscpack_header",
+    "HEADER_SIZE",
+    "bcolz_typesize",
+    "decode_blosc_range",
+]
 
 MAGIC = b"blpk"
 FORMAT_VERSION = 1
 HEADER_SIZE = 16
 _HEADER = struct.Struct("<4sB3sq")
+_BLOSC_HEADER = struct.Struct("<BBBBIII")
 _BLOSC_MAX_TYPESIZE = 255
+#: largest blosc block shardstore writes (see ``block_param``); None: c-blosc decides, as bcolz
+BLOCK_BYTES: int | None = 128 * 1024
+_RATIO_CODECS = frozenset({"zstd", "zlib", "lz4hc"})
 
 
 def bloscpack_header(nchunks: int = 1) -> bytes:
@@ -77,6 +95,39 @@ def quantize(data: np.ndarray, significant_digits: int) -> np.ndarray:
     bits = math.ceil(math.log(10.0**-exp, 2))
     scale = 2.0**bits
     return (np.around(scale * data) / scale).astype(data.dtype, copy=False)
+
+
+@functools.lru_cache(maxsize=256)
+def block_param(cname: str, clevel: int, shuffle: int, typesize: int, chunk_nbytes: int) -> int:
+    """The c-blosc ``blocksize`` argument that keeps blosc blocks at most ``BLOCK_BYTES``.
+
+    bcolz lets c-blosc choose, which for lz4/blosclz gives 512 KiB blocks for int32 (its
+    level-5 size times the typesize): a 1000-row slice then decompresses half a chunk.
+    Smaller blocks let a slice decompress only what it needs (``decode_partial``), compress
+    faster, and for smooth data compress about as well; bcolz reads them like any other.
+    c-blosc scales a requested size by the typesize when it splits blocks into byte streams
+    (depending on codec and sizes), so each candidate is tried on a probe buffer and the
+    first that gives blocks of at most ``BLOCK_BYTES`` wins; 0 (c-blosc's choice, as bcolz)
+    when its own blocks are small enough already, and for the codecs chosen for their ratio
+    (zstd, zlib, lz4hc), whose large blocks c-blosc picks on purpose.
+    """
+    if clevel == 0 or BLOCK_BYTES is None or cname in _RATIO_CODECS:
+        return 0
+    probe = bytes(max(min(chunk_nbytes, 4 * BLOCK_BYTES), 1))
+
+    def blocks(param: int) -> int:
+        chunk = _blosc_lib.compress(probe, cname.encode(), clevel, shuffle, param, typesize)
+        return _BLOSC_HEADER.unpack_from(chunk)[5]
+
+    try:
+        if blocks(0) <= BLOCK_BYTES:
+            return 0
+        for param in (BLOCK_BYTES // typesize, BLOCK_BYTES):
+            if param >= 128 and BLOCK_BYTES // 4 <= blocks(param) <= BLOCK_BYTES:
+                return param
+    except (RuntimeError, ValueError):  # unknown cname etc.: reported by encode itself
+        pass
+    return 0
 
 
 def _int(conf: dict[str, Any], member: str, lo: int, hi: int | None = None, default: Any = None) -> int:
@@ -139,8 +190,13 @@ class BloscpackCodec(ArrayBytesCodec):
 
     def bind(self, spec: ChunkSpec) -> BloscpackCodec:
         bound = BloscpackCodec(self.cname, self.clevel, self.shuffle, self.quantize, self.chunklen)
+        typesize = bcolz_typesize(spec.dtype)
         bound._blosc = BloscCodec(
-            cname=self.cname, clevel=self.clevel, shuffle=SHUFFLES[self.shuffle], typesize=bcolz_typesize(spec.dtype)
+            cname=self.cname,
+            clevel=self.clevel,
+            shuffle=SHUFFLES[self.shuffle],
+            typesize=typesize,
+            blocksize=block_param(self.cname, self.clevel, self.shuffle, typesize, spec.nbytes),
         )
         bound._source = self._source
         return bound
@@ -159,7 +215,8 @@ class BloscpackCodec(ArrayBytesCodec):
         raw = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
         return bloscpack_header() + self._blosc.encode(memoryview(raw), spec)
 
-    def decode(self, data: bytes, spec: ChunkSpec) -> np.ndarray:
+    def _checked(self, data: bytes, spec: ChunkSpec) -> tuple[memoryview, BloscHeader]:
+        """The blosc chunk of a .blp file and its header, checked against ``spec``."""
         check_bloscpack_header(data)
         body = memoryview(data)[HEADER_SIZE:]
         header = read_blosc_header(body)
@@ -179,12 +236,96 @@ class BloscpackCodec(ArrayBytesCodec):
                     f"blosc header declares {header.nbytes} uncompressed bytes, expected {expected} "
                     f"({rows} rows of {rowbytes} bytes)"
                 )
-        raw = self._blosc.decode(body, spec, max(expected, header.nbytes))
-        dtype = np.dtype(spec.dtype)
-        if dtype.kind == "b":
-            flat = np.frombuffer(raw, dtype=np.uint8, count=expected) != 0
-        else:
-            flat = np.frombuffer(raw, dtype=dtype.newbyteorder("<") if dtype.itemsize > 1 else dtype, count=spec.size)
-            if flat.dtype != dtype:
-                flat = flat.astype(dtype)
-        return flat.reshape(spec.shape)
+        return body, header
+
+    def decode(self, data: bytes, spec: ChunkSpec) -> np.ndarray:
+        body, header = self._checked(data, spec)
+        raw = self._blosc.decode(body, spec, max(spec.nbytes, header.nbytes))
+        return _as_array(raw, spec.dtype, (spec.shape[0] if spec.shape else 1, *spec.shape[1:])).reshape(spec.shape)
+
+    def decode_partial(self, data: bytes, spec: ChunkSpec, selection: tuple) -> np.ndarray | None:
+        """``decode(data, spec)[selection]`` from only the blosc blocks holding the rows the
+        selection's first (row) index needs; None when that would be (nearly) every block."""
+        if not spec.shape or not selection or spec.nbytes == 0:
+            return None
+        rows = spec.shape[0]
+        first = selection[0]
+        if isinstance(first, slice):
+            start, stop, step = first.indices(rows)
+            if step < 1 or stop <= start:
+                return None
+            lo, hi = start, start + (stop - 1 - start) // step * step + 1
+            local: Any = slice(0, hi - lo, step)
+        elif isinstance(first, (int, np.integer)) and -rows <= first < rows:
+            lo = int(first) % rows
+            hi, local = lo + 1, 0
+        else:  # index arrays: rare on this path, decode the whole chunk
+            return None
+        body, header = self._checked(data, spec)
+        rowbytes = spec.nbytes // rows
+        raw = decode_blosc_range(body, header, lo * rowbytes, hi * rowbytes)
+        if raw is None:
+            return None
+        return _as_array(raw, spec.dtype, (hi - lo, *spec.shape[1:]))[(local, *selection[1:])]
+
+
+def _as_array(raw: memoryview, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    """Little-endian decompressed bytes as an array of ``shape`` in ``dtype`` (native order)."""
+    dtype = np.dtype(dtype)
+    count = math.prod(shape)
+    if dtype.kind == "b":
+        flat = np.frombuffer(raw, dtype=np.uint8, count=count) != 0
+    else:
+        flat = np.frombuffer(raw, dtype=dtype.newbyteorder("<") if dtype.itemsize > 1 else dtype, count=count)
+        if flat.dtype != dtype:
+            flat = flat.astype(dtype)
+    return flat.reshape(shape)
+
+
+def decode_blosc_range(chunk: memoryview, header: BloscHeader, start: int, stop: int) -> memoryview | None:
+    """Bytes ``[start, stop)`` of a Blosc-1 chunk's decompressed data, decompressing only the
+    blocks that hold them; None when those are all the blocks (a full decode costs the same).
+
+    c-blosc compresses each block on its own (``bstarts`` gives where each begins), so the
+    needed blocks are copied into a smaller, valid chunk with the same header flags, which
+    c-blosc then decompresses: this works for every codec, shuffle and split mode c-blosc
+    itself handles. c-blosc refuses a chunk smaller than one block, so a range inside the
+    short last block takes the block before it too.
+    """
+    if header.memcpyed:  # stored uncompressed: the data itself
+        return chunk[_BLOSC_HEADER_SIZE + start : _BLOSC_HEADER_SIZE + stop]
+    bs = header.blocksize
+    if bs <= 0:
+        raise CodecError(f"blosc header declares a block size of {bs} bytes")
+    nblocks = -(-header.nbytes // bs)
+    first, last = start // bs, (stop - 1) // bs
+    if min(header.nbytes, (last + 1) * bs) - first * bs < bs:
+        first = max(first - 1, 0)
+    if first == 0 and last >= nblocks - 1:
+        return None
+    table_end = _BLOSC_HEADER_SIZE + 4 * nblocks
+    if table_end > header.cbytes:
+        raise CodecError(f"blosc chunk of {header.cbytes} bytes is too short for its {nblocks} block offsets")
+    bstarts = struct.unpack_from(f"<{nblocks}i", chunk, _BLOSC_HEADER_SIZE)
+    # a block runs to the next block start above it (c-blosc with threads may store blocks
+    # out of order); offsets must be distinct and inside the chunk
+    order = sorted(bstarts)
+    if order[0] < table_end or order[-1] >= header.cbytes or len(set(order)) != nblocks:
+        raise CodecError("blosc block offsets are out of range or overlap (corrupt chunk)")
+    ends = dict(zip(order, order[1:] + [header.cbytes]))
+    spans = [(s, ends[s]) for s in bstarts[first : last + 1]]
+    pos = _BLOSC_HEADER_SIZE + 4 * len(spans)
+    offsets = []
+    for s, e in spans:
+        offsets.append(pos)
+        pos += e - s
+    nbytes = min(header.nbytes, (last + 1) * bs) - first * bs
+    head = _BLOSC_HEADER.pack(header.version, header.versionlz, header.flags, header.typesize, nbytes, bs, pos)
+    small = b"".join([head, struct.pack(f"<{len(offsets)}i", *offsets), *(chunk[s:e] for s, e in spans)])
+    out = np.empty(nbytes, dtype=np.uint8)
+    try:
+        _blosc_lib.decompress(small, out)
+    except (RuntimeError, ValueError) as e:
+        raise CodecError(f"corrupt blosc chunk ({header.cbytes} bytes, blocks {first}..{last}): {e}") from e
+    skip = start - first * bs
+    return memoryview(out)[skip : skip + stop - start]

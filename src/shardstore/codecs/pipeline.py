@@ -121,6 +121,17 @@ class CodecPipeline:
             data = codec.encode(data, specs[-1])
         return data
 
+    def decode_region(self, data: bytes, spec: ChunkSpec, selection: tuple) -> np.ndarray | None:
+        """``decode(data, spec)[selection]`` by a partial decode, or None when no codec of the
+        chain can do better than decoding the whole chunk (then call ``decode``).
+
+        Only a chain of a single array->bytes codec decodes partially: the regions a selection
+        needs are lost once array->array or bytes->bytes codecs transform the data.
+        """
+        if self.array_array or self.bytes_bytes:
+            return None
+        return self.array_bytes.decode_partial(data, spec, selection)
+
     def decode(self, data: bytes, spec: ChunkSpec) -> np.ndarray:
         specs, caps = self._plan(spec)
         ab_spec = specs[-1]

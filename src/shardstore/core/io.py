@@ -24,7 +24,7 @@ from ..errors import ChunkNotFoundError, CodecError, ConflictError
 from .indexing import ChunkProjection
 from .layout import ChunkLayout, fill_mask
 
-__all__ = ["read_into", "write_from", "reshape_chunks", "UnitLocks"]
+__all__ = ["read_into", "read_into_now", "write_from", "reshape_chunks", "UnitLocks"]
 
 #: write groups (shards) in flight; each holds its encoded chunks until written
 WRITE_GROUPS_IN_FLIGHT = 2
@@ -36,6 +36,8 @@ READ_GROUPS_IN_FLIGHT = 8
 SMALL_READ_CHUNKS = 64
 #: items faster than this stay on the calling thread (a pool hand-off costs about as much)
 INLINE_ITEM_SECONDS = 100e-6
+#: reads of at most this many chunks may run without the event loop (``read_into_now``)
+INLINE_READ_CHUNKS = 2
 
 
 def _group(layout: ChunkLayout, projections: Iterable[ChunkProjection]) -> list[list[ChunkProjection]]:
@@ -72,10 +74,22 @@ def _decode(layout: ChunkLayout, key: str, coords: tuple[int, ...], data: bytes)
 
 
 # -- reads -----------------------------------------------------------------------------------
+def _selected(layout: ChunkLayout, p: ChunkProjection, key: str, data: bytes) -> np.ndarray:
+    """``decoded chunk[p.chunk_selection]``; a partial selection first asks the pipeline for a
+    partial decode (e.g. only the blosc blocks it needs), else the whole chunk is decoded."""
+    if not p.is_complete:
+        try:
+            part = layout.pipeline.decode_region(data, layout.spec_for(p.coords), p.chunk_selection)
+        except CodecError as e:
+            raise type(e)(f"{layout.describe_key(key)}: {e}") from e
+        if part is not None:
+            return part
+    return _decode(layout, key, p.coords, data)[p.chunk_selection]
+
+
 def _scatter(batch: list[tuple[ChunkProjection, str, bytes]], layout: ChunkLayout, out: np.ndarray) -> list:
     for p, key, data in batch:
-        chunk = _decode(layout, key, p.coords, data)
-        out[p.out_selection] = chunk[p.chunk_selection]
+        out[p.out_selection] = _selected(layout, p, key, data)
     return []
 
 
@@ -93,8 +107,26 @@ def _read_scatter(
                 raise ChunkNotFoundError(f"{layout.describe_key(key)} is missing")
             out[p.out_selection] = layout.spec.fill_value
         else:
-            out[p.out_selection] = _decode(layout, key, p.coords, data)[p.chunk_selection]
+            out[p.out_selection] = _selected(layout, p, key, data)
     return []
+
+
+def read_into_now(
+    layout: ChunkLayout, projections: list[ChunkProjection], out: np.ndarray, *, strict: bool = False
+) -> bool:
+    """``read_into`` on the calling thread, without an event loop, for a read of at most
+    ``INLINE_READ_CHUNKS`` chunks from a store with a blocking reader (files, memory): a
+    small read then skips the sync bridge and its loop iterations (tens of microseconds).
+    Returns False, having done nothing, when that does not apply.
+    """
+    if len(projections) > INLINE_READ_CHUNKS:
+        return False
+    read = layout.store.blocking_reader()
+    if read is None:
+        return False
+    items = [(p, layout.chunk_key(p.coords)) for p in projections]
+    _read_scatter(items, layout, out, read, strict or layout.missing_chunks == "error")
+    return True
 
 
 async def _spread(fn: Callable[..., list], items: list, *args: Any, light: bool = False) -> list:
@@ -277,7 +309,6 @@ async def write_from(
                 if attempt >= retries:
                     raise
                 await asyncio.sleep(0.01 * 2 ** min(attempt, 6) * (0.5 + random.random()))
-
 
     groups = _group(layout, projections)
     if len(groups) > 1 and all(r == 1 for r in layout.write_ratio):

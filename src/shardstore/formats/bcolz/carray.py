@@ -7,6 +7,7 @@ informational ``cbytes``. An interrupted write leaves the previous content reada
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -15,6 +16,8 @@ import numpy as np
 
 from ..._sync import sync
 from ...core.array import Array, AsyncArray
+from ...core.indexing import basic_indexer
+from ...core.io import INLINE_READ_CHUNKS, read_into_now
 from ...errors import ContainsNodeError, ShardStoreError
 from ...store.base import Store
 from ...store.memory import MemoryStore
@@ -104,7 +107,16 @@ class CArray(Array):
     def __getitem__(self, selection: Any) -> Any:
         if _is_fancy(selection):
             return self.oindex[self._full(selection)]
-        return super().__getitem__(selection)
+        layout = self.driver.layout
+        indexer = basic_indexer(selection, layout.grid)
+        projections = list(itertools.islice(indexer, INLINE_READ_CHUNKS + 1))
+        if len(projections) <= INLINE_READ_CHUNKS:
+            # a small read from files or memory runs right here, without the sync bridge
+            out = np.empty(indexer.shape, dtype=layout.spec.dtype)
+            if out.size == 0 or read_into_now(layout, projections, out):
+                return out[()] if out.ndim == 0 else out
+        out = sync(self._async.read(indexer), here=self._here())
+        return out[()] if out.ndim == 0 else out
 
     def __setitem__(self, selection: Any, value: Any) -> None:
         if _is_fancy(selection):

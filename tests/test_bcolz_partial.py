@@ -1,0 +1,234 @@
+"""Partial decoding of bcolz chunks (only the blosc blocks a selection needs) and the block
+size shardstore writes. NumPy (a full decode) is the oracle."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import numcodecs.blosc as nblosc
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shardstore import bcolz as sbz
+from shardstore.codecs.base import ChunkSpec
+from shardstore.codecs.blosc import _AVAILABLE, read_blosc_header
+from shardstore.codecs.bloscpack import (
+    BLOCK_BYTES,
+    HEADER_SIZE,
+    BloscpackCodec,
+    decode_blosc_range,
+)
+from shardstore.codecs.crc32c import Crc32cCodec
+from shardstore.codecs.pipeline import CodecPipeline
+from shardstore.errors import ChunkNotFoundError, CodecError
+
+CNAMES = [c for c in ("blosclz", "lz4", "lz4hc", "zlib", "zstd", "snappy") if c in _AVAILABLE]
+_BLOSC_HEADER = struct.Struct("<BBBBIII")
+
+
+def _smooth(n: int, dtype: str, seed: int = 0) -> np.ndarray:
+    steps = np.random.default_rng(seed).integers(-3, 4, n)
+    return np.cumsum(steps).astype(dtype)
+
+
+# -- the blosc block range ---------------------------------------------------------------------
+@pytest.mark.parametrize("cname", CNAMES)
+@pytest.mark.parametrize("shuffle", [0, 1, 2])
+@pytest.mark.parametrize("dtype", ["u1", "i2", "i4", "f8"])
+def test_range_matches_full_decode(cname: str, shuffle: int, dtype: str) -> None:
+    data = _smooth(100_003, dtype).tobytes()  # a short last block
+    itemsize = np.dtype(dtype).itemsize
+    chunk = nblosc.compress(data, cname.encode(), 5, shuffle, 4096, itemsize)
+    header = read_blosc_header(chunk)
+    bs, n = header.blocksize, len(data)
+    ranges = [(0, 8), (n - 8, n), (bs - 4, bs + 4), (n // 2, n // 2 + 4000), (n - bs // 2, n - bs // 2 + 8), (0, n)]
+    for start, stop in ranges:
+        start, stop = max(start, 0), min(stop, n)
+        part = decode_blosc_range(memoryview(chunk), header, start, stop)
+        if part is not None:
+            assert bytes(part) == data[start:stop], (start, stop)
+    if not header.memcpyed:  # every block: a full decode is as cheap
+        assert decode_blosc_range(memoryview(chunk), header, 0, n) is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 49_999), st.integers(1, 50_000), st.sampled_from([0, 1, 2]))
+def test_range_property(start: int, length: int, shuffle: int) -> None:
+    data = _smooth(50_000, "i4", seed=3).tobytes()
+    chunk = nblosc.compress(data, b"lz4", 5, shuffle, 2048, 4)
+    header = read_blosc_header(chunk)
+    start, stop = start * 4, min(start + length, 50_000) * 4
+    part = decode_blosc_range(memoryview(chunk), header, start, stop)
+    if part is not None:
+        assert bytes(part) == data[start:stop]
+
+
+def test_range_of_stored_uncompressed_chunk_is_a_view() -> None:
+    data = np.arange(1000, dtype="i4").tobytes()
+    chunk = nblosc.compress(data, b"lz4", 0, 1, 0, 4)
+    header = read_blosc_header(chunk)
+    assert header.memcpyed
+    assert bytes(decode_blosc_range(memoryview(chunk), header, 40, 80)) == data[40:80]
+
+
+def _chunk_with_blocks(nblocks: int = 8) -> bytearray:
+    data = _smooth(nblocks * 8192, "i4").tobytes()
+    return bytearray(nblosc.compress(data, b"lz4", 5, 1, 8192, 4))
+
+
+@pytest.mark.parametrize(
+    "patch",
+    [
+        lambda c: struct.pack_into("<i", c, 16 + 4 * 3, len(c) + 100),  # block offset past the end
+        lambda c: struct.pack_into("<i", c, 16 + 4 * 3, 4),  # inside the header
+        lambda c: struct.pack_into("<i", c, 16 + 4 * 3, struct.unpack_from("<i", c, 16 + 4 * 2)[0]),  # overlap
+    ],
+)
+def test_range_rejects_corrupt_offsets(patch) -> None:
+    chunk = _chunk_with_blocks()
+    patch(chunk)
+    header = read_blosc_header(chunk)
+    with pytest.raises(CodecError, match="offsets"):
+        decode_blosc_range(memoryview(bytes(chunk)), header, 3 * header.blocksize, 3 * header.blocksize + 8)
+
+
+def test_range_rejects_corrupt_block() -> None:
+    chunk = _chunk_with_blocks()
+    header = read_blosc_header(chunk)
+    start = struct.unpack_from("<i", chunk, 16 + 4 * 3)[0]
+    struct.pack_into("<i", chunk, start, 1 << 30)  # the first split's compressed size
+    with pytest.raises(CodecError, match="corrupt blosc chunk"):
+        decode_blosc_range(memoryview(bytes(chunk)), header, 3 * header.blocksize, 3 * header.blocksize + 8)
+
+
+# -- the codec -------------------------------------------------------------------------------
+SELECTIONS = [
+    (slice(5, 17),),
+    (slice(0, 1),),
+    (slice(3000, 3990, 7),),
+    (slice(None, None, 1000),),
+    (slice(3999, 4000),),
+    (slice(10, 10),),
+    (0,),
+    (-1,),
+    (2047,),
+    (slice(99_990, 100_000),),  # the short last block
+    (slice(-70_000, -69_000),),
+    (np.array([3, 5, 900]),),
+]
+
+
+@pytest.mark.parametrize("dtype", ["bool", "i1", "u2", "i4", "f8", "S7", "U3", "M8[ns]", "c16"])
+@pytest.mark.parametrize("cname", ["lz4", "zstd", "blosclz"])
+def test_decode_partial_matches_decode(dtype: str, cname: str) -> None:
+    if cname not in _AVAILABLE:
+        pytest.skip(f"{cname} not built in")
+    rows = 100_000
+    data = _smooth(rows, "i8").astype(dtype)
+    spec = ChunkSpec((rows,), np.dtype(dtype), None)
+    codec = BloscpackCodec(cname=cname, chunklen=rows).bind(spec)
+    codec._blosc.blocksize = 4096  # several blocks (c-blosc makes split blocks >= 64 KiB)
+    encoded = codec.encode(data, spec)
+    full = codec.decode(encoded, spec)
+    for sel in SELECTIONS:
+        part = codec.decode_partial(encoded, spec, sel)
+        if part is not None:
+            want = full[sel]
+            assert np.asarray(part).dtype == np.asarray(want).dtype and np.array_equal(part, want), sel
+    assert codec.decode_partial(encoded, spec, (slice(0, 5),)) is not None
+    if not read_blosc_header(memoryview(encoded)[HEADER_SIZE:]).memcpyed:  # else a view of it all
+        assert codec.decode_partial(encoded, spec, (slice(None),)) is None  # the whole chunk
+
+
+def test_decode_partial_multidimensional_and_stale_leftover() -> None:
+    data = _smooth(6000 * 12, "f4").reshape(6000, 3, 4)
+    spec = ChunkSpec((6000, 3, 4), np.dtype("f4"), None)
+    codec = BloscpackCodec(chunklen=10_000).bind(spec)
+    codec._blosc.blocksize = 4096
+    encoded = codec.encode(data, spec)
+    for sel in [(slice(100, 110), 2, slice(None)), (5999, slice(1, 3), np.array([0, 3])), (slice(5, 3000, 9), 0, 0)]:
+        assert np.array_equal(codec.decode_partial(encoded, spec, sel), data[sel])
+    # an interrupted append left more rows in the leftover than meta/sizes says: the first ones count
+    short = ChunkSpec((5000, 3, 4), np.dtype("f4"), None)
+    assert np.array_equal(codec.decode_partial(encoded, short, (slice(4980, 5000),)), data[4980:5000])
+    with pytest.raises(CodecError, match="uncompressed bytes"):
+        codec.decode_partial(encoded, ChunkSpec((7000, 3, 4), np.dtype("f4"), None), (slice(0, 5),))
+
+
+def test_pipeline_decodes_partially_only_a_lone_array_bytes_codec() -> None:
+    spec = ChunkSpec((100_000,), np.dtype("i4"), None)
+    codec = BloscpackCodec(chunklen=100_000).bind(spec)
+    codec._blosc.blocksize = 4096
+    data = _smooth(100_000, "i4")
+    encoded = codec.encode(data, spec)
+    assert np.array_equal(CodecPipeline([codec]).decode_region(encoded, spec, (slice(7, 9),)), data[7:9])
+    chained = CodecPipeline([codec, Crc32cCodec()])
+    assert chained.decode_region(chained.encode(data, spec), spec, (slice(7, 9),)) is None
+
+
+# -- carrays on disk -------------------------------------------------------------------------
+def test_written_blocks_are_small_for_fast_codecs_only(tmp_path: Path) -> None:
+    data = _smooth(600_000, "i4")
+    for cname in ("lz4", "zstd"):
+        ca = sbz.carray(data, rootdir=tmp_path / cname, chunklen=262_144, cparams={"cname": cname})
+        raw = (tmp_path / cname / "data" / "__0.blp").read_bytes()
+        blocksize = _BLOSC_HEADER.unpack_from(raw, HEADER_SIZE)[5]
+        if cname == "lz4":
+            assert blocksize <= BLOCK_BYTES
+        else:  # chosen by c-blosc as bcolz does
+            auto = nblosc.compress(data[:262_144].tobytes(), b"zstd", 5, 1, 0, 4)
+            assert blocksize == _BLOSC_HEADER.unpack_from(auto)[5]
+        assert np.array_equal(ca[:], data)
+
+
+def test_small_chunks_are_byte_identical_to_bcolz(tmp_path: Path) -> None:
+    bcolz = pytest.importorskip("bcolz")
+    data = _smooth(5000, "i4")
+    bcolz.carray(data, rootdir=str(tmp_path / "b"), chunklen=1000, mode="w").flush()
+    sbz.carray(data, rootdir=tmp_path / "s", chunklen=1000)
+    for i in range(5):
+        name = f"data/__{i}.blp"
+        assert (tmp_path / "s" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("writer", ["shardstore", "bcolz"])
+def test_slices_of_large_chunks(tmp_path: Path, writer: str) -> None:
+    data = _smooth(700_001, "i4")
+    root = tmp_path / "c"
+    if writer == "bcolz":
+        bcolz = pytest.importorskip("bcolz")
+        b = bcolz.carray(data, rootdir=str(root), chunklen=262_144, mode="w")  # 2 blocks of 512 KiB
+        b.flush()
+    else:
+        sbz.carray(data, rootdir=root, chunklen=262_144)
+    ca = sbz.open(root, mode="r")
+    starts = np.random.default_rng(5).integers(0, len(data) - 1000, 40)
+    for s in [0, 131_000, 262_000, 524_200, 699_000, *starts.tolist()]:
+        assert np.array_equal(ca[s : s + 1000], data[s : s + 1000]), s
+    assert ca[-1] == data[-1] and ca[300_000] == data[300_000]
+    assert np.array_equal(ca[1000:200_000:997], data[1000:200_000:997])
+    assert np.array_equal(ca[[5, 300_000, 700_000]], data[[5, 300_000, 700_000]])
+    if writer == "shardstore":  # bcolz reads the small blocks
+        bcolz = pytest.importorskip("bcolz")
+        assert np.array_equal(bcolz.open(str(root), mode="r")[:], data)
+
+
+def test_small_reads_name_corrupt_and_missing_files(tmp_path: Path) -> None:
+    data = _smooth(300_000, "i4")
+    root = tmp_path / "c"
+    sbz.carray(data, rootdir=root, chunklen=100_000)
+    blp = root / "data" / "__1.blp"
+    raw = bytearray(blp.read_bytes())
+    struct.pack_into("<i", raw, 2 * HEADER_SIZE + 4, len(raw) * 2)  # block 1 offset beyond the file
+    blp.write_bytes(bytes(raw))
+    ca = sbz.open(root, mode="r")
+    assert np.array_equal(ca[10:20], data[10:20])
+    with pytest.raises(CodecError, match="offsets") as info:
+        ca[150_000:150_010]
+    assert str(blp) in str(info.value)
+    (root / "data" / "__2.blp").unlink()
+    with pytest.raises(ChunkNotFoundError, match="__2.blp"):
+        ca[250_000:250_010]
