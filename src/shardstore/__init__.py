@@ -22,7 +22,7 @@ from .errors import (
     StoreError,
     UnsupportedFeatureError,
 )
-from .formats import bcolz, n5, zarr3
+from .formats import bcolz, n5, precomputed, zarr3
 from .formats.zarr3 import Group
 from .store import LocalStore, MemoryStore, Store
 
@@ -35,8 +35,9 @@ __all__ = [
     "Array",
     "Group",
     "zarr3",
-    "bcolz",
     "n5",
+    "bcolz",
+    "precomputed",
     "Store",
     "MemoryStore",
     "LocalStore",

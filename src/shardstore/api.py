@@ -10,6 +10,7 @@ from .core.array import Array
 from .errors import ShardStoreError
 from .formats import bcolz, zarr3
 from .formats.n5 import nodes as _n5_nodes
+from .formats import precomputed as _precomputed
 from .formats.detect import detect_format
 from .store.base import Store
 from .store.registry import store_from_url
@@ -17,9 +18,11 @@ from .store.registry import store_from_url
 __all__ = ["open", "create", "open_group"]
 
 _CREATORS = {"zarr3": zarr3.create, "bcolz": bcolz.create}
-_OPENERS = {"zarr3": zarr3.open, "bcolz": bcolz.open_node}
 _CREATORS["n5"] = _n5_nodes.create_node
+_OPENERS = {"zarr3": zarr3.open, "bcolz": bcolz.open_node}
 _OPENERS["n5"] = _n5_nodes.open_node
+_CREATORS["precomputed"] = _precomputed.create
+_OPENERS["precomputed"] = _precomputed.open
 
 
 def open(
@@ -50,7 +53,7 @@ def open(
             return _create(store, "zarr3", path, "w-", create_kwargs)
         raise ShardStoreError(
             f"no array or group found at {path or '/'!r} in {store!r} (looked for the metadata "
-            "of Zarr v3, bcolz, N5)"
+            "of Zarr v3, bcolz, N5, precomputed)"
         )
     if create_kwargs:
         raise TypeError(f"unexpected arguments for opening an existing node: {sorted(create_kwargs)}")

@@ -12,6 +12,7 @@ _MARKERS: list[tuple[str, str]] = [
     ("n5", "attributes.json"),  # N5 dataset or group (after zarr.json: a zarr.json wins)
     ("bcolz", "__rootdirs__"),  # ctable
     ("bcolz", "meta/sizes"),  # carray
+    ("precomputed", "info"),  # Neuroglancer precomputed volume
 ]
 
 

@@ -1,0 +1,193 @@
+"""``open_kv``: a Neuroglancer ``neuroglancer_uint64_sharded_v1`` map as a mapping of int -> bytes.
+
+The same sharded format holds the chunks of sharded precomputed volumes and the meshes and
+skeletons of segmentations; this is the stand-alone view of it (what tensorstore calls the
+``neuroglancer_uint64_sharded`` kvstore). The sharding spec comes from the ``sharding``
+argument or from an ``info`` file in the directory: either the spec itself (``@type``
+``neuroglancer_uint64_sharded_v1``) or a mesh / skeleton ``info`` with a ``sharding`` member.
+
+A synchronous facade over ``sharding.uint64.Uint64ShardedStore``; every batch method
+(``get_many``, ``update``, ``delete_many``) is one batch of the adapter, so ``update`` rewrites
+each touched shard once.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+import os
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
+from typing import Any
+
+from ..._sync import sync
+from ...errors import ContainsNodeError, InvalidKeyError, MetadataError
+from ...sharding._uint64_format import SHARDING_TYPE, UINT64_MAX, ShardingSpec
+from ...sharding.uint64 import CompleteShard, Uint64ShardedStore
+from ...store.base import Store
+from ...store.registry import MODES, store_from_url
+
+__all__ = ["open_kv", "ShardedKV"]
+
+INFO_KEY = "info"
+
+
+def _key(key: object) -> int:
+    """A uint64 key from an int-like value (numpy integers included; bool refused)."""
+    if isinstance(key, bool):
+        raise InvalidKeyError(f"keys are uint64 integers, got {key!r}")
+    try:
+        k = operator.index(key)  # type: ignore[arg-type]
+    except TypeError:
+        raise InvalidKeyError(f"keys are uint64 integers, got {type(key).__name__}: {key!r}") from None
+    if not 0 <= k <= UINT64_MAX:
+        raise InvalidKeyError(f"key {k} is outside the uint64 range [0, 2**64 - 1]")
+    return k
+
+
+class ShardedKV(MutableMapping[int, bytes]):
+    """uint64 keys -> bytes values stored in ``neuroglancer_uint64_sharded_v1`` shards."""
+
+    def __init__(self, store: Uint64ShardedStore) -> None:
+        self.store = store
+        self._here = store.runs_on_any_loop  # reads may run on the caller's own loop
+
+    @property
+    def spec(self) -> ShardingSpec:
+        return self.store.spec
+
+    @property
+    def read_only(self) -> bool:
+        return self.store.read_only
+
+    def __repr__(self) -> str:
+        return f"ShardedKV({self.store!r})"
+
+    # -- reads ------------------------------------------------------------------------------
+    def __getitem__(self, key: int) -> bytes:
+        (value,) = sync(self.store.get_many_ids([_key(key)]), here=self._here)
+        if value is None:
+            raise KeyError(key)
+        return value
+
+    def get(self, key: int, default: Any = None) -> Any:  # type: ignore[override]
+        (value,) = sync(self.store.get_many_ids([_key(key)]), here=self._here)
+        return default if value is None else value
+
+    def __contains__(self, key: object) -> bool:
+        try:
+            k = _key(key)
+        except InvalidKeyError:
+            return False
+        return sync(self.store.exists_id(k), here=self._here)
+
+    def get_many(self, keys: Iterable[int]) -> dict[int, bytes | None]:
+        """Values of many keys in one batch: ``{key: value, or None when absent}``.
+
+        Each shard's indexes are fetched once and the value ranges of a shard coalesced.
+        """
+        ks = [_key(k) for k in keys]
+        values = sync(self.store.get_many_ids(ks), here=self._here)
+        return dict(zip(ks, values))
+
+    def keys(self) -> Iterator[int]:  # type: ignore[override]
+        """Every key, shard by shard (each shard's minishard indexes are read)."""
+        return iter(self._all_keys())
+
+    def _all_keys(self) -> list[int]:
+        async def collect() -> list[int]:
+            return [int(k) async for k in self.store.list_prefix("")]
+
+        return sync(collect(), here=self._here)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._all_keys())
+
+    def __len__(self) -> int:
+        return len(self._all_keys())
+
+    # -- writes -----------------------------------------------------------------------------
+    def __setitem__(self, key: int, value: bytes) -> None:
+        self.update({key: value})
+
+    def __delitem__(self, key: int) -> None:
+        if key not in self:
+            raise KeyError(key)
+        self.delete_many([key])
+
+    def update(self, other: Mapping[int, bytes | None] | Iterable[tuple[int, bytes | None]] = (), **kw: Any) -> None:  # type: ignore[override]
+        """Write many keys in one batch (each touched shard rewritten once); a None value deletes."""
+        if kw:
+            raise TypeError("ShardedKV keys are integers; keyword arguments are not keys")
+        items = other.items() if isinstance(other, Mapping) else other
+        batch = [(_key(k), v) for k, v in items]  # values are checked by the adapter
+        if batch:
+            sync(self.store.set_many_ids(batch))
+
+    def delete_many(self, keys: Iterable[int]) -> None:
+        """Remove many keys in one batch; absent keys are ignored."""
+        self.update([(k, None) for k in keys])
+
+    def invalidate(self) -> None:
+        """Forget cached indexes (after another process changed the shards)."""
+        self.store.invalidate()
+
+
+def _spec_from_info(info: object, where: str) -> ShardingSpec:
+    if isinstance(info, dict) and info.get("@type") == SHARDING_TYPE:
+        return ShardingSpec.from_json(info, where)
+    if isinstance(info, dict) and isinstance(info.get("sharding"), dict):
+        return ShardingSpec.from_json(info["sharding"], f"{where} 'sharding'")
+    if isinstance(info, dict) and "scales" in info:
+        raise MetadataError(
+            f"{where} describes a precomputed volume; open the sharded key-value store of one scale "
+            "by its directory (the scale key) with the scale's 'sharding' spec"
+        )
+    raise MetadataError(
+        f"{where} has no sharding spec: expected '@type': {SHARDING_TYPE!r} or a 'sharding' member"
+    )
+
+
+def open_kv(
+    path_or_store: str | os.PathLike[str] | Store,
+    sharding: Mapping[str, Any] | ShardingSpec | None = None,
+    mode: str = "r",
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    complete_shard: CompleteShard | None = None,
+) -> ShardedKV:
+    """Open the sharded uint64 key-value store in a directory (path, URL or Store).
+
+    ``sharding``: the spec (JSON dict or ShardingSpec); when None it is read from the ``info``
+    file there. ``mode``: ``"r"`` read-only; ``"r+"`` read-write, must exist (an ``info``, or
+    a ``sharding`` given); ``"a"`` read-write, creating an ``info`` holding the spec when
+    there is none; ``"w"`` create, removing every shard file (and info) first; ``"w-"``
+    create, failing if an ``info`` exists. A ``sharding`` that disagrees with an existing
+    ``info`` is a MetadataError.
+    """
+    if mode not in MODES:
+        raise ValueError(f"invalid mode {mode!r}; expected one of {list(MODES)}")
+    store = store_from_url(path_or_store, mode=mode, storage_options=storage_options)
+    where = f"{INFO_KEY!r} in {store!r}"
+    raw = sync(store.get(INFO_KEY))
+    if raw is not None and mode == "w-":
+        raise ContainsNodeError(f"{where} already exists (mode='w-')")
+    info_spec = None
+    if raw is not None and mode != "w":
+        try:
+            info = json.loads(raw)
+        except ValueError as e:
+            raise MetadataError(f"{where} is not valid JSON: {e}") from e
+        info_spec = _spec_from_info(info, where)
+    given = sharding if isinstance(sharding, ShardingSpec) or sharding is None else ShardingSpec.from_json(sharding, "sharding argument")
+    if given is not None and info_spec is not None and given != info_spec:
+        raise MetadataError(f"the sharding argument {given.to_json()} disagrees with {where}: {info_spec.to_json()}")
+    spec = given or info_spec
+    if spec is None:
+        raise MetadataError(f"no sharding spec: {where} is missing and no sharding argument was given")
+    if mode == "w":
+        adapter = Uint64ShardedStore(store, spec)
+        stems = sync(adapter._shard_stems())
+        sync(store.set_many([(f"{s}.{ext}", None) for s in stems for ext in ("shard", "index", "data")]))
+    if mode in ("a", "w", "w-") and (info_spec is None):
+        sync(store.set(INFO_KEY, json.dumps(spec.to_json(), indent=1).encode()))
+    return ShardedKV(Uint64ShardedStore(store, spec, complete_shard=complete_shard))

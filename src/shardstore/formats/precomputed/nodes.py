@@ -1,0 +1,187 @@
+"""Precomputed volumes: ``open`` a scale, ``create`` a volume, ``add_scale`` to one."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..._sync import sync
+from ...core.array import Array, AsyncArray
+from ...errors import ContainsNodeError, MetadataError, ShardStoreError
+from ...store.base import Store
+from ...store.registry import store_from_url
+from .driver import EncodingOptions, PrecomputedDriver, info_key
+from .metadata import VolumeInfo, default_key, encode_info, parse_info
+
+__all__ = ["open", "create", "add_scale", "read_info", "DEFAULT_CHUNK"]
+
+StoreLike = str | Path | Store
+#: chunk size when a scale does not give one (tensorstore picks about 64^3 too)
+DEFAULT_CHUNK = (64, 64, 64)
+
+
+def _resolve(store_like: StoreLike, path: str | None, mode: str) -> tuple[Store, str]:
+    return store_from_url(store_like, mode=mode), (path or "").strip("/")
+
+
+async def _read_info(store: Store, path: str) -> VolumeInfo | None:
+    key = info_key(path)
+    raw = await store.get(key)
+    return None if raw is None else parse_info(raw, f"{key!r} in {store!r}")
+
+
+def read_info(store: StoreLike, *, path: str | None = None) -> dict[str, Any]:
+    """The validated ``info`` of a volume as JSON data."""
+    base, path = _resolve(store, path, "r")
+    info = sync(_read_info(base, path))
+    if info is None:
+        raise ShardStoreError(f"no precomputed volume at {info_key(path)!r} in {base!r}")
+    return info.to_dict()
+
+
+def _array(base: Store, path: str, info: VolumeInfo, index: int, read_only: bool, options: EncodingOptions) -> Array:
+    driver = PrecomputedDriver(base, path, info, index, options)
+    name = f"{path}/{info.scales[index].key}" if path else info.scales[index].key
+    return Array(AsyncArray(driver, read_only=read_only, name=name))
+
+
+def open(
+    store: StoreLike,
+    scale: int | str = 0,
+    mode: str = "r",
+    *,
+    path: str | None = None,
+    jpeg_quality: int | None = None,
+    png_level: int | None = None,
+) -> Array:
+    """Open one scale (by index or key) of a precomputed volume as a ``[x, y, z, channel]`` array.
+
+    ``mode``: "r" (read-only), "r+" or "a" (read/write). ``jpeg_quality`` / ``png_level`` are
+    writer options (default: the scale's ``jpeg_quality`` / ``png_level`` member, else 75 / the
+    PNG library's default).
+    """
+    if mode not in ("r", "r+", "a"):
+        raise ValueError(f"open() takes mode 'r', 'r+' or 'a', got {mode!r}; use create() to create")
+    base, path = _resolve(store, path, mode)
+    info = sync(_read_info(base, path))
+    if info is None:
+        raise ShardStoreError(f"no precomputed volume at {info_key(path)!r} in {base!r}")
+    index = info.scale_index(scale, info_key(path))
+    return _array(base, path, info, index, mode == "r", EncodingOptions(jpeg_quality, png_level))
+
+
+def _scale_doc(scale: dict[str, Any]) -> dict[str, Any]:
+    """A user's scale description with defaults filled, as ``info`` JSON."""
+    if not isinstance(scale, dict):
+        raise MetadataError(f"a scale must be a dict (size, resolution, chunk_sizes, encoding, ...), got {scale!r}")
+    doc = {k: (list(v) if isinstance(v, tuple) else copy.deepcopy(v)) for k, v in scale.items()}
+    if "chunk_size" in doc:  # the singular spelling, for convenience
+        if "chunk_sizes" in doc:
+            raise MetadataError("give 'chunk_size' or 'chunk_sizes', not both")
+        doc["chunk_sizes"] = [list(doc.pop("chunk_size"))]
+    if "size" not in doc:
+        raise MetadataError(f"scale {scale!r} needs a 'size' [x, y, z]")
+    doc["size"] = [int(s) for s in doc["size"]]
+    doc.setdefault("resolution", [1, 1, 1])
+    doc["resolution"] = list(doc["resolution"])
+    doc.setdefault("voxel_offset", [0, 0, 0])
+    doc["voxel_offset"] = [int(v) for v in doc["voxel_offset"]]
+    doc.setdefault("chunk_sizes", [[min(c, max(s, 1)) for c, s in zip(DEFAULT_CHUNK, doc["size"])]])
+    doc["chunk_sizes"] = [[int(c) for c in cs] for cs in doc["chunk_sizes"]]
+    doc.setdefault("encoding", "raw")
+    doc.setdefault("key", default_key(doc["resolution"]))
+    if doc["encoding"] == "compressed_segmentation":
+        doc.setdefault("compressed_segmentation_block_size", [8, 8, 8])
+        doc["compressed_segmentation_block_size"] = list(doc["compressed_segmentation_block_size"])
+    if doc.get("sharding") is None:
+        doc.pop("sharding", None)
+    return doc
+
+
+def create(
+    store: StoreLike,
+    *,
+    data_type: Any,
+    scales: Sequence[dict[str, Any]],
+    type: str = "image",
+    num_channels: int = 1,
+    mode: str = "w-",
+    path: str | None = None,
+    attributes: dict[str, Any] | None = None,
+    jpeg_quality: int | None = None,
+    png_level: int | None = None,
+) -> Array:
+    """Create a precomputed volume (its ``info``) and return its first scale, writable.
+
+    Each scale is a dict of ``info`` members: ``size`` (required), ``resolution`` (default
+    [1, 1, 1]), ``voxel_offset`` ([0, 0, 0]), ``chunk_sizes`` or ``chunk_size`` (64^3 clipped to
+    the size), ``encoding`` ("raw"; "jpeg", "png", "compressed_segmentation"),
+    ``compressed_segmentation_block_size`` ([8, 8, 8]), ``sharding`` (a
+    ``neuroglancer_uint64_sharded_v1`` spec, or None), ``key`` (default ``"4_4_40"`` from the
+    resolution). ``attributes`` become extra ``info`` members (``mesh``, ...). ``mode="w-"``
+    refuses an existing volume, ``"w"`` deletes everything below ``path`` first.
+    """
+    if mode not in ("w", "w-"):
+        raise ValueError(f"create() takes mode 'w' or 'w-', got {mode!r}; use open() to open")
+    base, path = _resolve(store, path, "w")
+    dtype_name = np.dtype(data_type).name if not isinstance(data_type, str) else data_type.lower()
+    if not scales:
+        raise MetadataError("create() needs at least one scale")
+    doc: dict[str, Any] = dict(copy.deepcopy(attributes or {}))
+    doc.update({
+        "@type": "neuroglancer_multiscale_volume",
+        "type": type,
+        "data_type": dtype_name,
+        "num_channels": num_channels,
+        "scales": [_scale_doc(s) for s in scales],
+    })
+    key = info_key(path)
+    info = parse_info(doc, f"new {key!r}")  # what we write is what we read
+    options = EncodingOptions(jpeg_quality, png_level)
+    arrays = [PrecomputedDriver(base, path, info, i, options) for i in range(len(info.scales))]  # validate all
+
+    async def write() -> None:
+        if mode == "w-" and await base.exists(key):
+            raise ContainsNodeError(f"a precomputed volume already exists at {key!r} in {base!r} (use mode='w' to replace it)")
+        if mode == "w":
+            await base.delete_prefix(f"{path}/" if path else "")
+        await base.set(key, encode_info(info))
+
+    sync(write())
+    return _array(base, path, arrays[0].info, 0, False, options)
+
+
+def add_scale(
+    store: StoreLike,
+    scale: dict[str, Any] | None = None,
+    *,
+    path: str | None = None,
+    jpeg_quality: int | None = None,
+    png_level: int | None = None,
+    **members: Any,
+) -> Array:
+    """Append a scale to an existing volume's ``info``; return it as a writable array.
+
+    The scale is a dict of ``info`` members (or keyword arguments), as in ``create``.
+    """
+    base, path = _resolve(store, path, "r+")
+    spec = {**(scale or {}), **members}
+    key = info_key(path)
+
+    async def update() -> VolumeInfo:
+        raw = await base.get(key)
+        if raw is None:
+            raise ShardStoreError(f"no precomputed volume at {key!r} in {base!r}")
+        doc = parse_info(raw, key).to_dict()
+        doc["scales"].append(_scale_doc(spec))
+        info = parse_info(doc, key)  # rejects a duplicate key or an inconsistent scale
+        PrecomputedDriver(base, path, info, len(info.scales) - 1)
+        await base.set(key, encode_info(info))
+        return info
+
+    info = sync(update())
+    return _array(base, path, info, len(info.scales) - 1, False, EncodingOptions(jpeg_quality, png_level))
