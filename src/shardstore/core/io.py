@@ -28,7 +28,7 @@ __all__ = ["read_into", "read_into_now", "write_from", "reshape_chunks", "UnitLo
 
 #: write groups (shards) in flight; each holds its encoded chunks until written
 WRITE_GROUPS_IN_FLIGHT = 2
-#: chunks per write batch when every chunk is its own write unit (unsharded formats)
+#: chunks per batch when every chunk is its own write unit (unsharded formats)
 WRITE_BATCH_CHUNKS = 16
 #: read groups in flight; each holds its fetched (compressed) bytes until decoded
 READ_GROUPS_IN_FLIGHT = 8
@@ -41,6 +41,11 @@ INLINE_READ_CHUNKS = 2
 
 
 def _group(layout: ChunkLayout, projections: Iterable[ChunkProjection]) -> list[list[ChunkProjection]]:
+    """Projections grouped by write unit (shard); one-chunk units are batched together, so
+    that a group's chunks spread over the codec pool and reach the store as one batch."""
+    if layout.one_chunk_units:
+        flat = list(projections)
+        return [flat[i : i + WRITE_BATCH_CHUNKS] for i in range(0, len(flat), WRITE_BATCH_CHUNKS)]
     groups: dict[tuple[int, ...], list[ChunkProjection]] = {}
     for p in projections:
         groups.setdefault(layout.write_unit(p.coords), []).append(p)
@@ -311,11 +316,6 @@ async def write_from(
                 await asyncio.sleep(0.01 * 2 ** min(attempt, 6) * (0.5 + random.random()))
 
     groups = _group(layout, projections)
-    if len(groups) > 1 and all(r == 1 for r in layout.write_ratio):
-        # unsharded: one chunk per unit; batch units so that encoding spreads over the pool
-        # and the store gets one set_many per batch instead of one per chunk
-        flat = [p for g in groups for p in g]
-        groups = [flat[i : i + WRITE_BATCH_CHUNKS] for i in range(0, len(flat), WRITE_BATCH_CHUNKS)]
     await _bounded(WRITE_GROUPS_IN_FLIGHT, [lambda g=g: write_group(g) for g in groups])
 
 

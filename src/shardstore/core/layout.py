@@ -67,6 +67,9 @@ class ChunkLayout:
     store_fill_chunks: bool = False
     #: "fill": a missing chunk reads as the fill value; "error": ChunkNotFoundError naming it
     missing_chunks: Literal["fill", "error"] = "fill"
+    #: the write unit of a chunk when it is not a box of ``write_ratio`` chunks (shards
+    #: chosen by hash, as in sharded precomputed); overrides ``write_ratio``
+    write_unit_of: Callable[[tuple[int, ...]], tuple[int, ...]] | None = None
     _specs: dict[tuple[int, ...], ChunkSpec] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -88,7 +91,14 @@ class ChunkLayout:
         return self.chunk_spec.with_shape(shape)
 
     def write_unit(self, coords: tuple[int, ...]) -> tuple[int, ...]:
+        if self.write_unit_of is not None:
+            return self.write_unit_of(coords)
         return tuple(c // r for c, r in zip(coords, self.write_ratio))
+
+    @property
+    def one_chunk_units(self) -> bool:
+        """Whether every chunk is its own write unit (unsharded): the core then batches units."""
+        return self.write_unit_of is None and all(r == 1 for r in self.write_ratio)
 
     def with_shape(self, shape: tuple[int, ...]) -> ChunkLayout:
         """This layout for an array of ``shape`` (same chunks, keys and store).

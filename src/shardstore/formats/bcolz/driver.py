@@ -28,10 +28,6 @@ from .metadata import ATTRS_KEY, SIZES_KEY, STORAGE_KEY, Sizes, Storage, dump_js
 __all__ = ["BcolzDriver", "read_driver"]
 
 
-#: chunk files per core I/O batch (see ``_build_layout``)
-BATCH_CHUNKS = 8
-
-
 def _key(path: str, key: str) -> str:
     return f"{path}/{key}" if path else key
 
@@ -93,10 +89,6 @@ class BcolzDriver(FormatDriver):
             pipeline=pipeline,
             store=self.store,
             chunk_key=lambda coords: chunk_file_key(path, coords[0]),
-            # chunk files are independent; grouping several per "write unit" only batches them,
-            # so that the core encodes/decodes a group across its thread pool (one-chunk groups
-            # are coded one at a time on the event loop thread)
-            write_ratio=(BATCH_CHUNKS, *(1 for _ in shape[1:])),
             edge_chunks="clipped",
             describe_key=lambda key: f"bcolz chunk file {self.where(key)}",
             store_fill_chunks=True,

@@ -25,19 +25,6 @@ from .metadata import DatasetMetadata, attributes_key, encode_json
 
 __all__ = ["N5Driver", "block_key_fn"]
 
-#: blocks per core I/O unit along the fastest C-order axes (last first): the core codes a
-#: unit's blocks across its thread pool with one get_many / set_many per unit, where one-block
-#: units would be coded one at a time on the event loop thread
-_BATCH = (4, 4, 2)
-
-
-def _batch(ndim: int) -> tuple[int, ...]:
-    ratio = [1] * ndim
-    for i, r in enumerate(_BATCH[:ndim]):
-        ratio[ndim - 1 - i] = r
-    return tuple(ratio)
-
-
 def block_key_fn(path: str) -> Callable[[tuple[int, ...]], str]:
     """Chunk coords (C order) -> block key (N5 order) under the dataset at ``path``."""
     prefix = f"{path}/" if path else ""
@@ -80,7 +67,6 @@ class N5Driver(FormatDriver):
             pipeline=pipeline,
             store=self.store,
             chunk_key=block_key_fn(self.path),
-            write_ratio=_batch(len(meta.shape)),
             edge_chunks="clipped",
             describe_key=lambda key: f"N5 block {key!r}",
         )

@@ -18,7 +18,7 @@ import copy
 import functools
 import posixpath
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -46,9 +46,6 @@ _MODELED = frozenset({"@type", "type", "data_type", "num_channels", "scales"})
 #: larger ones always read-merge-write (correct, one extra GET per shard written)
 _MAX_COUNTED_CHUNKS = 1 << 22
 _MAX_MURMUR_COUNTED = 1 << 20
-#: unsharded chunks are batched 4x4x4 per write unit: the core decodes a unit's chunks in
-#: parallel and issues one get_many / set_many per unit (one chunk per unit runs serially)
-_BATCH = (4, 4, 4)
 
 
 def info_key(path: str) -> str:
@@ -89,15 +86,6 @@ def morton_codes(grid_shape: tuple[int, ...]) -> np.ndarray:
 
 
 @dataclass
-class _ShardedLayout(ChunkLayout):
-    """A layout whose write units are shards chosen by hash, not boxes of chunks."""
-
-    shard_of: Callable[[tuple[int, ...]], int] = field(default=lambda coords: 0, repr=False)
-
-    def write_unit(self, coords: tuple[int, ...]) -> tuple[int, ...]:
-        return (self.shard_of(coords),)
-
-
 class PrecomputedDriver(FormatDriver):
     """Scale ``index`` of the precomputed volume whose ``info`` is at ``path`` in ``store``."""
 
@@ -163,7 +151,6 @@ class PrecomputedDriver(FormatDriver):
             return ChunkLayout(
                 store=self.store,
                 chunk_key=_chunk_name_fn(prefix, scale),
-                write_ratio=(*_BATCH, 1),
                 describe_key=lambda key: f"chunk file {key!r}",
                 **common,
             )
@@ -179,14 +166,11 @@ class PrecomputedDriver(FormatDriver):
         def describe(key: str) -> str:
             return f"chunk {key} in shard file {prefix}/{store.shard_file(int(key))!s}"
 
-        return _ShardedLayout(
+        return ChunkLayout(
             store=store,
-            # not boxes of chunks (write_unit decides); not all ones either, which the core
-            # takes for "unsharded" and re-batches across units, splitting shards
-            write_ratio=(*grid_shape, 1),
             chunk_key=lambda coords: str(code(coords)),
             describe_key=describe,
-            shard_of=lambda coords: sharding.locate(code(coords))[0],
+            write_unit_of=lambda coords: (sharding.locate(code(coords))[0],),  # shard by hash
             **common,
         )
 
