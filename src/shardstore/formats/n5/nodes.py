@@ -15,7 +15,8 @@ import numpy as np
 
 from ..._sync import sync
 from ...codecs.n5_block import DEFAULT_MAX_VARLENGTH_NBYTES, compression_from_n5
-from ...core.array import Array, AsyncArray, Attributes
+from ...core.array import Array, AsyncArray
+from ...core.group import GroupBase
 from ...errors import (
     ChunkNotFoundError,
     CodecError,
@@ -276,27 +277,14 @@ class _GroupDriver:
         await self.store.set(attributes_key(self.path), encode_json(self.meta.to_dict()))
 
 
-class Group:
+class Group(GroupBase):
     """An N5 group: attributes plus children (sub-directories: datasets and groups)."""
 
     def __init__(self, store: Store, path: str, meta: GroupMetadata, read_only: bool) -> None:
-        self.store = store
-        self.path = path
-        self.read_only = read_only
-        self._driver = _GroupDriver(store, path, meta)
+        super().__init__(store, path, _GroupDriver(store, path, meta), read_only)
 
     def __repr__(self) -> str:
         return f"<shardstore.n5.Group {self.path or '/'} in {self.store!r}>"
-
-    @property
-    def attrs(self) -> Attributes:
-        return Attributes(self, self._driver, self.read_only)
-
-    def _child(self, name: str) -> str:
-        name = name.strip("/")
-        if not name or any(p in ("", ".", "..") for p in name.split("/")):
-            raise KeyError(f"invalid child name {name!r}")
-        return f"{self.path}/{name}" if self.path else name
 
     def keys(self) -> list[str]:
         """Names of the sub-directories (every directory is an N5 group or dataset), sorted."""

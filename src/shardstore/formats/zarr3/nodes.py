@@ -12,7 +12,8 @@ from ..._sync import sync
 from ...codecs.base import ChunkSpec
 from ...codecs.pipeline import CodecPipeline
 from ...codecs.registry import codec_from_config
-from ...core.array import Array, AsyncArray, Attributes
+from ...core.array import Array, AsyncArray
+from ...core.group import GroupBase
 from ...errors import ContainsNodeError, MetadataError, ShardStoreError
 from ...store.base import Store
 from ...store.registry import store_from_url
@@ -240,27 +241,14 @@ class _GroupDriver:
         await self.store.set(metadata_key(self.path), encode_json(self.meta.to_dict()))
 
 
-class Group:
+class Group(GroupBase):
     """A Zarr v3 group: attributes plus named children (arrays and groups)."""
 
     def __init__(self, store: Store, path: str, meta: GroupMetadata, read_only: bool) -> None:
-        self.store = store
-        self.path = path
-        self.read_only = read_only
-        self._driver = _GroupDriver(store, path, meta)
+        super().__init__(store, path, _GroupDriver(store, path, meta), read_only)
 
     def __repr__(self) -> str:
         return f"<shardstore.Group zarr3 {self.path or '/'} in {self.store!r}>"
-
-    @property
-    def attrs(self) -> Attributes:
-        return Attributes(self, self._driver, self.read_only)
-
-    def _child(self, name: str) -> str:
-        name = name.strip("/")
-        if not name or any(p in ("", ".", "..") for p in name.split("/")):
-            raise KeyError(f"invalid child name {name!r}")
-        return f"{self.path}/{name}" if self.path else name
 
     def keys(self) -> list[str]:
         """Names of the children that have a ``zarr.json``, sorted."""

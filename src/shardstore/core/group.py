@@ -1,0 +1,31 @@
+"""What every format's group shares: its store and path, attributes, and child paths."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..store.base import Store
+from .array import Attributes
+
+__all__ = ["GroupBase"]
+
+
+class GroupBase:
+    """A group node; ``driver`` persists its attributes (``attributes`` / ``set_attributes``)."""
+
+    def __init__(self, store: Store, path: str, driver: Any, read_only: bool) -> None:
+        self.store = store
+        self.path = path
+        self.read_only = read_only
+        self._driver = driver
+
+    @property
+    def attrs(self) -> Attributes:
+        return Attributes(self, self._driver, self.read_only)
+
+    def _child(self, name: str) -> str:
+        """The path of child ``name`` (which may hold '/'), refusing empty, '.' and '..' parts."""
+        name = name.strip("/")
+        if not name or any(p in ("", ".", "..") for p in name.split("/")):
+            raise KeyError(f"invalid child name {name!r}")
+        return f"{self.path}/{name}" if self.path else name
