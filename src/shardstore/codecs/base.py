@@ -193,3 +193,30 @@ class BytesBytesCodec(Codec):
         """An upper bound on the encoded size of ``n`` input bytes."""
         fixed = self.encoded_size(n)
         return fixed if fixed is not None else expansion_bound(n)
+
+
+class N5Compression:
+    """Mixin: a codec's N5 ``compression`` object, read and written back verbatim.
+
+    N5 writers add members others do not know (n5-blosc's ``nthreads``), so what was parsed is
+    kept and written back as it was; a codec made in code writes ``_n5_members()``.
+    """
+
+    #: the N5 JSON this codec was parsed from (kept verbatim), see ``from_n5``
+    _n5_source: dict[str, Any] | None = None
+
+    @classmethod
+    def from_n5(cls, config: dict[str, Any]) -> Any:
+        codec = cls._from_n5(config)
+        codec._n5_source = dict(config)
+        return codec
+
+    def to_n5(self) -> dict[str, Any]:
+        return dict(self._n5_source) if self._n5_source is not None else self._n5_members()
+
+    @classmethod
+    def _from_n5(cls, config: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def _n5_members(self) -> dict[str, Any]:
+        raise NotImplementedError

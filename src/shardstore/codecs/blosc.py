@@ -19,7 +19,7 @@ import numcodecs.blosc as _blosc
 import numpy as np
 
 from ..errors import CodecError, MetadataError, UnsupportedFeatureError
-from .base import BytesBytesCodec, ChunkSpec
+from .base import BytesBytesCodec, ChunkSpec, N5Compression
 from .registry import register_codec
 
 __all__ = ["BloscCodec", "BloscHeader", "read_blosc_header"]
@@ -86,7 +86,7 @@ def _check_int(value: Any, member: str, lo: int, hi: int | None = None) -> int:
 
 @register_codec("blosc", namespace="n5")
 @register_codec("blosc")
-class BloscCodec(BytesBytesCodec):
+class BloscCodec(N5Compression, BytesBytesCodec):
     """``blosc``: ``cname``, ``clevel`` 0-9, ``shuffle``, ``typesize`` (filled from the dtype by
     ``bind`` when absent) and ``blocksize`` (0 = automatic)."""
 
@@ -159,13 +159,11 @@ class BloscCodec(BytesBytesCodec):
         return bound
 
     # -- N5 (n5-blosc) ----------------------------------------------------------------------
-    #: the N5 JSON this codec was parsed from (kept verbatim), see ``from_n5``
-    _n5_source: dict[str, Any] | None = None
     #: N5 ``shuffle: -1``: chosen from the element size by ``bind``
     _n5_autoshuffle: bool = False
 
     @classmethod
-    def from_n5(cls, config: dict[str, Any]) -> BloscCodec:
+    def _from_n5(cls, config: dict[str, Any]) -> BloscCodec:
         """From N5 ``{"type": "blosc", "cname", "clevel", "shuffle": int, "blocksize"?,
         "typesize"?, "nthreads"?}``."""
         missing = {"cname", "clevel", "shuffle"} - set(config)
@@ -189,14 +187,11 @@ class BloscCodec(BytesBytesCodec):
             blocksize=config.get("blocksize", 0),
         )
         codec._n5_autoshuffle = shuffle == -1
-        codec._n5_source = dict(config)
         return codec
 
-    def to_n5(self) -> dict[str, Any]:
+    def _n5_members(self) -> dict[str, Any]:
         """The N5 compression object (as parsed, else without ``nthreads``, which tensorstore
         refuses)."""
-        if self._n5_source is not None:
-            return dict(self._n5_source)
         conf: dict[str, Any] = {
             "type": "blosc", "cname": self.cname, "clevel": self.clevel,
             "shuffle": SHUFFLES.index(self.shuffle), "blocksize": self.blocksize,

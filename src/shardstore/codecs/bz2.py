@@ -10,7 +10,7 @@ import bz2 as _bz2
 from typing import Any
 
 from ..errors import CodecError, MetadataError
-from .base import BytesBytesCodec, ChunkSpec
+from .base import BytesBytesCodec, ChunkSpec, N5Compression
 from .registry import register_codec
 
 __all__ = ["Bz2Codec", "bunzip2"]
@@ -50,11 +50,10 @@ def bunzip2(data: bytes | memoryview, max_size: int) -> bytes:
 
 
 @register_codec("bzip2", namespace="n5")
-class Bz2Codec(BytesBytesCodec):
+class Bz2Codec(N5Compression, BytesBytesCodec):
     """``bzip2``: ``block_size`` 1-9 (x 100 kB; the compression level)."""
 
     name = "bzip2"
-    _n5_source: dict[str, Any] | None = None
 
     def __init__(self, block_size: int = _DEFAULT_BLOCK_SIZE) -> None:
         if not isinstance(block_size, int) or isinstance(block_size, bool) or not 1 <= block_size <= 9:
@@ -69,14 +68,10 @@ class Bz2Codec(BytesBytesCodec):
         return {"name": "bzip2", "configuration": {"level": self.block_size}}
 
     @classmethod
-    def from_n5(cls, config: dict[str, Any]) -> Bz2Codec:
-        codec = cls(config.get("blockSize", _DEFAULT_BLOCK_SIZE))
-        codec._n5_source = dict(config)
-        return codec
+    def _from_n5(cls, config: dict[str, Any]) -> Bz2Codec:
+        return cls(config.get("blockSize", _DEFAULT_BLOCK_SIZE))
 
-    def to_n5(self) -> dict[str, Any]:
-        if self._n5_source is not None:
-            return dict(self._n5_source)
+    def _n5_members(self) -> dict[str, Any]:
         return {"type": "bzip2", "blockSize": self.block_size}
 
     def encode(self, data: bytes, spec: ChunkSpec) -> bytes:

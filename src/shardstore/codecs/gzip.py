@@ -16,7 +16,7 @@ import zlib
 from typing import Any
 
 from ..errors import CodecError, MetadataError
-from .base import BytesBytesCodec, ChunkSpec
+from .base import BytesBytesCodec, ChunkSpec, N5Compression
 from .registry import register_codec
 
 try:  # optional accelerator; same stream format
@@ -76,12 +76,10 @@ def gunzip(data: bytes, max_size: int, wbits: int = _GZIP_WBITS) -> bytes:
 
 @register_codec("gzip", namespace="n5")
 @register_codec("gzip")
-class GzipCodec(BytesBytesCodec):
+class GzipCodec(N5Compression, BytesBytesCodec):
     """``gzip``: ``level`` 0 (stored) to 9 (smallest); ``use_zlib`` (N5 only): zlib framing."""
 
     name = "gzip"
-    #: the N5 JSON this codec was parsed from (kept verbatim), see ``from_n5``
-    _n5_source: dict[str, Any] | None = None
 
     def __init__(self, level: int = _DEFAULT_LEVEL, use_zlib: bool = False) -> None:
         if not isinstance(level, int) or isinstance(level, bool) or not 0 <= level <= 9:
@@ -92,19 +90,15 @@ class GzipCodec(BytesBytesCodec):
         self.use_zlib = use_zlib
 
     @classmethod
-    def from_n5(cls, config: dict[str, Any]) -> GzipCodec:
+    def _from_n5(cls, config: dict[str, Any]) -> GzipCodec:
         """From N5 ``{"type": "gzip", "level": -1..9, "useZlib": bool}`` (-1 = zlib's 6)."""
         level = config.get("level", -1)
         if isinstance(level, int) and not isinstance(level, bool) and level == -1:
             level = _DEFAULT_LEVEL
-        codec = cls(level, config.get("useZlib", False))
-        codec._n5_source = dict(config)
-        return codec
+        return cls(level, config.get("useZlib", False))
 
-    def to_n5(self) -> dict[str, Any]:
+    def _n5_members(self) -> dict[str, Any]:
         """The N5 compression object (as parsed, else complete with ``useZlib``)."""
-        if self._n5_source is not None:
-            return dict(self._n5_source)
         return {"type": "gzip", "level": self.level, "useZlib": self.use_zlib}
 
     @classmethod

@@ -23,7 +23,7 @@ import lz4.block as _lz4
 import xxhash
 
 from ..errors import ChecksumError, CodecError, MetadataError
-from .base import BytesBytesCodec, ChunkSpec
+from .base import BytesBytesCodec, ChunkSpec, N5Compression
 from .registry import register_codec
 
 __all__ = ["MAGIC", "Lz4Codec", "lz4_block_stream_decode", "lz4_block_stream_encode"]
@@ -129,11 +129,10 @@ def lz4_bare_decode(data: bytes | memoryview, size: int) -> bytes:
 
 
 @register_codec("lz4", namespace="n5")
-class Lz4Codec(BytesBytesCodec):
+class Lz4Codec(N5Compression, BytesBytesCodec):
     """``lz4``: ``block_size`` of the lz4-java stream (below 64: a z5py level, bare blocks)."""
 
     name = "lz4"
-    _n5_source: dict[str, Any] | None = None
 
     def __init__(self, block_size: int = _DEFAULT_BLOCK_SIZE) -> None:
         if (
@@ -159,14 +158,10 @@ class Lz4Codec(BytesBytesCodec):
         return {"name": "lz4", "configuration": {"blockSize": self.block_size}}
 
     @classmethod
-    def from_n5(cls, config: dict[str, Any]) -> Lz4Codec:
-        codec = cls(config.get("blockSize", _DEFAULT_BLOCK_SIZE))
-        codec._n5_source = dict(config)
-        return codec
+    def _from_n5(cls, config: dict[str, Any]) -> Lz4Codec:
+        return cls(config.get("blockSize", _DEFAULT_BLOCK_SIZE))
 
-    def to_n5(self) -> dict[str, Any]:
-        if self._n5_source is not None:
-            return dict(self._n5_source)
+    def _n5_members(self) -> dict[str, Any]:
         return {"type": "lz4", "blockSize": self.block_size}
 
     def encode(self, data: bytes, spec: ChunkSpec) -> bytes:

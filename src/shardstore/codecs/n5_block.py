@@ -33,7 +33,7 @@ from . import gzip as _gzip  # noqa: F401
 from . import lz4 as _lz4  # noqa: F401
 from . import xz as _xz  # noqa: F401
 from . import zstd as _zstd  # noqa: F401
-from .base import ArrayBytesCodec, BytesBytesCodec, ChunkSpec
+from .base import ArrayBytesCodec, BytesBytesCodec, ChunkSpec, N5Compression
 from .registry import get_codec_class, register_codec
 
 __all__ = [
@@ -101,11 +101,10 @@ def _header_bytes(mode: int, c_shape: tuple[int, ...], num_elements: int | None 
 
 
 @register_codec("raw", namespace="n5")
-class RawCompression(BytesBytesCodec):
+class RawCompression(N5Compression, BytesBytesCodec):
     """N5 ``{"type": "raw"}``: the payload is stored uncompressed."""
 
     name = "raw"
-    _n5_source: dict[str, Any] | None = None
 
     @classmethod
     def _from_configuration(cls, configuration: dict[str, Any]) -> RawCompression:
@@ -115,13 +114,11 @@ class RawCompression(BytesBytesCodec):
         return {"name": "raw"}
 
     @classmethod
-    def from_n5(cls, config: dict[str, Any]) -> RawCompression:
-        codec = cls()
-        codec._n5_source = dict(config)
-        return codec
+    def _from_n5(cls, config: dict[str, Any]) -> RawCompression:
+        return cls()
 
-    def to_n5(self) -> dict[str, Any]:
-        return dict(self._n5_source) if self._n5_source is not None else {"type": "raw"}
+    def _n5_members(self) -> dict[str, Any]:
+        return {"type": "raw"}
 
     def encode(self, data: bytes, spec: ChunkSpec) -> bytes:
         return data

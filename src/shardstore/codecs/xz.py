@@ -10,7 +10,7 @@ import lzma
 from typing import Any
 
 from ..errors import CodecError, MetadataError
-from .base import BytesBytesCodec, ChunkSpec
+from .base import BytesBytesCodec, ChunkSpec, N5Compression
 from .registry import register_codec
 
 __all__ = ["XzCodec", "unxz"]
@@ -52,11 +52,10 @@ def unxz(data: bytes | memoryview, max_size: int) -> bytes:
 
 
 @register_codec("xz", namespace="n5")
-class XzCodec(BytesBytesCodec):
+class XzCodec(N5Compression, BytesBytesCodec):
     """``xz``: ``preset`` 0 (fast) to 9 (smallest), CRC64 check, as n5-java and z5 write."""
 
     name = "xz"
-    _n5_source: dict[str, Any] | None = None
 
     def __init__(self, preset: int = _DEFAULT_PRESET) -> None:
         if not isinstance(preset, int) or isinstance(preset, bool) or not 0 <= preset <= 9:
@@ -71,14 +70,10 @@ class XzCodec(BytesBytesCodec):
         return {"name": "xz", "configuration": {"preset": self.preset}}
 
     @classmethod
-    def from_n5(cls, config: dict[str, Any]) -> XzCodec:
-        codec = cls(config.get("preset", _DEFAULT_PRESET))
-        codec._n5_source = dict(config)
-        return codec
+    def _from_n5(cls, config: dict[str, Any]) -> XzCodec:
+        return cls(config.get("preset", _DEFAULT_PRESET))
 
-    def to_n5(self) -> dict[str, Any]:
-        if self._n5_source is not None:
-            return dict(self._n5_source)
+    def _n5_members(self) -> dict[str, Any]:
         return {"type": "xz", "preset": self.preset}
 
     def encode(self, data: bytes, spec: ChunkSpec) -> bytes:

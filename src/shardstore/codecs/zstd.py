@@ -15,7 +15,7 @@ from typing import Any
 import zstandard
 
 from ..errors import ChecksumError, CodecError, MetadataError
-from .base import BytesBytesCodec, ChunkSpec
+from .base import BytesBytesCodec, ChunkSpec, N5Compression
 from .registry import register_codec
 
 __all__ = ["ZstdCodec", "unzstd"]
@@ -112,7 +112,7 @@ def unzstd(data: bytes, max_size: int) -> bytes:
 
 @register_codec("zstd", namespace="n5")
 @register_codec("zstd")
-class ZstdCodec(BytesBytesCodec):
+class ZstdCodec(N5Compression, BytesBytesCodec):
     """``zstd``: ``level`` -131072..22 (0 = library default, 3), ``checksum`` (XXH64 in frame)."""
 
     name = "zstd"
@@ -143,19 +143,13 @@ class ZstdCodec(BytesBytesCodec):
         # both reference writers spell checksum out, even when false
         return {"name": "zstd", "configuration": {"level": self.level, "checksum": self.checksum}}
 
-    #: the N5 JSON this codec was parsed from (kept verbatim), see ``from_n5``
-    _n5_source: dict[str, Any] | None = None
 
     @classmethod
-    def from_n5(cls, config: dict[str, Any]) -> ZstdCodec:
+    def _from_n5(cls, config: dict[str, Any]) -> ZstdCodec:
         """From N5 ``{"type": "zstd", "level": int}`` (0 = zstd's default, 3)."""
-        codec = cls(config.get("level", 3))
-        codec._n5_source = dict(config)
-        return codec
+        return cls(config.get("level", 3))
 
-    def to_n5(self) -> dict[str, Any]:
-        if self._n5_source is not None:
-            return dict(self._n5_source)
+    def _n5_members(self) -> dict[str, Any]:
         return {"type": "zstd", "level": self.level}
 
     def encode(self, data: bytes, spec: ChunkSpec) -> bytes:
