@@ -211,3 +211,81 @@ def format_table(
     )
     sep = "-" * len(line(header))
     return "\n".join([title, sep, line(header), sep, *map(line, body), sep])
+
+
+# --------------------------------------------------------------------------- volume phases
+Origin = tuple[int, ...]
+
+
+def box(origin: Origin, n: int) -> tuple[slice, ...]:
+    """The n-cube selection at ``origin``."""
+    return tuple(slice(o, o + n) for o in origin)
+
+
+def child_write(adapter: Any, variant: str, path: str, volume: str) -> None:
+    """The write phase, in its own process: print one JSON line with time and peak RSS."""
+    vol = np.load(volume)
+    before = peak_rss_mib()
+    t0 = time.perf_counter()
+    adapter.write(Path(path), vol, variant)
+    seconds = time.perf_counter() - t0
+    print(json.dumps({"seconds": seconds, "rss_peak_mib": peak_rss_mib(), "rss_before_mib": before}))
+
+
+def bench_volume(
+    script: str, name: str, adapter: Any, variant: str, path: Path, vol: np.ndarray, npy: Path,
+    origins: dict[str, list[Origin]], write_repeat: int, read_repeat: int, chunk: int,
+) -> dict[str, Any]:
+    """Every phase of a volume benchmark for one library and variant.
+
+    The write runs ``write_repeat`` times in child processes (``script --child-write``); then
+    the whole read cold and warm (checked against ``vol``) and the aligned (``chunk``-sized)
+    and unaligned (100^3) random reads, one at a time with results dropped (a few checked).
+    ``adapter`` has ``open``, ``read_all`` and ``read_box``.
+    """
+    nbytes = vol.nbytes
+    writes = [
+        run_child(script, ["--child-write", name, variant, str(path), "--volume", str(npy)])
+        for _ in range(write_repeat)
+    ]
+    disk, nfiles = disk_usage(path)
+    h = adapter.open(path)
+    cache: dict[str, Any] = {}
+
+    def drop() -> None:
+        cache["method"] = drop_page_cache(path)
+        cache.setdefault("resident_after_drop", resident_fraction(path))
+
+    def read_all() -> None:
+        cache["data"] = adapter.read_all(h)
+
+    cold = best_of(read_all, read_repeat, before=drop)
+    warm = best_of(read_all, read_repeat)
+    if not np.array_equal(cache.pop("data"), vol):
+        raise AssertionError(f"{name}/{variant}: whole read differs from the source volume")
+    rates = {}
+    for kind, n in (("aligned", chunk), ("unaligned", 100)):
+        n = min(n, vol.shape[0])
+        boxes = origins[kind]
+
+        def reads(boxes: list[Origin] = boxes, n: int = n) -> None:
+            for origin in boxes:  # one at a time, result dropped: random access, not a batch
+                adapter.read_box(h, origin, n)
+
+        rates[kind] = len(boxes) / best_of(reads, read_repeat)
+        for o in boxes[:4]:
+            if not np.array_equal(adapter.read_box(h, o, n), vol[box(o, n)]):
+                raise AssertionError(f"{name}/{variant}: {kind} read at {o} differs from the source")
+    return {
+        "write_MBps": nbytes / MB / min(w["seconds"] for w in writes),
+        "read_cold_MBps": nbytes / MB / cold,
+        "read_warm_MBps": nbytes / MB / warm,
+        "aligned_reads_per_s": rates["aligned"],
+        "unaligned_reads_per_s": rates["unaligned"],
+        "disk_MiB": disk / MiB,
+        "files": nfiles,
+        "rss_peak_MiB": max(w["rss_peak_mib"] for w in writes),
+        "rss_before_write_MiB": max(w["rss_before_mib"] for w in writes),
+        "cache_drop": cache["method"],
+        "resident_after_drop": cache["resident_after_drop"],
+    }

@@ -43,17 +43,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
-    MB,
-    MiB,
-    best_of,
-    disk_usage,
-    drop_page_cache,
+    Origin,
+    bench_volume,
+    box,
+    child_write as _child_write,
     format_table,
     make_volume,
-    peak_rss_mib,
     random_origins,
-    resident_fraction,
-    run_child,
 )
 
 CHUNK = 64
@@ -62,11 +58,7 @@ SHARDING = {
     "minishard_bits": 6, "shard_bits": 3, "minishard_index_encoding": "raw", "data_encoding": "raw",
 }
 VARIANTS = ("unsharded", "sharded")
-Origin = tuple[int, ...]
 
-
-def _box(origin: Origin, n: int) -> tuple[slice, ...]:
-    return tuple(slice(o, o + n) for o in origin)
 
 
 def scale_metadata(shape: tuple[int, ...], variant: str) -> dict[str, Any]:
@@ -101,7 +93,7 @@ class ShardStore:
         return np.asarray(h)
 
     def read_box(self, h: Any, origin: Origin, n: int) -> np.ndarray:
-        return h[_box(origin, n)]
+        return h[box(origin, n)]
 
 
 class TensorStore:
@@ -135,7 +127,7 @@ class TensorStore:
         return h.read().result()
 
     def read_box(self, h: Any, origin: Origin, n: int) -> np.ndarray:
-        return h[_box(origin, n)].read().result()
+        return h[box(origin, n)].read().result()
 
 
 class CloudVolumeLib:
@@ -173,7 +165,7 @@ class CloudVolumeLib:
         return np.asarray(h[:, :, :])
 
     def read_box(self, h: Any, origin: Origin, n: int) -> np.ndarray:
-        return np.asarray(h[_box(origin, n)])
+        return np.asarray(h[box(origin, n)])
 
 
 LIBS: dict[str, Any] = {"shardstore": ShardStore, "tensorstore": TensorStore, "cloudvolume": CloudVolumeLib}
@@ -183,58 +175,14 @@ LIBS: dict[str, Any] = {"shardstore": ShardStore, "tensorstore": TensorStore, "c
 
 
 def child_write(lib: str, variant: str, path: str, volume: str) -> None:
-    vol = np.load(volume)
-    adapter = LIBS[lib]()
-    before = peak_rss_mib()
-    t0 = time.perf_counter()
-    adapter.write(Path(path), vol, variant)
-    seconds = time.perf_counter() - t0
-    print(json.dumps({"seconds": seconds, "rss_peak_mib": peak_rss_mib(), "rss_before_mib": before}))
-
-
-def _read_boxes(adapter: Any, h: Any, boxes: list[Origin], n: int) -> None:
-    for origin in boxes:
-        adapter.read_box(h, origin, n)
+    """The write phase, in its own process (see ``_common.child_write``)."""
+    _child_write(LIBS[lib](), variant, path, volume)
 
 
 def bench_one(name: str, adapter: Any, variant: str, path: Path, vol: np.ndarray, npy: Path,
               origins: dict[str, list[Origin]], read_repeat: int) -> dict[str, Any]:
-    nbytes = vol.nbytes
-    w = run_child(__file__, ["--child-write", name, variant, str(path), "--volume", str(npy)])
-    disk, nfiles = disk_usage(path)
-    h = adapter.open(path)
-    cache: dict[str, Any] = {}
-
-    def drop() -> None:
-        cache["method"] = drop_page_cache(path)
-        cache.setdefault("resident_after_drop", resident_fraction(path))
-
-    def read_all() -> None:
-        cache["data"] = adapter.read_all(h)
-
-    cold = best_of(read_all, read_repeat, before=drop)
-    warm = best_of(read_all, read_repeat)
-    if not np.array_equal(cache.pop("data"), vol):
-        raise AssertionError(f"{name}/{variant}: whole read differs from the source volume")
-    rates = {}
-    for kind, n in (("aligned", CHUNK), ("unaligned", 100)):
-        n = min(n, vol.shape[0])
-        boxes = origins[kind]
-        rates[kind] = len(boxes) / best_of(lambda: _read_boxes(adapter, h, boxes, n), read_repeat)
-        for o in boxes[:4]:
-            if not np.array_equal(adapter.read_box(h, o, n), vol[_box(o, n)]):
-                raise AssertionError(f"{name}/{variant}: {kind} read at {o} differs from the source")
-    return {
-        "write_MBps": nbytes / MB / w["seconds"],
-        "read_cold_MBps": nbytes / MB / cold,
-        "read_warm_MBps": nbytes / MB / warm,
-        "aligned_reads_per_s": rates["aligned"],
-        "unaligned_reads_per_s": rates["unaligned"],
-        "disk_MiB": disk / MiB,
-        "files": nfiles,
-        "rss_peak_MiB": w["rss_peak_mib"],
-        "cache_drop": cache["method"],
-    }
+    """All phases for one library and variant (one write; see ``_common.bench_volume``)."""
+    return bench_volume(__file__, name, adapter, variant, path, vol, npy, origins, 1, read_repeat, CHUNK)
 
 
 ROWS = [

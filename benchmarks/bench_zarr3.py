@@ -57,17 +57,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
-    MB,
-    MiB,
-    best_of,
-    disk_usage,
-    drop_page_cache,
+    Origin,
+    bench_volume,
+    box,
+    child_write as _child_write,
     format_table,
     make_volume,
-    peak_rss_mib,
     random_origins,
-    resident_fraction,
-    run_child,
 )
 
 SHARD, CHUNK = 256, 64
@@ -79,11 +75,7 @@ COMPRESSORS = {  # the inner bytes->bytes codec of each variant, as Zarr v3 JSON
         "configuration": {"cname": "lz4", "clevel": 5, "shuffle": "shuffle", "typesize": 1, "blocksize": 0},
     },
 }
-Origin = tuple[int, ...]
 
-
-def _box(origin: Origin, n: int) -> tuple[slice, ...]:
-    return tuple(slice(o, o + n) for o in origin)
 
 
 # --------------------------------------------------------------------------- libraries
@@ -112,7 +104,7 @@ class ShardStore:
         return np.asarray(h)
 
     def read_box(self, h: Any, origin: Origin, n: int) -> np.ndarray:
-        return h[_box(origin, n)]
+        return h[box(origin, n)]
 
 
 class TensorStore:
@@ -154,7 +146,7 @@ class TensorStore:
         return h.read().result()
 
     def read_box(self, h: Any, origin: Origin, n: int) -> np.ndarray:
-        return h[_box(origin, n)].read().result()
+        return h[box(origin, n)].read().result()
 
 
 class ZarrPython:
@@ -185,7 +177,7 @@ class ZarrPython:
         return h[...]
 
     def read_box(self, h: Any, origin: Origin, n: int) -> np.ndarray:
-        return h[_box(origin, n)]
+        return h[box(origin, n)]
 
 
 LIBS = {"shardstore": ShardStore, "tensorstore": TensorStore, "zarr": ZarrPython}
@@ -195,69 +187,14 @@ LIBS = {"shardstore": ShardStore, "tensorstore": TensorStore, "zarr": ZarrPython
 
 
 def child_write(lib: str, variant: str, path: str, volume: str) -> None:
-    """The write phase, in its own process: print one JSON line with time and peak RSS."""
-    vol = np.load(volume)
-    adapter = LIBS[lib]()
-    before = peak_rss_mib()
-    t0 = time.perf_counter()
-    adapter.write(Path(path), vol, variant)
-    seconds = time.perf_counter() - t0
-    print(json.dumps({"seconds": seconds, "rss_peak_mib": peak_rss_mib(), "rss_before_mib": before}))
+    """The write phase, in its own process (see ``_common.child_write``)."""
+    _child_write(LIBS[lib](), variant, path, volume)
 
 
-def _read_boxes(adapter: Any, h: Any, boxes: list[Origin], n: int) -> None:
-    for origin in boxes:  # one at a time, result dropped: a random-access pattern, not a batch
-        adapter.read_box(h, origin, n)
-
-
-def bench_one(
-    name: str, adapter: Any, variant: str, path: Path, vol: np.ndarray, npy: Path,
-    origins: dict[str, list[Origin]], write_repeat: int, read_repeat: int,
-) -> dict[str, Any]:
-    """All phases for one library and variant; returns the figures (see the module docstring)."""
-    nbytes = vol.nbytes
-    writes = [
-        run_child(__file__, ["--child-write", name, variant, str(path), "--volume", str(npy)])
-        for _ in range(write_repeat)
-    ]
-    disk, nfiles = disk_usage(path)
-    h = adapter.open(path)
-
-    cache: dict[str, Any] = {}
-
-    def drop() -> None:
-        cache["method"] = drop_page_cache(path)
-        cache.setdefault("resident_after_drop", resident_fraction(path))
-
-    def read_all() -> None:
-        cache["data"] = adapter.read_all(h)
-
-    cold = best_of(read_all, read_repeat, before=drop)
-    warm = best_of(read_all, read_repeat)
-    if not np.array_equal(cache.pop("data"), vol):
-        raise AssertionError(f"{name}/{variant}: whole read differs from the source volume")
-
-    rates = {}
-    for kind, n in (("aligned", CHUNK), ("unaligned", 100)):
-        n = min(n, vol.shape[0])
-        boxes = origins[kind]
-        rates[kind] = len(boxes) / best_of(lambda: _read_boxes(adapter, h, boxes, n), read_repeat)
-        for o in boxes[:4]:
-            if not np.array_equal(adapter.read_box(h, o, n), vol[_box(o, n)]):
-                raise AssertionError(f"{name}/{variant}: {kind} read at {o} differs from the source")
-    return {
-        "write_MBps": nbytes / MB / min(w["seconds"] for w in writes),
-        "read_cold_MBps": nbytes / MB / cold,
-        "read_warm_MBps": nbytes / MB / warm,
-        "aligned_reads_per_s": rates["aligned"],
-        "unaligned_reads_per_s": rates["unaligned"],
-        "disk_MiB": disk / MiB,
-        "files": nfiles,
-        "rss_peak_MiB": max(w["rss_peak_mib"] for w in writes),
-        "rss_before_write_MiB": max(w["rss_before_mib"] for w in writes),
-        "cache_drop": cache["method"],
-        "resident_after_drop": cache["resident_after_drop"],
-    }
+def bench_one(name: str, adapter: Any, variant: str, path: Path, vol: np.ndarray, npy: Path,
+              origins: dict[str, list[Origin]], write_repeat: int, read_repeat: int) -> dict[str, Any]:
+    """All phases for one library and variant (see ``_common.bench_volume``)."""
+    return bench_volume(__file__, name, adapter, variant, path, vol, npy, origins, write_repeat, read_repeat, CHUNK)
 
 
 ROWS = [  # (result key, table label)
