@@ -383,6 +383,9 @@ def test_blocking_reader_agrees_with_get(kind: str, tmp_path: Path) -> None:
     assert read is not None
     assert read(key) == run(store.get(key)) == b"xyz"
     assert read(key + "x") is None
+    for br in (RangeBR(1, 3), OffsetBR(2), SuffixBR(2)):
+        assert read(key, br) == run(store.get(key, br))
+    assert read(key + "x", RangeBR(0, 1)) is None
 
 
 def test_recording_store_has_no_blocking_reader() -> None:

@@ -87,6 +87,10 @@ def resolve_range(byte_range: ByteRange | None, size: int) -> tuple[int, int]:
     raise TypeError(f"not a byte range: {byte_range!r}")
 
 
+#: ``read(key, byte_range=None) -> bytes | None``, callable from any thread
+BlockingReader = Callable[..., "bytes | None"]
+
+
 def slice_range(value: bytes | memoryview, byte_range: ByteRange | None) -> bytes:
     """Apply a byte range to a whole value (the semantics every backend must match)."""
     start, end = resolve_range(byte_range, len(value))
@@ -276,13 +280,13 @@ class Store(abc.ABC):
             return [await one(parts[0])]
         return list(await asyncio.gather(*(one(br) for br in parts)))
 
-    def blocking_reader(self) -> Callable[[str], bytes | None] | None:
-        """A function reading one whole value synchronously from any thread, or None.
+    def blocking_reader(self) -> BlockingReader | None:
+        """A function ``read(key, byte_range=None)`` reading synchronously from any thread, or None.
 
-        Only backends where a read is a cheap local operation (files, memory) offer one: the
-        core then reads *and* decodes each chunk inside its worker threads, which saves the
-        event-loop round trips that otherwise dominate reads of many small chunks. Keys given
-        to the function must already be valid.
+        Only backends where a read is a cheap local operation (files, memory) offer one, and
+        adapters over them (a shard's inner chunks): the core then reads *and* decodes each
+        chunk inside its worker threads, which saves the event-loop round trips that otherwise
+        dominate reads of many small chunks. Keys given to the function must already be valid.
         """
         return None
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from ..errors import StoreError
 from .base import (
     MISSING,
+    BlockingReader,
     ByteRange,
     Parts,
     RangeBR,
@@ -182,8 +183,8 @@ class LocalStore(Store):
         async with limit:
             return await asyncio.to_thread(self._read_parts, key, parts)
 
-    def blocking_reader(self) -> Callable[[str], bytes | None]:
-        return lambda key: self._read_parts(key, [None])[0]
+    def blocking_reader(self) -> BlockingReader:
+        return lambda key, byte_range=None: self._read_parts(key, [byte_range])[0]
 
     async def generation(self, key: str) -> Hashable | None:
         # one stat, inline: cheaper than a thread hop; an atomic replace changes the inode

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Callable, Hashable, Sequence
+from collections.abc import AsyncIterator, Hashable, Sequence
 
-from .base import MISSING, ByteRange, Store, slice_range, validate_key
+from .base import MISSING, BlockingReader, ByteRange, Store, slice_range, validate_key
 
 __all__ = ["MemoryStore"]
 
@@ -46,8 +46,16 @@ class MemoryStore(Store):
             out.append(value)
         return out
 
-    def blocking_reader(self) -> Callable[[str], bytes | None]:
-        return self._data.get
+    def blocking_reader(self) -> BlockingReader:
+        data = self._data
+
+        def read(key: str, byte_range: ByteRange | None = None) -> bytes | None:
+            value = data.get(key)
+            if value is None or byte_range is None:
+                return value
+            return slice_range(value, byte_range)
+
+        return read
 
     async def _set(self, key: str, value: bytes) -> None:
         self._data[key] = bytes(value)

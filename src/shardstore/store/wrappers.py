@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Hashable, Sequence
+from collections.abc import AsyncIterator, Hashable, Sequence
 from typing import NamedTuple
 
-from .base import ByteRange, Store, validate_key, validate_prefix
+from .base import BlockingReader, ByteRange, Store, validate_key, validate_prefix
 
 __all__ = ["PrefixStore", "ReadOnlyStore", "RecordingStore", "Request"]
 
@@ -64,12 +64,12 @@ class PrefixStore(_Wrapper):
     def _full(self, key: str) -> str:
         return self._pre + key
 
-    def blocking_reader(self) -> Callable[[str], bytes | None] | None:
+    def blocking_reader(self) -> BlockingReader | None:
         read = self.base.blocking_reader()
         if read is None:
             return None
         pre = self._pre
-        return lambda key: read(pre + key)
+        return lambda key, byte_range=None: read(pre + key, byte_range)
 
     async def _get(self, key: str, byte_range: ByteRange | None) -> bytes | None:
         return await self.base.get(self._full(key), byte_range)
@@ -112,7 +112,7 @@ class ReadOnlyStore(_Wrapper):
     def __repr__(self) -> str:
         return f"ReadOnlyStore({self.base!r})"
 
-    def blocking_reader(self) -> Callable[[str], bytes | None] | None:
+    def blocking_reader(self) -> BlockingReader | None:
         return self.base.blocking_reader()
 
     async def _get(self, key: str, byte_range: ByteRange | None) -> bytes | None:
