@@ -7,6 +7,8 @@ allows (no decompression bombs).
 
 from __future__ import annotations
 
+import functools
+
 from collections.abc import Sequence
 from typing import Any
 
@@ -128,9 +130,15 @@ class CodecPipeline:
         Only a chain of a single array->bytes codec decodes partially: the regions a selection
         needs are lost once array->array or bytes->bytes codecs transform the data.
         """
-        if self.array_array or self.bytes_bytes:
+        if not self.decodes_partially:
             return None
         return self.array_bytes.decode_partial(data, spec, selection)
+
+    @functools.cached_property
+    def decodes_partially(self) -> bool:
+        """Whether ``decode_region`` can ever beat a whole decode (checked once, not per chunk)."""
+        overridden = type(self.array_bytes).decode_partial is not ArrayBytesCodec.decode_partial
+        return overridden and not self.array_array and not self.bytes_bytes
 
     def decode(self, data: bytes, spec: ChunkSpec) -> np.ndarray:
         specs, caps = self._plan(spec)

@@ -11,7 +11,7 @@ import numpy as np
 from .._sync import sync
 from ..errors import ReadOnlyError, UnsupportedFeatureError
 from .indexing import Indexer, basic_indexer, orthogonal_indexer
-from .io import UnitLocks, read_into, reshape_chunks, write_from
+from .io import UnitLocks, read_into, read_into_now, reshape_chunks, write_from
 from .layout import ChunkLayout, FormatDriver
 
 __all__ = ["AsyncArray", "Array", "Attributes"]
@@ -58,6 +58,15 @@ class AsyncArray:
         if out.size:
             await read_into(layout, indexer, out, strict=strict)
         return out
+
+    def read_now(self, indexer: Indexer, *, strict: bool = False) -> np.ndarray | None:
+        """``read`` on the calling thread (and the codec pool) without the event loop, for
+        stores with a blocking reader; None, having read nothing, for the others."""
+        layout = self.driver.layout
+        out = np.empty(indexer.shape, dtype=layout.spec.dtype)
+        if out.size == 0 or read_into_now(layout, indexer, out, strict=strict):
+            return out
+        return None
 
     async def write(self, indexer: Indexer, value: Any) -> None:
         self._check_writable()
@@ -262,8 +271,8 @@ class _OIndex:
         self._array = array
 
     def __getitem__(self, selection: Any) -> np.ndarray:
-        a = self._array._async
-        return _scalar_or_array(sync(a.read(orthogonal_indexer(selection, a.driver.layout.grid)), here=self._array._here()))
+        a = self._array
+        return _scalar_or_array(a._read(orthogonal_indexer(selection, a.driver.layout.grid)))
 
     def __setitem__(self, selection: Any, value: Any) -> None:
         a = self._array._async
@@ -360,8 +369,15 @@ class Array:
         """Whether reads may run on the calling thread's loop (see ``_sync``)."""
         return self.driver.layout.store.runs_on_any_loop
 
+    def _read(self, indexer: Indexer, *, strict: bool = False) -> np.ndarray:
+        # files and memory: straight on this thread and the codec pool, no event loop
+        out = self._async.read_now(indexer, strict=strict)
+        if out is None:
+            out = sync(self._async.read(indexer, strict=strict), here=self._here())
+        return out
+
     def __getitem__(self, selection: Any) -> Any:
-        return _scalar_or_array(sync(self._async.getitem(selection), here=self._here()))
+        return _scalar_or_array(self._read(basic_indexer(selection, self.driver.layout.grid)))
 
     def __setitem__(self, selection: Any, value: Any) -> None:
         sync(self._async.setitem(selection, value))
@@ -373,10 +389,10 @@ class Array:
 
     def read(self, selection: Any = Ellipsis, *, strict: bool = False) -> np.ndarray:
         """Like ``a[selection]``; with ``strict=True`` a missing chunk raises ChunkNotFoundError."""
-        return sync(self._async.read(basic_indexer(selection, self.driver.layout.grid), strict=strict), here=self._here())
+        return self._read(basic_indexer(selection, self.driver.layout.grid), strict=strict)
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
-        out = sync(self._async.getitem(Ellipsis), here=self._here())
+        out = self._read(basic_indexer(Ellipsis, self.driver.layout.grid))
         return out if dtype is None else out.astype(dtype, copy=False)
 
     def resize(self, *shape: Any) -> None:

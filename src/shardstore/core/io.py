@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import itertools
 import random
+import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable
@@ -36,7 +37,10 @@ READ_GROUPS_IN_FLIGHT = 8
 SMALL_READ_CHUNKS = 64
 #: items faster than this stay on the calling thread (a pool hand-off costs about as much)
 INLINE_ITEM_SECONDS = 100e-6
-#: reads of at most this many chunks may run without the event loop (``read_into_now``)
+#: reads whose chunks take longer than this each (read + decode + copy) use the codec pool
+#: too in ``read_into_now``; cheaper ones stay on the calling thread
+THREAD_ITEM_SECONDS = 150e-6
+#: (kept for callers that bounded their ``read_into_now`` reads; any size is fine now)
 INLINE_READ_CHUNKS = 2
 
 
@@ -82,7 +86,7 @@ def _decode(layout: ChunkLayout, key: str, coords: tuple[int, ...], data: bytes)
 def _selected(layout: ChunkLayout, p: ChunkProjection, key: str, data: bytes) -> np.ndarray:
     """``decoded chunk[p.chunk_selection]``; a partial selection first asks the pipeline for a
     partial decode (e.g. only the blosc blocks it needs), else the whole chunk is decoded."""
-    if not p.is_complete:
+    if not p.is_complete and layout.pipeline.decodes_partially:
         try:
             part = layout.pipeline.decode_region(data, layout.spec_for(p.coords), p.chunk_selection)
         except CodecError as e:
@@ -117,21 +121,72 @@ def _read_scatter(
 
 
 def read_into_now(
-    layout: ChunkLayout, projections: list[ChunkProjection], out: np.ndarray, *, strict: bool = False
+    layout: ChunkLayout, projections: Iterable[ChunkProjection], out: np.ndarray, *, strict: bool = False
 ) -> bool:
-    """``read_into`` on the calling thread, without an event loop, for a read of at most
-    ``INLINE_READ_CHUNKS`` chunks from a store with a blocking reader (files, memory): a
-    small read then skips the sync bridge and its loop iterations (tens of microseconds).
-    Returns False, having done nothing, when that does not apply.
+    """``read_into`` without an event loop, for stores with a blocking reader (files, memory,
+    shards of those): the calling thread and the codec pool read, decode and scatter the
+    chunks directly, which skips the sync bridge and the loop's per-chunk hops (hundreds of
+    microseconds on a read of a few dozen chunks). Returns False, having done nothing, when
+    the store has no blocking reader.
     """
-    if len(projections) > INLINE_READ_CHUNKS:
-        return False
     read = layout.store.blocking_reader()
     if read is None:
         return False
     items = [(p, layout.chunk_key(p.coords)) for p in projections]
-    _read_scatter(items, layout, out, read, strict or layout.missing_chunks == "error")
+    _share_now(_read_scatter, items, layout, out, read, strict or layout.missing_chunks == "error")
     return True
+
+
+class _Feed:
+    """Items handed out a few at a time to the threads of one read (a slow thread, or one
+    that starts late, then takes fewer); stops everyone after the first error."""
+
+    def __init__(self, items: list, step: int) -> None:
+        self._items, self._step, self._next = items, step, 0
+        self._lock = threading.Lock()
+        self.failed = False
+
+    def take(self) -> list:
+        with self._lock:
+            if self.failed:
+                return []
+            i = self._next
+            self._next = i + self._step
+        return self._items[i : i + self._step]
+
+    def drain(self, fn: Callable[..., Any], *args: Any) -> None:
+        try:
+            while batch := self.take():
+                fn(batch, *args)
+        except BaseException:
+            self.failed = True
+            raise
+
+
+def _share_now(fn: Callable[..., Any], items: list, *args: Any) -> None:
+    """``fn(batch, *args)`` over ``items`` on this thread and, when items are slow enough to be
+    worth a hand-off, the codec pool's threads too (file reads, numpy copies and the C codecs
+    release the GIL). The first item is timed here: a pool hop and the GIL hand-offs it causes
+    cost more than a memcpy-sized item."""
+    if len(items) <= 1:
+        fn(items, *args)
+        return
+    started = time.perf_counter()
+    fn(items[:1], *args)
+    rest = items[1:]
+    workers = min(codec_pool_size(), len(rest))
+    if workers < 2 or time.perf_counter() - started < THREAD_ITEM_SECONDS:
+        fn(rest, *args)
+        return
+    feed = _Feed(rest, max(1, len(rest) // (4 * workers)))
+    futures = [codec_pool().submit(feed.drain, fn, *args) for _ in range(workers - 1)]
+    try:
+        feed.drain(fn, *args)
+    finally:
+        errors = [f.exception() for f in futures]  # waits for all: none writes into ``out`` later
+    for e in errors:
+        if e is not None:
+            raise e
 
 
 async def _spread(fn: Callable[..., list], items: list, *args: Any, light: bool = False) -> list:

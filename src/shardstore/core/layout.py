@@ -80,9 +80,17 @@ class ChunkLayout:
     def chunk_spec(self) -> ChunkSpec:
         return ChunkSpec(self.grid.chunk_shape, self.spec.dtype, self.spec.fill_value)
 
+    @functools.cached_property
+    def _full_chunks(self) -> tuple[int, ...]:
+        """Per dim, how many chunks lie wholly inside the array (the rest are edge chunks)."""
+        return tuple(s // n for s, n in zip(self.grid.shape, self.grid.chunk_shape))
+
     def spec_for(self, coords: tuple[int, ...]) -> ChunkSpec:
         """The spec a chunk is encoded with (edge chunks may be clipped)."""
         if self.edge_chunks == "padded":
+            return self.chunk_spec
+        # (runs once per chunk of every read: plain comparisons before any region maths)
+        if all(c < f for c, f in zip(coords, self._full_chunks)) and len(coords) == len(self._full_chunks):
             return self.chunk_spec
         region = self.grid.chunk_region(coords)
         shape = tuple(s.stop - s.start for s in region)
