@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .._sync import codec_pool, codec_pool_size
+from .._sync import codec_pool, codec_pool_size, io_pool
 from ..errors import ChunkNotFoundError, CodecError, ConflictError
 from .indexing import ChunkProjection
 from .layout import ChunkLayout, fill_mask
@@ -40,6 +40,9 @@ INLINE_ITEM_SECONDS = 100e-6
 #: reads whose chunks take longer than this each (read + decode + copy) use the codec pool
 #: too in ``read_into_now``; cheaper ones stay on the calling thread
 THREAD_ITEM_SECONDS = 150e-6
+#: an item slower than this (a disk read) makes ``read_into_now`` use ``IO_READS_IN_FLIGHT`` threads
+WAITING_ITEM_SECONDS = 1e-3
+IO_READS_IN_FLIGHT = 8
 #: (kept for callers that bounded their ``read_into_now`` reads; any size is fine now)
 INLINE_READ_CHUNKS = 2
 
@@ -174,12 +177,17 @@ def _share_now(fn: Callable[..., Any], items: list, *args: Any) -> None:
     started = time.perf_counter()
     fn(items[:1], *args)
     rest = items[1:]
-    workers = min(codec_pool_size(), len(rest))
-    if workers < 2 or time.perf_counter() - started < THREAD_ITEM_SECONDS:
+    took = time.perf_counter() - started
+    if took < THREAD_ITEM_SECONDS or len(rest) < 2:
         fn(rest, *args)
         return
+    # an item that took long enough to be a disk read (a cold cache) is mostly waiting: more
+    # reads in flight then overlap on the device, as tensorstore's file I/O threads do
+    waiting = took > WAITING_ITEM_SECONDS
+    workers = min(IO_READS_IN_FLIGHT if waiting else codec_pool_size(), len(rest))
+    pool = io_pool() if waiting else codec_pool()
     feed = _Feed(rest, max(1, len(rest) // (4 * workers)))
-    futures = [codec_pool().submit(feed.drain, fn, *args) for _ in range(workers - 1)]
+    futures = [pool.submit(feed.drain, fn, *args) for _ in range(workers - 1)]
     try:
         feed.drain(fn, *args)
     finally:

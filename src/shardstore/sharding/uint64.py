@@ -21,53 +21,32 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import struct
 import weakref
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 
 from .._sync import codec_pool
 from ..errors import CodecError, UnsupportedFeatureError
-from ..store.base import MISSING, ByteRange, Parts, RangeBR, Store, joined, slice_range
+from ..store.base import MISSING, BlockingReader, ByteRange, Parts, RangeBR, Store, joined
 from ._uint64_format import (
     MinishardIndex,
     ShardingSpec,
     assemble_shard,
-    check_index_entry,
-    decode_minishard_indexes,
     gzip_compress,
-    gzip_decompress,
     parse_uint64_key,
     shard_entries,
     sub_range,
 )
+from ._uint64_read import BlockingReads, ShardCache, ShardState, blocking_reads, shard_generation, value_of
 
 __all__ = ["Uint64ShardedStore", "parse_uint64_key", "ShardingSpec"]
 
-#: shard indexes up to this size are read whole (one request serves every minishard)
-_WHOLE_INDEX_MAX = 64 * 1024
 #: rewrites touching more bytes than this run their CPU work (parse, encode, assemble) in the
 #: codec thread pool; smaller ones inline (a thread hop costs more than the work)
 _INLINE_WORK = 1 << 20
-_PAIR = struct.Struct("<QQ")
 
 #: complete_shard(shard number, keys of the batch in that shard) -> True when the batch holds
 #: every key that shard may contain (then the shard is written without being read)
 CompleteShard = Callable[[int, frozenset[int]], bool]
-
-
-class _ShardState:
-    """What is known of one shard: where it lives, its index, decoded minishard indexes."""
-
-    __slots__ = ("gen", "kind", "index", "minis", "n_entries")
-
-    def __init__(self, gen: Hashable | None, kind: str) -> None:
-        self.gen = gen  # (generation of .shard, generation of .index) when read
-        self.kind = kind  # "missing" | "shard" | "pair" (legacy .index + .data)
-        # the whole shard index (bytes) or the entries read so far ({minishard: (start, end)})
-        self.index: bytes | dict[int, tuple[int, int]] | None = None
-        self.minis: dict[int, MinishardIndex] = {}
-        self.n_entries = 0
 
 
 class _Changes:
@@ -100,11 +79,8 @@ class Uint64ShardedStore(Store):
         self.base = base
         self.spec = spec
         self._complete_shard = complete_shard
-        # stem -> state, LRU; bounded by shards and by decoded minishard entries in total
-        self._states: OrderedDict[str, _ShardState] = OrderedDict()
-        self._cache_entries = cache_entries
-        self._cache_shards = cache_shards
-        self._cached = 0
+        # stem -> what is known of the shard (LRU; bounded by shards and by minishard entries)
+        self._cache = ShardCache(spec, cache_entries, cache_shards)
         self._shard_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     @property
@@ -120,94 +96,29 @@ class Uint64ShardedStore(Store):
 
     def invalidate(self) -> None:
         """Forget every cached index (e.g. after another process rewrote shards)."""
-        self._states.clear()
-        self._cached = 0
+        self._cache.clear()
 
     def shard_file(self, key: int) -> str:
         """The base key of the shard file that holds ``key``."""
         return self.spec.shard_name(self.spec.locate(key)[0]) + ".shard"
 
-    # -- cache ------------------------------------------------------------------------------
-    def _forget(self, stem: str) -> None:
-        st = self._states.pop(stem, None)
-        if st is not None:
-            self._cached -= st.n_entries
-
-    def _remember(self, stem: str, st: _ShardState) -> None:
-        self._forget(stem)
-        self._states[stem] = st
-        self._cached += st.n_entries
-        self._trim()
-
-    def _trim(self) -> None:
-        with contextlib.suppress(KeyError):  # reads on several threads' loops share the cache
-            while len(self._states) > self._cache_shards or (
-                self._cached > self._cache_entries and len(self._states) > 1
-            ):
-                _, old = self._states.popitem(last=False)
-                self._cached -= old.n_entries
-
-    def _add_minis(self, stem: str, st: _ShardState, m: int, mi: MinishardIndex) -> None:
-        if len(mi) > self._cache_entries:
-            return  # larger than the whole cache: use it once, keep nothing
-        st.minis[m] = mi
-        st.n_entries += len(mi)
-        if self._states.get(stem) is st:
-            self._cached += len(mi)
-            self._trim()
-            if self._cached > self._cache_entries:  # this shard alone is over budget
-                self._cached -= st.n_entries
-                st.minis.clear()
-                st.n_entries = 0
-
     # -- locating keys ----------------------------------------------------------------------
     async def generation(self, key: str) -> Hashable | None:
         return await self.base.generation(self.shard_file(parse_uint64_key(key)))
 
-    async def _state(self, stem: str) -> _ShardState:
+    async def _state(self, stem: str) -> ShardState:
         """The shard's state, from the cache while its generation is unchanged."""
         base = self.base
-        gen = await base.generation(stem + ".shard")
-        if gen is MISSING:
-            gen = (MISSING, await base.generation(stem + ".index"))
-        else:
-            gen = None if gen is None else (gen, None)
-        st = self._states.get(stem)
-        if st is not None and (gen is None or st.gen == gen):
-            with contextlib.suppress(KeyError):
-                self._states.move_to_end(stem)
-            return st
-        if gen is None:
-            kind = "unknown"  # the base cannot tell: found out when the index is read
-        elif gen[0] is not MISSING:
-            kind = "shard"
-        elif gen[1] is not MISSING and gen[1] is not None:
-            kind = "pair"
-        else:
-            kind = "missing"
-        st = _ShardState(gen, kind)
-        self._remember(stem, st)
-        return st
+        shard_gen = await base.generation(stem + ".shard")
+        index_gen = await base.generation(stem + ".index") if shard_gen is MISSING else None
+        return self._cache.state_for(stem, shard_generation(shard_gen, lambda: index_gen))
 
-    def _keys(self, stem: str, st: _ShardState) -> tuple[str, str, int]:
-        """(index key, data key, offset to add to absolute shard positions) of a shard."""
-        if st.kind == "pair":
-            return stem + ".index", stem + ".data", -self.spec.index_size
-        return stem + ".shard", stem + ".shard", 0
-
-    async def _load_index(self, stem: str, st: _ShardState, minishards: set[int], *, whole: bool = False) -> None:
+    async def _load_index(self, stem: str, st: ShardState, minishards: set[int], *, whole: bool = False) -> None:
         """Make sure ``st.index`` holds the entries of ``minishards`` (``whole``: all of it)."""
-        isz = self.spec.index_size
-        whole = whole or isz <= _WHOLE_INDEX_MAX or len(minishards) > 1 and st.kind == "unknown"
-        if isinstance(st.index, bytes) or (
-            not whole and isinstance(st.index, dict) and minishards.issubset(st.index)
-        ):
+        req = self._cache.index_request(st, minishards, whole)
+        if req is None:
             return
-        wanted = sorted(minishards)
-        if whole:
-            ranges = [RangeBR(0, isz)]
-        else:
-            ranges = [RangeBR(16 * m, 16 * m + 16) for m in wanted]
+        whole, wanted, ranges = req
         if st.kind == "unknown":  # no generations: probe the layouts
             st.kind = "shard"
             datas = await self.base.get_many([(stem + ".shard", r) for r in ranges])
@@ -215,67 +126,17 @@ class Uint64ShardedStore(Store):
                 st.kind = "pair"
                 datas = await self.base.get_many([(stem + ".index", r) for r in ranges])
         else:
-            index_key = self._keys(stem, st)[0]
+            index_key = self._cache.keys(stem, st)[0]
             datas = await self.base.get_many([(index_key, r) for r in ranges])
-        if datas[0] is None:
-            st.kind = "missing"  # (or deleted since its generation was read)
-            return
-        name = self._keys(stem, st)[0]
-        if whole:
-            data = datas[0]
-            if len(data) < isz:
-                raise CodecError(
-                    f"shard {name!r} is truncated: {len(data)} bytes, shorter than its {isz}-byte shard index"
-                )
-            st.index = bytes(data)
-            return
-        entries = st.index if isinstance(st.index, dict) else {}
-        for m, data in zip(wanted, datas):
-            if data is None or len(data) != 16:
-                raise CodecError(
-                    f"shard {name!r} is truncated: it ends inside its {isz}-byte shard index "
-                    f"(entry of minishard {m})"
-                )
-            entries[m] = _PAIR.unpack(data)
-        st.index = entries
+        self._cache.set_index(stem, st, whole, wanted, datas)
 
-    def _entry(self, stem: str, st: _ShardState, m: int) -> tuple[int, int]:
-        if isinstance(st.index, bytes):
-            start, end = _PAIR.unpack_from(st.index, 16 * m)
-        else:
-            start, end = st.index[m]  # type: ignore[index]
-        if start != end:
-            check_index_entry(start, end, self.spec, self._keys(stem, st)[0], m)
-        return start, end
-
-    async def _minishards(self, stem: str, st: _ShardState, wanted: set[int]) -> dict[int, MinishardIndex]:
+    async def _minishards(self, stem: str, st: ShardState, wanted: set[int]) -> dict[int, MinishardIndex]:
         """The decoded minishard indexes ``wanted`` (empty ones left out); the index is loaded."""
-        _, data_key, delta = self._keys(stem, st)
-        isz = self.spec.index_size
-        found: dict[int, MinishardIndex] = {}
-        fetch: list[tuple[int, int, int]] = []
-        for m in sorted(wanted):
-            mi = st.minis.get(m)
-            if mi is not None:
-                found[m] = mi
-                continue
-            start, end = self._entry(stem, st, m)
-            if start != end:
-                fetch.append((m, isz + start + delta, isz + end + delta))
-        if not fetch:
-            return found
-        datas = await self.base.get_many([(data_key, RangeBR(s, e)) for _, s, e in fetch])
-        for (m, s, e), data in zip(fetch, datas):
-            if data is None or len(data) != e - s:
-                got = "nothing" if data is None else f"{len(data)} bytes"
-                raise CodecError(
-                    f"shard {data_key!r}: minishard index range of minishard {m} [{s}, {e}) is out of "
-                    f"bounds of the shard file (read gave {got})"
-                )
-        ms = [m for m, _, _ in fetch]
-        for m, mi in zip(ms, decode_minishard_indexes(datas, self.spec, data_key, ms)):  # type: ignore[arg-type]
-            found[m] = mi
-            self._add_minis(stem, st, m, mi)
+        found, fetch = self._cache.minis_request(stem, st, wanted)
+        if fetch:
+            data_key = self._cache.keys(stem, st)[1]
+            datas = await self.base.get_many([(data_key, RangeBR(s, e)) for _, s, e in fetch])
+            self._cache.minis_loaded(stem, st, fetch, datas, found)
         return found
 
     async def _locate_shard(self, stem: str, reqs: list[tuple[int, int, int]]) -> list[tuple[int, str, int, int] | None]:
@@ -287,7 +148,7 @@ class Uint64ShardedStore(Store):
         await self._load_index(stem, st, wanted)
         if st.kind == "missing":
             return [None] * len(reqs)
-        _, data_key, delta = self._keys(stem, st)
+        _, data_key, delta = self._cache.keys(stem, st)
         found = await self._minishards(stem, st, wanted)
         out: list[tuple[int, str, int, int] | None] = []
         if len(reqs) == 1:
@@ -351,19 +212,21 @@ class Uint64ShardedStore(Store):
             fetch.sort(key=lambda f: (f[1], f[2].start))
         datas = await self.base.get_many([(k, r) for _, k, r in fetch])
         for (pos, data_key, r), data in zip(fetch, datas):
-            if data is None or len(data) != r.end - r.start:
-                got = "nothing" if data is None else f"{len(data)} bytes"
-                raise CodecError(
-                    f"shard {data_key!r}: value of key {keys[pos]} should span bytes [{r.start}, {r.end}) "
-                    f"but the file gave {got} (truncated shard or bad minishard index)"
-                )
-            if gz:
-                data = gzip_decompress(data, f"shard {data_key!r}: value of key {keys[pos]}")
-                br = None if byte_ranges is None else byte_ranges[pos]
-                if br is not None:
-                    data = slice_range(data, br)
-            results[pos] = data
+            br = None if byte_ranges is None else byte_ranges[pos]
+            results[pos] = value_of(keys[pos], data_key, r, data, gz, br)
         return results
+
+    # -- blocking reads ---------------------------------------------------------------------
+    def blocking_reader(self) -> BlockingReader | None:
+        """``read(key, byte_range=None)`` from any thread when the base has a blocking reader:
+        cached indexes (loaded with ranged blocking reads when missing), then the value's range.
+        Each reader checks a shard's generation once, on its first read of it: ask for a new
+        reader per read operation, as the core does."""
+        return blocking_reads(self)
+
+    def blocking_reads(self) -> BlockingReads | None:
+        """Like ``blocking_reader``, with batched ``get_many_ids`` and ``locate`` (ShardedKV)."""
+        return blocking_reads(self)
 
     async def exists(self, key: str) -> bool:
         return (await self._locate([parse_uint64_key(key)]))[0] is not None
@@ -420,7 +283,7 @@ class Uint64ShardedStore(Store):
                     await asyncio.gather(*(self._rewrite(*job) for job in jobs))
             finally:
                 for stem, _, _ in jobs:  # these shards changed (or may have): re-read next time
-                    self._forget(stem)
+                    self._cache.forget(stem)
 
     async def _rewrite(self, stem: str, shard: int, changes: _Changes) -> None:
         key = stem + ".shard"

@@ -1,0 +1,387 @@
+"""Reading ``neuroglancer_uint64_sharded_v1`` shards: the index cache, and blocking reads.
+
+``ShardCache`` holds what is known of each shard (the generation it was read at, its shard
+index, decoded minishard indexes; LRU bounded by shards and by minishard entries) and turns
+bytes read from the base store into those. It does no I/O: the adapter's async reads
+(``uint64.py``) and ``BlockingReads`` (reads through the base store's blocking reader, from
+any thread, without an event loop) fetch what it asks for, so both paths validate, decode and
+report corrupt shards identically. A lock makes it safe to share between threads.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Coroutine, Hashable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..errors import CodecError
+from ..store.base import MISSING, BlockingReader, ByteRange, RangeBR, slice_range
+from ._uint64_format import (
+    MinishardIndex,
+    ShardingSpec,
+    check_index_entry,
+    decode_minishard_indexes,
+    gzip_decompress,
+    parse_uint64_key,
+    sub_range,
+)
+
+if TYPE_CHECKING:
+    from .uint64 import Uint64ShardedStore
+
+__all__ = ["ShardState", "ShardCache", "BlockingReads", "value_of"]
+
+#: shard indexes up to this size are read whole (one request serves every minishard)
+WHOLE_INDEX_MAX = 64 * 1024
+_PAIR = struct.Struct("<QQ")
+#: a generation that never matches: the shard's indexes are read again
+_UNKNOWN_NOW = object()
+
+Located = tuple[str, int, int]  # (data key, absolute start, stored size)
+
+
+class ShardState:
+    """What is known of one shard: where it lives, its index, decoded minishard indexes."""
+
+    __slots__ = ("gen", "kind", "index", "minis", "n_entries")
+
+    def __init__(self, gen: Hashable | None, kind: str) -> None:
+        self.gen = gen  # (generation of .shard, generation of .index) when read
+        self.kind = kind  # "missing" | "shard" | "pair" (legacy .index + .data) | "unknown"
+        # the whole shard index (bytes) or the entries read so far ({minishard: (start, end)})
+        self.index: bytes | dict[int, tuple[int, int]] | None = None
+        self.minis: dict[int, MinishardIndex] = {}
+        self.n_entries = 0
+
+
+def shard_generation(shard_gen: Hashable | None, index_gen: Callable[[], Hashable | None]) -> Hashable | None:
+    """The token a shard's cache entry is validated with: ``(gen of .shard, gen of .index)``
+    (the legacy ``.index`` is asked only when ``.shard`` is missing), None if unknown."""
+    if shard_gen is MISSING:
+        return (MISSING, index_gen())
+    return None if shard_gen is None else (shard_gen, None)
+
+
+def value_of(key: int, data_key: str, r: RangeBR, data: bytes | None, gz: bool, br: ByteRange | None) -> bytes:
+    """A stored value as read from ``r`` of ``data_key``: length checked, gunzipped, sliced."""
+    if data is None or len(data) != r.end - r.start:
+        got = "nothing" if data is None else f"{len(data)} bytes"
+        raise CodecError(
+            f"shard {data_key!r}: value of key {key} should span bytes [{r.start}, {r.end}) "
+            f"but the file gave {got} (truncated shard or bad minishard index)"
+        )
+    if gz:
+        data = gzip_decompress(data, f"shard {data_key!r}: value of key {key}")
+        if br is not None:
+            data = slice_range(data, br)
+    return data
+
+
+class ShardCache:
+    """Shard states by shard stem, LRU, bounded by shards and by decoded minishard entries."""
+
+    def __init__(self, spec: ShardingSpec, cache_entries: int, cache_shards: int) -> None:
+        self.spec = spec
+        self._states: OrderedDict[str, ShardState] = OrderedDict()
+        self._entries = cache_entries
+        self._shards = cache_shards
+        self._cached = 0
+        # cache bookkeeping only (never held across I/O): event loops of several threads and
+        # the worker threads of blocking reads share this cache
+        self._lock = threading.Lock()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._states.clear()
+            self._cached = 0
+
+    def forget(self, stem: str) -> None:
+        with self._lock:
+            self._pop(stem)
+
+    def _pop(self, stem: str) -> None:
+        st = self._states.pop(stem, None)
+        if st is not None:
+            self._cached -= st.n_entries
+
+    def _trim(self) -> None:
+        while len(self._states) > self._shards or (self._cached > self._entries and len(self._states) > 1):
+            _, old = self._states.popitem(last=False)
+            self._cached -= old.n_entries
+
+    def state_for(self, stem: str, gen: Hashable | None) -> ShardState:
+        """The cached state while the shard's generation is ``gen`` (or the base cannot tell:
+        None), else a new one (kind from the generations) that replaces it."""
+        with self._lock:
+            st = self._states.get(stem)
+            if st is not None and (gen is None or st.gen == gen):
+                self._states.move_to_end(stem)
+                return st
+            if gen is None:
+                kind = "unknown"  # the base cannot tell: found out when the index is read
+            elif gen[0] is not MISSING:  # type: ignore[index]
+                kind = "shard"
+            elif gen[1] is not MISSING and gen[1] is not None:  # type: ignore[index]
+                kind = "pair"
+            else:
+                kind = "missing"
+            st = ShardState(gen, kind)
+            self._pop(stem)
+            self._states[stem] = st
+            self._trim()
+            return st
+
+    def keys(self, stem: str, st: ShardState) -> tuple[str, str, int]:
+        """(index key, data key, offset to add to absolute shard positions) of a shard."""
+        if st.kind == "pair":
+            return stem + ".index", stem + ".data", -self.spec.index_size
+        return stem + ".shard", stem + ".shard", 0
+
+    # -- the shard index --------------------------------------------------------------------
+    def index_request(
+        self, st: ShardState, minishards: set[int], whole: bool = False
+    ) -> tuple[bool, list[int], list[RangeBR]] | None:
+        """``(whole, minishards, ranges)`` to read for the index entries of ``minishards``
+        (``whole``: all of it), or None when they are loaded already."""
+        isz = self.spec.index_size
+        whole = whole or isz <= WHOLE_INDEX_MAX or len(minishards) > 1 and st.kind == "unknown"
+        index = st.index
+        if isinstance(index, bytes) or (not whole and isinstance(index, dict) and minishards.issubset(index)):
+            return None
+        wanted = sorted(minishards)
+        if whole:
+            return True, wanted, [RangeBR(0, isz)]
+        return False, wanted, [RangeBR(16 * m, 16 * m + 16) for m in wanted]
+
+    def set_index(self, stem: str, st: ShardState, whole: bool, wanted: list[int], datas: Sequence[bytes | None]) -> None:
+        """Store index bytes read per ``index_request`` (a first None: the shard is gone)."""
+        if datas[0] is None:
+            st.kind = "missing"  # (or deleted since its generation was read)
+            return
+        isz = self.spec.index_size
+        name = self.keys(stem, st)[0]
+        if whole:
+            data = datas[0]
+            if len(data) < isz:
+                raise CodecError(
+                    f"shard {name!r} is truncated: {len(data)} bytes, shorter than its {isz}-byte shard index"
+                )
+            st.index = bytes(data)
+            return
+        entries = dict(st.index) if isinstance(st.index, dict) else {}
+        for m, data in zip(wanted, datas):
+            if data is None or len(data) != 16:
+                raise CodecError(
+                    f"shard {name!r} is truncated: it ends inside its {isz}-byte shard index "
+                    f"(entry of minishard {m})"
+                )
+            entries[m] = _PAIR.unpack(data)
+        st.index = entries
+
+    def entry(self, stem: str, st: ShardState, m: int) -> tuple[int, int]:
+        """The checked ``(start, end)`` index entry of minishard ``m`` (the index is loaded)."""
+        if isinstance(st.index, bytes):
+            start, end = _PAIR.unpack_from(st.index, 16 * m)
+        else:
+            start, end = st.index[m]  # type: ignore[index]
+        if start != end:
+            check_index_entry(start, end, self.spec, self.keys(stem, st)[0], m)
+        return start, end
+
+    # -- minishard indexes ------------------------------------------------------------------
+    def minis_request(
+        self, stem: str, st: ShardState, wanted: set[int]
+    ) -> tuple[dict[int, MinishardIndex], list[tuple[int, int, int]]]:
+        """(the decoded minishard indexes of ``wanted`` at hand, ``(m, start, end)`` ranges of
+        the data key still to read); empty minishards are in neither."""
+        _, _, delta = self.keys(stem, st)
+        isz = self.spec.index_size
+        found: dict[int, MinishardIndex] = {}
+        fetch: list[tuple[int, int, int]] = []
+        minis = st.minis
+        for m in sorted(wanted):
+            mi = minis.get(m)
+            if mi is not None:
+                found[m] = mi
+                continue
+            start, end = self.entry(stem, st, m)
+            if start != end:
+                fetch.append((m, isz + start + delta, isz + end + delta))
+        return found, fetch
+
+    def minis_loaded(
+        self, stem: str, st: ShardState, fetch: list[tuple[int, int, int]], datas: Sequence[bytes | None],
+        found: dict[int, MinishardIndex],
+    ) -> None:
+        """Decode minishard indexes read per ``minis_request`` into ``found`` and the cache."""
+        data_key = self.keys(stem, st)[1]
+        for (m, s, e), data in zip(fetch, datas):
+            if data is None or len(data) != e - s:
+                got = "nothing" if data is None else f"{len(data)} bytes"
+                raise CodecError(
+                    f"shard {data_key!r}: minishard index range of minishard {m} [{s}, {e}) is out of "
+                    f"bounds of the shard file (read gave {got})"
+                )
+        ms = [m for m, _, _ in fetch]
+        decoded = decode_minishard_indexes(datas, self.spec, data_key, ms)  # type: ignore[arg-type]
+        with self._lock:
+            for m, mi in zip(ms, decoded):
+                found[m] = mi
+                self._add_minis(stem, st, m, mi)
+
+    def _add_minis(self, stem: str, st: ShardState, m: int, mi: MinishardIndex) -> None:
+        if len(mi) > self._entries or m in st.minis:
+            return  # larger than the whole cache (use it once, keep nothing), or a racing read
+        st.minis[m] = mi
+        st.n_entries += len(mi)
+        if self._states.get(stem) is st:
+            self._cached += len(mi)
+            self._trim()
+            if self._cached > self._entries:  # this shard alone is over budget
+                self._cached -= st.n_entries
+                st.minis = {}
+                st.n_entries = 0
+
+
+def _now(coro: Coroutine[Any, Any, Any]) -> Any:
+    """The result of a coroutine that finishes without suspending (a local ``stat``, a dict
+    lookup), or ``_UNKNOWN_NOW`` when it would wait for the event loop."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value
+    coro.close()
+    return _UNKNOWN_NOW
+
+
+class BlockingReads:
+    """Reads of a ``Uint64ShardedStore`` through its base store's blocking reader: no event
+    loop, from any thread. One instance per read operation: each shard's generation is
+    checked once, on its first use (as the async path checks it once per batch), and the
+    cached indexes are used while it is unchanged. A generation the base cannot give without
+    waiting counts as changed (indexes read again), never as unchanged."""
+
+    def __init__(self, store: Uint64ShardedStore, read: BlockingReader) -> None:
+        self._store = store
+        self._cache: ShardCache = store._cache
+        self._spec = store.spec
+        self._read = read
+        self._checked: dict[str, ShardState] = {}
+
+    def _generation(self, key: str) -> Hashable | None:
+        gen = _now(self._store.base.generation(key))
+        return object() if gen is _UNKNOWN_NOW else gen  # a fresh token: no cache entry matches
+
+    def _state(self, stem: str) -> ShardState:
+        st = self._checked.get(stem)
+        if st is None:
+            gen = shard_generation(self._generation(stem + ".shard"), lambda: self._generation(stem + ".index"))
+            st = self._checked[stem] = self._cache.state_for(stem, gen)
+        return st
+
+    def _load_index(self, stem: str, st: ShardState, minishards: set[int]) -> None:
+        req = self._cache.index_request(st, minishards)
+        if req is None:
+            return
+        whole, wanted, ranges = req
+        read = self._read
+        if st.kind == "unknown":  # no generations: probe the layouts
+            st.kind = "shard"
+            datas = [read(stem + ".shard", r) for r in ranges]
+            if datas[0] is None:
+                st.kind = "pair"
+                datas = [read(stem + ".index", r) for r in ranges]
+        else:
+            index_key = self._cache.keys(stem, st)[0]
+            datas = [read(index_key, r) for r in ranges]
+        self._cache.set_index(stem, st, whole, wanted, datas)
+
+    def _minishards(self, stem: str, st: ShardState, wanted: set[int]) -> dict[int, MinishardIndex]:
+        found, fetch = self._cache.minis_request(stem, st, wanted)
+        if fetch:
+            data_key = self._cache.keys(stem, st)[1]
+            datas = [self._read(data_key, RangeBR(s, e)) for _, s, e in fetch]
+            self._cache.minis_loaded(stem, st, fetch, datas, found)
+        return found
+
+    def locate(self, key: int) -> Located | None:
+        """``(data key, start, size)`` of a stored key, or None when it is absent."""
+        shard, m = self._spec.locate(key)
+        stem = self._spec.shard_name(shard)
+        st = self._state(stem)
+        if st.kind == "missing":
+            return None
+        mi = st.minis.get(m)
+        if mi is None:
+            self._load_index(stem, st, {m})
+            if st.kind == "missing":
+                return None
+            mi = self._minishards(stem, st, {m}).get(m)
+            if mi is None:
+                return None
+        hit = mi.lookup(key)
+        if hit is None:
+            return None
+        _, data_key, delta = self._cache.keys(stem, st)
+        return data_key, hit[0] + delta, hit[1]
+
+    def get_id(self, key: int, byte_range: ByteRange | None = None) -> bytes | None:
+        """The value of uint64 ``key`` (an already validated int), or None."""
+        hit = self.locate(key)
+        if hit is None:
+            return None
+        data_key, start, size = hit
+        gz = self._spec.data_encoding == "gzip"
+        r = RangeBR(start, start + size) if gz or byte_range is None else sub_range(start, size, byte_range)
+        return value_of(key, data_key, r, self._read(data_key, r), gz, byte_range)
+
+    def __call__(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
+        """The ``BlockingReader`` interface: a decimal key (validated), optional byte range."""
+        return self.get_id(parse_uint64_key(key), byte_range)
+
+    def get_many_ids(self, keys: Sequence[int]) -> list[bytes | None]:
+        """Values of many keys: indexes loaded per shard, values read in file order."""
+        spec = self._spec
+        by_shard: dict[int, list[tuple[int, int, int]]] = {}
+        for pos, (k, (shard, m)) in enumerate(zip(keys, spec.locate_many(keys))):
+            reqs = by_shard.get(shard)
+            if reqs is None:
+                reqs = by_shard[shard] = []
+            reqs.append((pos, k, m))
+        fetch: list[tuple[int, str, int, int]] = []
+        for shard, reqs in by_shard.items():
+            stem = spec.shard_name(shard)
+            st = self._state(stem)
+            if st.kind == "missing":
+                continue
+            wanted = {m for _, _, m in reqs}
+            if not wanted.issubset(st.minis):
+                self._load_index(stem, st, wanted)
+                if st.kind == "missing":
+                    continue
+            found = self._minishards(stem, st, wanted)
+            _, data_key, delta = self._cache.keys(stem, st)
+            by_m: dict[int, list[tuple[int, int]]] = {}
+            for pos, key, m in reqs:
+                if m in found:
+                    by_m.setdefault(m, []).append((pos, key))
+            for m, group in by_m.items():
+                for (pos, _), hit in zip(group, found[m].lookup_many([key for _, key in group])):
+                    if hit is not None:
+                        fetch.append((pos, data_key, hit[0] + delta, hit[1]))
+        fetch.sort(key=lambda f: (f[1], f[2]))  # file order: sequential reads
+        out: list[bytes | None] = [None] * len(keys)
+        gz = spec.data_encoding == "gzip"
+        read = self._read
+        for pos, data_key, start, size in fetch:
+            r = RangeBR(start, start + size)
+            out[pos] = value_of(keys[pos], data_key, r, read(data_key, r), gz, None)
+        return out
+
+
+def blocking_reads(store: Uint64ShardedStore) -> BlockingReads | None:
+    """A ``BlockingReads`` over ``store`` when its base has a blocking reader, else None."""
+    read = store.base.blocking_reader()
+    return None if read is None else BlockingReads(store, read)

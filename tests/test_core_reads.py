@@ -1,0 +1,98 @@
+"""The core's loop-free read path (``read_into_now``): files and memory are read, decoded and
+scattered on the calling thread and, for slow chunks, on pool threads; every variant must give
+exactly what NumPy gives, and errors must still name the chunk."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import shardstore
+from shardstore.core import io
+from shardstore.errors import ChunkNotFoundError, CodecError, ShardStoreError
+
+# (THREAD_ITEM_SECONDS, WAITING_ITEM_SECONDS): inline only, codec pool, I/O pool
+MODES = {"inline": (1e9, 1e9), "codec-pool": (0.0, 1e9), "io-pool": (0.0, 0.0)}
+
+
+@pytest.fixture(params=sorted(MODES))
+def mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    thread, waiting = MODES[request.param]
+    monkeypatch.setattr(io, "THREAD_ITEM_SECONDS", thread)
+    monkeypatch.setattr(io, "WAITING_ITEM_SECONDS", waiting)
+    return request.param
+
+
+def _volume(shape: tuple[int, ...]) -> np.ndarray:
+    return np.random.default_rng(3).integers(0, 1000, size=shape).astype("uint16")
+
+
+def _arrays(tmp_path: Path, vol: np.ndarray) -> dict[str, shardstore.Array]:
+    z = shardstore.create(str(tmp_path / "a.zarr"), shape=vol.shape, dtype=vol.dtype, chunks=(8, 8, 8),
+                          codecs=[{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "zstd", "configuration": {"level": 1}}])
+    n5 = shardstore.n5.create(str(tmp_path / "c.n5"), "d", shape=vol.shape, dtype=vol.dtype,
+                              block_size=(8, 8, 8), compression={"type": "gzip", "level": 1})
+    for a in (z, n5):
+        a[...] = vol
+    return {"zarr3": z, "n5": n5}
+
+
+@pytest.mark.parametrize("fmt", ["zarr3", "n5"])
+def test_reads_match_numpy_in_every_mode(tmp_path: Path, mode: str, fmt: str) -> None:
+    vol = _volume((37, 29, 41))  # clipped / padded edge chunks in every dimension
+    a = _arrays(tmp_path, vol)[fmt]
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        lo = [int(rng.integers(0, s)) for s in vol.shape]
+        hi = [int(rng.integers(l + 1, s + 1)) for l, s in zip(lo, vol.shape)]
+        sel = tuple(slice(l, h) for l, h in zip(lo, hi))
+        np.testing.assert_array_equal(a[sel], vol[sel])
+    np.testing.assert_array_equal(np.asarray(a), vol)
+    np.testing.assert_array_equal(a[::3, 5, ::-2], vol[::3, 5, ::-2])
+    np.testing.assert_array_equal(a.oindex[[0, 9, 36], :, [1, 40]], vol[[0, 9, 36]][:, :, [1, 40]])
+
+
+def test_corrupt_chunk_names_its_key_in_every_mode(tmp_path: Path, mode: str) -> None:
+    vol = _volume((32, 32, 32))
+    a = _arrays(tmp_path, vol)["n5"]
+    (tmp_path / "c.n5" / "d" / "2" / "1" / "3").write_bytes(b"\x00\x00\x00\x03" + b"garbage" * 20)
+    with pytest.raises(CodecError, match="2/1/3"):
+        np.asarray(a)
+    # the other chunks are unharmed and a read that avoids the bad one works
+    np.testing.assert_array_equal(a[:8], vol[:8])
+
+
+def test_missing_chunks_read_as_fill_or_raise_when_strict(tmp_path: Path, mode: str) -> None:
+    vol = _volume((32, 32, 32))
+    a = _arrays(tmp_path, vol)["zarr3"]
+    a[8:16, 8:16, 8:16] = 0  # an all-fill chunk is deleted
+    expected = vol.copy()
+    expected[8:16, 8:16, 8:16] = 0
+    np.testing.assert_array_equal(np.asarray(a), expected)
+    with pytest.raises(ChunkNotFoundError, match="1.1.1|1/1/1"):
+        a.read(strict=True)
+
+
+def test_local_reads_do_not_use_the_event_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    vol = _volume((24, 24, 24))
+    arrays = _arrays(tmp_path, vol)
+
+    async def no_loop(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the async read path was used for a local store")
+
+    monkeypatch.setattr("shardstore.core.array.read_into", no_loop)
+    for a in arrays.values():
+        np.testing.assert_array_equal(a[1:20, 3:9, :], vol[1:20, 3:9, :])
+        np.testing.assert_array_equal(np.asarray(a), vol)
+
+
+def test_errors_from_pool_threads_are_shardstore_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(io, "THREAD_ITEM_SECONDS", 0.0)
+    vol = _volume((32, 32, 32))
+    a = _arrays(tmp_path, vol)["zarr3"]
+    for key in ("c/3/3/3", "c/0/2/1"):
+        (tmp_path / "a.zarr" / key).write_bytes(b"not zstd")
+    with pytest.raises(ShardStoreError):
+        np.asarray(a)
