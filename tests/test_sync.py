@@ -19,18 +19,21 @@ def _array(tmp_path):
     return shardstore.open(tmp_path / "a"), data
 
 
-def test_local_reads_run_on_the_calling_thread(tmp_path, monkeypatch):
+def test_local_reads_need_no_event_loop(tmp_path, monkeypatch):
+    """Files are read on the calling thread (and the codec pool), with no loop at all."""
     a, data = _array(tmp_path)
-    threads = []
+    loops = []
     original = _sync._thread_loop
 
     def spy():
-        threads.append(threading.current_thread())
+        loops.append(threading.current_thread())
         return original()
 
     monkeypatch.setattr(_sync, "_thread_loop", spy)
+    monkeypatch.setattr(_sync, "_ensure_loop", lambda: loops.append("background") or None)
     assert np.array_equal(a[3:40, ::3], data[3:40, ::3])
-    assert threads == [threading.current_thread()]
+    assert np.array_equal(np.asarray(a), data)
+    assert loops == []
 
 
 def test_reads_from_many_threads_agree(tmp_path):

@@ -40,7 +40,7 @@ import numpy as np
 from ..codecs.base import ChunkSpec
 from ..codecs.sharding_indexed import EMPTY, ShardingCodec
 from ..errors import CodecError, ConflictError, InvalidKeyError, UnsupportedFeatureError
-from ..store.base import ByteRange, OffsetBR, Parts, RangeBR, Store, SuffixBR, joined, validate_key
+from ..store.base import BlockingReader, ByteRange, OffsetBR, Parts, RangeBR, Store, SuffixBR, joined, validate_key
 
 __all__ = ["ShardLayout", "ZarrShardingStore", "inner_key", "parse_inner_key"]
 
@@ -186,20 +186,30 @@ class ZarrShardingStore(Store):
             return whole
         return whole[:isz] if self.layout.codec.index_location == "start" else whole[len(whole) - isz :]
 
-    async def _get_index(self, shard_key: str) -> list[list[int]] | None:
-        gen = await self.base.generation(shard_key)
+    def _cached_index(self, shard_key: str, gen: Hashable | None) -> object:
+        """The cached index (None for a missing shard) if still current at ``gen``, else _MISSING."""
         cached = self._index_cache.get(shard_key)
-        if cached is not None and (gen is None or cached[1] == gen):
-            with contextlib.suppress(KeyError):  # reads on several threads' loops share the cache
-                self._index_cache.move_to_end(shard_key)
-            return None if cached[0] is _MISSING else cached[0]  # type: ignore[return-value]
-        data = await self.base.get(shard_key, self._index_range())
+        if cached is None or (gen is not None and cached[1] != gen):
+            return _MISSING
+        with contextlib.suppress(KeyError):  # reads on several threads share the cache
+            self._index_cache.move_to_end(shard_key)
+        return None if cached[0] is _MISSING else cached[0]
+
+    def _keep_index(self, shard_key: str, data: bytes | None, gen: Hashable | None) -> list[list[int]] | None:
+        """Decode, check and cache an index read at ``gen`` (None: the shard is missing)."""
         if data is None:
             self._cache_put(shard_key, _MISSING, gen)
             return None
         index = self._index_from_bytes(shard_key, data, None)
         self._cache_put(shard_key, index, gen)
         return index
+
+    async def _get_index(self, shard_key: str) -> list[list[int]] | None:
+        gen = await self.base.generation(shard_key)
+        index = self._cached_index(shard_key, gen)
+        if index is not _MISSING:
+            return index  # type: ignore[return-value]
+        return self._keep_index(shard_key, await self.base.get(shard_key, self._index_range()), gen)
 
     async def _read_whole(self, shard_key: str) -> tuple[bytes | None, list[list[int]] | None]:
         whole, index, _ = await self._read_versioned(shard_key)
@@ -310,6 +320,53 @@ class ZarrShardingStore(Store):
 
     async def exists(self, key: str) -> bool:
         return (await self.get(key, RangeBR(0, 0))) is not None
+
+    def blocking_reader(self) -> BlockingReader | None:
+        """Inner chunks read synchronously, when the base reads and versions synchronously
+        (files, memory, or another adapter over them): the cached index checked against the
+        shard's generation, then a ranged read. The core then reads, decodes and scatters
+        inner chunks in its worker threads, with no event-loop round trips."""
+        read = self.base.blocking_reader()
+        generation = self.base.blocking_generation()
+        if read is None or generation is None:
+            return None
+        layout, rank = self.layout, self._rank
+        # with the index at the end, a ranged read cannot see an entry that runs into the index
+        # (the shard size is unknown): reading the index's length past a whole chunk proves
+        # that the bytes after it exist, i.e. that it ends before the index
+        guard = layout.index_size if layout.codec.index_location == "end" else 0
+
+        def read_inner(key: str, byte_range: ByteRange | None = None) -> bytes | None:
+            shard, i = layout.locate(parse_inner_key(key, rank))
+            shard_key = layout.shard_key(shard)
+            gen = generation(shard_key)
+            index = self._cached_index(shard_key, gen)
+            if index is _MISSING:
+                index = self._keep_index(shard_key, read(shard_key, self._index_range()), gen)
+            if index is None:
+                return None
+            off, n = index[i]  # type: ignore[index]
+            if off == _EMPTY and n == _EMPTY:
+                return None
+            r = self._sub_range(off, n, byte_range)
+            if guard and byte_range is None:
+                data = read(shard_key, RangeBR(r.start, r.end + guard))
+                if data is not None and len(data) == n + guard:
+                    return data[:n]
+                raise CodecError(
+                    f"shard {shard_key!r}: inner chunk {i} at bytes [{r.start}, {r.end}) runs into "
+                    "the shard index or past the end of the shard (truncated shard or bad index entry)"
+                )
+            return self._check_len(read(shard_key, r), r, shard_key, i)
+
+        return read_inner
+
+    def blocking_generation(self) -> Callable[[str], Hashable | None] | None:
+        generation = self.base.blocking_generation()
+        if generation is None:
+            return None
+        layout, rank = self.layout, self._rank
+        return lambda key: generation(layout.shard_key(layout.locate(parse_inner_key(key, rank))[0]))
 
     # -- writes -----------------------------------------------------------------------------
     async def _set(self, key: str, value: bytes) -> None:

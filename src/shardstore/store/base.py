@@ -290,6 +290,14 @@ class Store(abc.ABC):
         """
         return None
 
+    def blocking_generation(self) -> Callable[[str], Hashable | None] | None:
+        """``generation`` as a synchronous function callable from any thread, or None.
+
+        Offered alongside ``blocking_reader`` so that adapters reading in worker threads (a
+        shard's cached index) can check what they cached without the event loop.
+        """
+        return None
+
     async def generation(self, key: str) -> Hashable | None:
         """A cheap token that changes whenever the value at ``key`` changes, or None.
 

@@ -212,8 +212,8 @@ class LocalStore(Store):
 
         return read
 
-    async def generation(self, key: str) -> Hashable | None:
-        # one stat, inline: cheaper than a thread hop; an atomic replace changes the inode
+    def _generation(self, key: str) -> Hashable:
+        # one stat: an atomic replace changes the inode
         try:
             st = os.stat(self._path(validate_key(key)))
         except (FileNotFoundError, NotADirectoryError):
@@ -223,6 +223,12 @@ class LocalStore(Store):
         if not stat.S_ISREG(st.st_mode):
             return MISSING
         return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def blocking_generation(self) -> Callable[[str], Hashable]:
+        return self._generation
+
+    async def generation(self, key: str) -> Hashable | None:
+        return self._generation(key)  # inline: cheaper than a thread hop
 
     async def exists(self, key: str) -> bool:
         return await asyncio.to_thread(os.path.isfile, self._path(validate_key(key)))

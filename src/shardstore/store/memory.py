@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Hashable, Sequence
+from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 
 from .base import MISSING, BlockingReader, ByteRange, Store, slice_range, validate_key
 
@@ -61,12 +61,19 @@ class MemoryStore(Store):
         self._data[key] = bytes(value)
         self._versions[key] = next(self._writes)
 
-    async def generation(self, key: str) -> Hashable | None:
+    def _generation(self, key: str) -> Hashable:
         validate_key(key)
-        if key not in self._data:
+        value = self._data.get(key)
+        if value is None:
             return MISSING
         # values placed in the shared dict from outside have no counter: use the object
-        return (self._versions.get(key), id(self._data[key]))
+        return (self._versions.get(key), id(value))
+
+    def blocking_generation(self) -> Callable[[str], Hashable]:
+        return self._generation
+
+    async def generation(self, key: str) -> Hashable | None:
+        return self._generation(key)
 
     async def _delete(self, key: str) -> None:
         self._data.pop(key, None)

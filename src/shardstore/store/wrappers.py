@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Hashable, Sequence
+from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from typing import NamedTuple
 
 from .base import BlockingReader, ByteRange, Store, validate_key, validate_prefix
@@ -71,6 +71,13 @@ class PrefixStore(_Wrapper):
         pre = self._pre
         return lambda key, byte_range=None: read(pre + key, byte_range)
 
+    def blocking_generation(self) -> Callable[[str], Hashable | None] | None:
+        gen = self.base.blocking_generation()
+        if gen is None:
+            return None
+        pre = self._pre
+        return lambda key: gen(pre + key)
+
     async def _get(self, key: str, byte_range: ByteRange | None) -> bytes | None:
         return await self.base.get(self._full(key), byte_range)
 
@@ -114,6 +121,9 @@ class ReadOnlyStore(_Wrapper):
 
     def blocking_reader(self) -> BlockingReader | None:
         return self.base.blocking_reader()
+
+    def blocking_generation(self) -> Callable[[str], Hashable | None] | None:
+        return self.base.blocking_generation()
 
     async def _get(self, key: str, byte_range: ByteRange | None) -> bytes | None:
         return await self.base.get(key, byte_range)

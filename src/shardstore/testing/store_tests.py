@@ -374,6 +374,32 @@ class StoreTests:
 
     # -- versioned reads and conditional writes --------------------------------------------
     @async_test
+    async def test_blocking_reader_agrees_with_get(self, store: Store) -> None:
+        """Stores that offer synchronous reads (files, memory, adapters over them) must read
+        exactly what ``get`` reads, ranges and missing keys included, and their synchronous
+        generation must follow writes as ``generation`` does."""
+        read = store.blocking_reader()
+        generation = store.blocking_generation()
+        if read is None:
+            return
+        keys = self.sample_keys()
+        value = bytes(range(250)) * 4
+        await store.set(keys[0], value)
+        await store.set(keys[1], b"")
+        assert read(keys[0]) == await store.get(keys[0]) == value
+        assert read(keys[1]) == b""
+        for br in BYTE_RANGES:
+            assert read(keys[0], br) == await store.get(keys[0], br), br
+            assert read(keys[2], br) is None, br
+        assert read(keys[2]) is None
+        if generation is not None:
+            before = generation(keys[0])
+            assert before == await store.generation(keys[0])
+            await store.set(keys[0], b"changed")
+            assert read(keys[0]) == b"changed"
+            assert generation(keys[0]) == await store.generation(keys[0])
+
+    @async_test
     async def test_get_versioned_and_set_if(self, store: Store) -> None:
         key = self.sample_keys()[0]
         value, gen = await store.get_versioned(key)
