@@ -91,6 +91,9 @@ class Codec(abc.ABC):
     #: on the calling thread, because handing such work to threads costs more in GIL
     #: hand-offs than it saves (measured: 1.6x slower random reads of raw chunks)
     light: ClassVar[bool] = False
+    #: ``encode`` takes arrays in any memory layout (it lays them out itself, in one copy):
+    #: the core then hands it a view of the user's data instead of a C-ordered copy first
+    accepts_strided: ClassVar[bool] = False
     #: the JSON object this codec was parsed from, returned verbatim by ``to_config``
     _source: dict[str, Any] | str | None = None
 

@@ -32,6 +32,7 @@ class BytesCodec(ArrayBytesCodec):
     for dtypes whose elements are one byte (bool, int8, uint8) or raw."""
 
     light = True
+    accepts_strided = True
 
     name = "bytes"
 

@@ -163,6 +163,7 @@ class N5BlockCodec(ArrayBytesCodec):
     """
 
     name = "n5_block"
+    accepts_strided = True  # ``_block`` lays values out big-endian in C order in one copy
 
     def __init__(self, compression: BytesBytesCodec, block_shape: tuple[int, ...] | None = None) -> None:
         self.compression = compression

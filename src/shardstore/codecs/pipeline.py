@@ -115,7 +115,11 @@ class CodecPipeline:
         return plan
 
     def encode(self, array: np.ndarray, spec: ChunkSpec) -> bytes:
+        """Encode ``array`` (any memory layout: made C-contiguous here unless the first codec
+        lays it out itself, see ``Codec.accepts_strided``)."""
         specs, _ = self._plan(spec)
+        if not array.flags.c_contiguous and not self.codecs[0].accepts_strided:
+            array = array.copy(order="C")  # (np.ascontiguousarray would turn 0-d into 1-d)
         for codec, s in zip(self.array_array, specs):
             array = codec.encode(array, s)
         data = self.array_bytes.encode(array, specs[-1])

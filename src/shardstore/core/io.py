@@ -302,9 +302,7 @@ def _encode(
     spec = layout.spec_for(p.coords)
     fill = layout.spec.fill_value
     if p.is_complete and _whole_chunk(p, spec.shape):
-        chunk = value[p.out_selection]
-        if not chunk.flags.c_contiguous:  # (np.ascontiguousarray would turn 0-d into 1-d)
-            chunk = chunk.copy(order="C")
+        chunk = value[p.out_selection]  # a view: the pipeline lays it out (one copy, not two)
     else:
         if p.is_complete or old is None:
             chunk = np.full(spec.shape, fill, dtype=spec.dtype)
