@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 import copy
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal
 
@@ -172,6 +173,21 @@ class ArrayBytesCodec(Codec):
         blocks a small selection needs), or None when this codec cannot do better than a full
         decode. ``selection`` is a tuple of ints / slices / index arrays, one per dimension."""
         return None
+
+    def decode_partial_from(
+        self, read: Callable[[int, int], bytes | None], spec: ChunkSpec, selection: tuple
+    ) -> np.ndarray | None:
+        """``decode_partial`` fetching only the bytes it needs: ``read(start, stop)`` gives
+        bytes ``[start, stop)`` of the stored chunk (fewer at its end; None when it is
+        missing). None when the caller should read the chunk whole and decode it as usual
+        (also when it is missing: the caller reports that)."""
+        return None
+
+    def decode_into(self, data: bytes, spec: ChunkSpec, out: np.ndarray) -> bool:
+        """Decode the whole chunk straight into ``out`` (an array of ``spec``'s shape and
+        dtype, e.g. a view of the caller's result), saving a buffer and a copy. False,
+        having written nothing, when the caller should ``decode`` and copy instead."""
+        return False
 
     def encoded_size(self, spec: ChunkSpec) -> int | None:
         """Size of the encoding when it does not depend on the data, else None."""

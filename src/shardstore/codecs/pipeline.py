@@ -141,8 +141,36 @@ class CodecPipeline:
     @functools.cached_property
     def decodes_partially(self) -> bool:
         """Whether ``decode_region`` can ever beat a whole decode (checked once, not per chunk)."""
-        overridden = type(self.array_bytes).decode_partial is not ArrayBytesCodec.decode_partial
+        return self._lone_override("decode_partial")
+
+    def _lone_override(self, method: str) -> bool:
+        """Whether the chain is one array->bytes codec that implements ``method`` itself."""
+        overridden = getattr(type(self.array_bytes), method) is not getattr(ArrayBytesCodec, method)
         return overridden and not self.array_array and not self.bytes_bytes
+
+    @functools.cached_property
+    def reads_partially(self) -> bool:
+        """Whether ``decode_region_from`` can ever avoid reading a whole chunk."""
+        return self._lone_override("decode_partial_from")
+
+    def decode_region_from(self, read: Any, spec: ChunkSpec, selection: tuple) -> np.ndarray | None:
+        """``decode_region`` reading only the bytes it needs through ``read(start, stop)``
+        (see ``ArrayBytesCodec.decode_partial_from``); None: read the chunk whole instead."""
+        if not self.reads_partially:
+            return None
+        return self.array_bytes.decode_partial_from(read, spec, selection)
+
+    @functools.cached_property
+    def decodes_into(self) -> bool:
+        """Whether ``decode_into`` can ever write a chunk straight into the caller's array."""
+        return self._lone_override("decode_into")
+
+    def decode_into(self, data: bytes, spec: ChunkSpec, out: np.ndarray) -> bool:
+        """Decode the whole chunk into ``out`` (see ``ArrayBytesCodec.decode_into``); False,
+        having written nothing, when the caller must ``decode`` and copy."""
+        if not self.decodes_into:
+            return False
+        return self.array_bytes.decode_into(data, spec, out)
 
     def decode(self, data: bytes, spec: ChunkSpec) -> np.ndarray:
         specs, caps = self._plan(spec)

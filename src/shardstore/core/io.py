@@ -22,6 +22,7 @@ import numpy as np
 
 from .._sync import codec_pool, codec_pool_size, io_pool
 from ..errors import ChunkNotFoundError, CodecError, ConflictError
+from ..store.base import RangeBR
 from .indexing import ChunkProjection
 from .layout import ChunkLayout, fill_mask
 
@@ -99,9 +100,37 @@ def _selected(layout: ChunkLayout, p: ChunkProjection, key: str, data: bytes) ->
     return _decode(layout, key, p.coords, data)[p.chunk_selection]
 
 
+def _selected_from(layout: ChunkLayout, p: ChunkProjection, key: str, read: Callable[..., bytes | None]) -> np.ndarray | None:
+    """``chunk[p.chunk_selection]`` read piecewise: the codec asks for the byte ranges it needs
+    (headers, then a few blosc blocks) instead of the whole chunk; None: read it whole."""
+    try:
+        return layout.pipeline.decode_region_from(
+            lambda start, stop: read(key, RangeBR(start, stop)), layout.spec_for(p.coords), p.chunk_selection
+        )
+    except CodecError as e:
+        raise type(e)(f"{layout.describe_key(key)}: {e}") from e
+
+
+def _into(layout: ChunkLayout, p: ChunkProjection, key: str, data: bytes, out: np.ndarray) -> bool:
+    """Decode a chunk the projection takes whole straight into its place in ``out`` (no
+    decoded buffer, no copy); False when the codec or the place does not allow it."""
+    spec = layout.spec_for(p.coords)
+    if not _whole_chunk(p, spec.shape):
+        return False
+    target = out[p.out_selection]
+    if target.shape != spec.shape or not target.flags.c_contiguous:
+        return False
+    try:
+        return layout.pipeline.decode_into(data, spec, target)
+    except CodecError as e:
+        raise type(e)(f"{layout.describe_key(key)}: {e}") from e
+
+
 def _scatter(batch: list[tuple[ChunkProjection, str, bytes]], layout: ChunkLayout, out: np.ndarray) -> list:
+    into = layout.pipeline.decodes_into
     for p, key, data in batch:
-        out[p.out_selection] = _selected(layout, p, key, data)
+        if not (into and p.is_complete and _into(layout, p, key, data, out)):
+            out[p.out_selection] = _selected(layout, p, key, data)
     return []
 
 
@@ -112,13 +141,19 @@ def _read_scatter(
     read: Callable[[str], bytes | None],
     strict: bool,
 ) -> list:
+    ranged, into = layout.pipeline.reads_partially, layout.pipeline.decodes_into
     for p, key in batch:
+        if ranged and not p.is_complete:
+            part = _selected_from(layout, p, key, read)
+            if part is not None:
+                out[p.out_selection] = part
+                continue
         data = read(key)
         if data is None:
             if strict:
                 raise ChunkNotFoundError(f"{layout.describe_key(key)} is missing")
             out[p.out_selection] = layout.spec.fill_value
-        else:
+        elif not (into and p.is_complete and _into(layout, p, key, data, out)):
             out[p.out_selection] = _selected(layout, p, key, data)
     return []
 

@@ -290,6 +290,22 @@ class Store(abc.ABC):
         """
         return None
 
+    def blocking_writer(self) -> Callable[[str, bytes | None], None] | None:
+        """A function ``write(key, value)`` storing (None: deleting) synchronously from any
+        thread, as ``set`` / ``delete`` do, or None.
+
+        The write-side twin of ``blocking_reader``: formats that write many whole files
+        (bcolz appends) encode and write each in a worker thread, without event-loop hops.
+        Only writable backends where a write is a cheap local operation offer one.
+        """
+        return None
+
+    def blocking_ranges_reader(self) -> Callable[[str, Sequence[ByteRange | None]], list[bytes | None]] | None:
+        """``read_ranges(key, ranges)``: several byte ranges of one value, synchronously (one
+        open of a file for all of them), or None. Offered with ``blocking_reader``; adapters
+        reading many values of one shard in a worker thread (``get_many``) use it."""
+        return None
+
     def blocking_generation(self) -> Callable[[str], Hashable | None] | None:
         """``generation`` as a synchronous function callable from any thread, or None.
 

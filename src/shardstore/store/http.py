@@ -15,7 +15,10 @@ On top of it this module adds what the Store contract needs:
   for the size once (HEAD), then for an explicit range;
 - a body cut short (connection dropped mid-transfer) is retried a bounded number of times;
   every reply is checked against the range it should hold, so wrong data is never returned;
-- anything else becomes a ``StoreError`` naming the key and the URL.
+- anything else becomes a ``StoreError`` naming the key and the URL;
+- large ranged replies (a whole shard, merged ranges) are read-only views of the client's
+  buffer, so a shard's chunks reach the decoders without copies;
+- an optional ``RangeCache`` (``cache_bytes``) serves ranges read before without a request.
 """
 
 from __future__ import annotations
@@ -23,14 +26,21 @@ from __future__ import annotations
 import asyncio
 import datetime
 import random
+import threading
 import weakref
-from collections.abc import AsyncIterator, Hashable, Mapping
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
 from typing import Any
 
 from ..errors import StoreError, UnsupportedFeatureError
 from .base import MISSING, ByteRange, OffsetBR, RangeBR, Store, SuffixBR, validate_key
 
-__all__ = ["HTTPStore", "ObjectStoreBase", "import_obstore", "make_client_options", "retry_config"]
+__all__ = ["HTTPStore", "ObjectStoreBase", "RangeCache", "import_obstore", "make_client_options", "retry_config"]
+
+#: ranged and versioned replies at least this large are handed out as a read-only view of
+#: the client's buffer (no copy: a whole shard then costs no copies before its chunks are
+#: decoded); whole-value reads (metadata) and smaller replies are ``bytes``
+ZERO_COPY_MIN = 1 << 20
 
 #: what a user installs when obstore is missing
 INSTALL_HINT = "pip install 'shardstore[remote]'  (or: pip install obstore)"
@@ -89,6 +99,59 @@ def _is_body_error(e: BaseException) -> bool:
     return "body error" in text or "error decoding response body" in text or "connection reset" in text
 
 
+class RangeCache:
+    """Byte ranges read recently (LRU, at most ``max_bytes`` in total), for repeated reads.
+
+    A lookup is served by any cached range of the key that contains it (a shard read whole
+    serves its chunks). Writes and deletes through the store drop the key's ranges; other
+    writers are not noticed (as with the shard-index cache: reopen to see their changes).
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = int(max_bytes)
+        self._entries: OrderedDict[tuple[str, int], Any] = OrderedDict()  # (key, start) -> value
+        self._starts: dict[str, set[int]] = {}
+        self._size = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: str, start: int, end: int) -> Any:
+        with self._lock:
+            for s in self._starts.get(key, ()):
+                value = self._entries[(key, s)]
+                if s <= start and end <= s + len(value):
+                    self._entries.move_to_end((key, s))
+                    return value if (start, end) == (s, s + len(value)) else memoryview(value)[start - s : end - s]
+        return None
+
+    def put(self, key: str, start: int, value: Any) -> None:
+        n = len(value)
+        if n > self.max_bytes // 4:  # one huge value must not flush everything else
+            return
+        with self._lock:
+            old = self._entries.pop((key, start), None)
+            self._size += n - (len(old) if old is not None else 0)
+            self._entries[(key, start)] = value
+            self._starts.setdefault(key, set()).add(start)
+            while self._size > self.max_bytes:
+                (k, s), v = self._entries.popitem(last=False)
+                self._size -= len(v)
+                self._starts[k].discard(s)
+                if not self._starts[k]:
+                    del self._starts[k]
+
+    def drop(self, key: str) -> None:
+        """Forget the key's ranges (it was written or deleted)."""
+        with self._lock:
+            for s in self._starts.pop(key, ()):
+                self._size -= len(self._entries.pop((key, s)))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._starts.clear()
+            self._size = 0
+
+
 class ObjectStoreBase(Store):
     """Reads through an obstore client: shared by ``HTTPStore`` and ``S3Store``.
 
@@ -107,9 +170,16 @@ class ObjectStoreBase(Store):
     #: extra attempts after a body was cut short (obstore retries failed requests itself,
     #: but not a reply whose body broke off)
     body_retries = 2
+    #: recently read byte ranges (``cache_bytes`` > 0), or None
+    _cache: RangeCache | None = None
 
     _client: Any
     _where: str
+
+    def invalidate(self) -> None:
+        """Forget cached byte ranges (after another process changed the data)."""
+        if self._cache is not None:
+            self._cache.clear()
 
     def _limit(self) -> asyncio.Semaphore:
         """This store's bound on requests in flight, one per event loop (all callers share it,
@@ -152,8 +222,9 @@ class ObjectStoreBase(Store):
             return {"offset": br.start}
         return {"suffix": br.n}
 
-    async def _fetch(self, key: str, br: ByteRange | None) -> tuple[bytes | None, Any]:
-        """(value or None when missing, the reply's metadata or None) for one request."""
+    async def _fetch(self, key: str, br: ByteRange | None, view: bool = False) -> tuple[bytes | None, Any]:
+        """(value or None when missing, the reply's metadata or None) for one request;
+        ``view``: a large value may be a read-only memoryview instead of ``bytes``."""
         obs = import_obstore()
         exc = obs.exceptions
         if (isinstance(br, RangeBR) and br.end <= br.start) or (isinstance(br, SuffixBR) and br.n == 0):
@@ -194,7 +265,7 @@ class ObjectStoreBase(Store):
                     await asyncio.sleep(0.05 * 2**attempt * (0.5 + random.random()))
                     continue
                 raise self._error("read", key, e) from e
-        value = bytes(data)
+        value = memoryview(data).toreadonly() if view and len(data) >= ZERO_COPY_MIN else bytes(data)
         # never hand out wrong data: the body must be the range the reply says, which must be
         # the range asked for (obstore checks Content-Range; this checks the body against it)
         want_start = br.start if isinstance(br, (RangeBR, OffsetBR)) else start
@@ -209,13 +280,51 @@ class ObjectStoreBase(Store):
         return await self._fetch(key, RangeBR(max(size - br.n, 0), size))
 
     async def _get(self, key: str, byte_range: ByteRange | None) -> bytes | None:
-        return (await self._fetch(key, byte_range))[0]
+        cache = self._cache
+        if cache is None or not isinstance(byte_range, RangeBR):
+            return (await self._fetch(key, byte_range))[0]
+        hit = cache.get(key, byte_range.start, byte_range.end)
+        if hit is not None:
+            return bytes(hit)
+        value = (await self._fetch(key, byte_range))[0]
+        if value is not None:
+            cache.put(key, byte_range.start, value)
+        return value
+
+    async def _get_parts(
+        self, key: str, parts: Sequence[ByteRange | None], limit: asyncio.Semaphore
+    ) -> list[bytes | None]:
+        """The merged ranges of one key (``get_many``): large ranged replies as views (their
+        chunks are sliced out without copies), ranges read before from the cache."""
+        cache = self._cache
+        out: list[bytes | None] = [None] * len(parts)
+        todo = []
+        for i, br in enumerate(parts):
+            hit = cache.get(key, br.start, br.end) if cache is not None and isinstance(br, RangeBR) else None
+            if hit is None:
+                todo.append(i)
+            else:
+                out[i] = hit
+
+        async def one(i: int) -> None:
+            br = parts[i]
+            async with limit:
+                value = (await self._fetch(key, br, view=isinstance(br, RangeBR)))[0]
+            out[i] = value
+            if cache is not None and value is not None and isinstance(br, RangeBR):
+                cache.put(key, br.start, value)
+
+        if len(todo) == 1:
+            await one(todo[0])
+        elif todo:
+            await asyncio.gather(*(one(i) for i in todo))
+        return out
 
     async def get_versioned(
         self, key: str, byte_range: ByteRange | None = None
     ) -> tuple[bytes | None, Hashable | None]:
         """The value and its ETag from one GET (``MISSING`` when absent, None without an ETag)."""
-        value, meta = await self._fetch(validate_key(key), byte_range)
+        value, meta = await self._fetch(validate_key(key), byte_range, view=True)
         if value is None:
             return None, MISSING
         etag = meta.get("e_tag") if meta else None
@@ -242,7 +351,9 @@ class HTTPStore(ObjectStoreBase):
     Options: ``timeout`` / ``connect_timeout`` (seconds, per request), ``max_retries`` and
     ``retry_timeout`` (bounded retries with backoff on 5xx, timeouts and resets),
     ``max_concurrency`` (requests in flight per batch), ``headers`` (sent with every request,
-    e.g. an Authorization header), ``client_options`` (passed to obstore as they are).
+    e.g. an Authorization header), ``client_options`` (passed to obstore as they are),
+    ``cache_bytes`` (keep up to this many bytes of byte ranges read, so that reading them
+    again costs no request; 0 = off).
     Listing is not possible over plain HTTP.
     """
 
@@ -258,6 +369,7 @@ class HTTPStore(ObjectStoreBase):
         max_concurrency: int = 32,
         headers: Mapping[str, str] | None = None,
         client_options: Mapping[str, Any] | None = None,
+        cache_bytes: int = 0,
     ) -> None:
         if not read_only:
             raise UnsupportedFeatureError(f"cannot open {url!r} for writing: HTTP stores are read-only (use s3:// to write)")
@@ -266,6 +378,7 @@ class HTTPStore(ObjectStoreBase):
         self._url = url.rstrip("/") + "/"
         self._where = self._url
         self.max_concurrency = int(max_concurrency)
+        self._cache = RangeCache(cache_bytes) if cache_bytes > 0 else None
         opts = make_client_options(url, timeout=timeout, connect_timeout=connect_timeout, extra=client_options)
         if headers:
             opts["default_headers"] = dict(headers)

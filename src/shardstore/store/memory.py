@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 
-from .base import MISSING, BlockingReader, ByteRange, Store, slice_range, validate_key
+from .base import MISSING, BlockingReader, ByteRange, Store, _check_value, joined, slice_range, validate_key
 
 __all__ = ["MemoryStore"]
 
@@ -57,9 +57,35 @@ class MemoryStore(Store):
 
         return read
 
+    def blocking_writer(self) -> Callable[[str, bytes | None], None] | None:
+        if self.read_only:
+            return None
+
+        def write(key: str, value: bytes | None) -> None:
+            validate_key(key)
+            if value is None:
+                self._data.pop(key, None)
+            else:
+                _check_value(key, value)
+                self._data[key] = bytes(joined(value))
+                self._versions[key] = next(self._writes)
+
+        return write
+
     async def _set(self, key: str, value: bytes) -> None:
         self._data[key] = bytes(value)
         self._versions[key] = next(self._writes)
+
+    def blocking_ranges_reader(self) -> Callable[[str, Sequence[ByteRange | None]], list[bytes | None]]:
+        data = self._data
+
+        def read_ranges(key: str, ranges: Sequence[ByteRange | None]) -> list[bytes | None]:
+            value = data.get(key)
+            if value is None:
+                return [None] * len(ranges)
+            return [value if br is None else slice_range(value, br) for br in ranges]
+
+        return read_ranges
 
     def _generation(self, key: str) -> Hashable:
         validate_key(key)

@@ -63,7 +63,8 @@ def _http_factory(url: str, read_only: bool, options: Mapping[str, Any]) -> Stor
 
     if not read_only:
         raise UnsupportedFeatureError(f"cannot open {url!r} for writing: HTTP stores are read-only (use s3:// to write)")
-    known = {"timeout", "connect_timeout", "max_retries", "retry_timeout", "max_concurrency", "headers", "client_options"}
+    known = {"timeout", "connect_timeout", "max_retries", "retry_timeout", "max_concurrency", "headers",
+             "client_options", "cache_bytes"}
     unknown = set(options) - known
     if unknown:
         raise ValueError(f"unknown storage options for an HTTP store: {sorted(unknown)} (known: {sorted(known)})")
@@ -103,7 +104,8 @@ def store_from_url(
     - a plain path, a ``pathlib.Path`` or a ``file://`` URL gives a ``LocalStore``;
     - ``memory://`` gives a new, empty ``MemoryStore``;
     - ``http://`` / ``https://`` give a read-only ``HTTPStore`` (options: ``timeout``,
-      ``connect_timeout``, ``max_retries``, ``retry_timeout``, ``max_concurrency``, ``headers``);
+      ``connect_timeout``, ``max_retries``, ``retry_timeout``, ``max_concurrency``, ``headers``,
+      ``cache_bytes``);
     - ``s3://bucket/prefix`` gives an ``S3Store`` (options: ``endpoint``, ``region``,
       ``credentials`` or ``access_key_id`` / ``secret_access_key`` / ``session_token``,
       ``anonymous``, ``retry_conflicts``, ... see ``S3Store``; the standard ``AWS_*``

@@ -23,7 +23,13 @@ from urllib.parse import urlsplit
 
 from ..errors import ConflictError, StoreError
 from .base import MISSING, _check_value, joined, validate_key
-from .http import ObjectStoreBase, import_obstore, make_client_options, retry_config
+from .http import (
+    ObjectStoreBase,
+    RangeCache,
+    import_obstore,
+    make_client_options,
+    retry_config,
+)
 
 __all__ = ["S3Store", "s3_store_from_url"]
 
@@ -46,6 +52,8 @@ class S3Store(ObjectStoreBase):
     environment variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
     ``AWS_SESSION_TOKEN``, ``AWS_REGION`` / ``AWS_DEFAULT_REGION``, ``AWS_ENDPOINT_URL_S3`` /
     ``AWS_ENDPOINT_URL``); ``anonymous=True`` sends unsigned requests (public buckets).
+    ``cache_bytes`` > 0 keeps that many bytes of byte ranges read (LRU), so that reading
+    them again costs no request; this store's writes and deletes drop a key's ranges.
     Without any credentials obstore's default chain (e.g. instance metadata) is used.
     A custom ``endpoint`` uses path-style requests (``endpoint/bucket/key``).
     """
@@ -71,6 +79,7 @@ class S3Store(ObjectStoreBase):
         multipart_threshold: int = 64 << 20,
         multipart_chunk_size: int = 16 << 20,
         retry_conflicts: int = 0,
+        cache_bytes: int = 0,
         client_options: Mapping[str, Any] | None = None,
         config: Mapping[str, Any] | None = None,
     ) -> None:
@@ -100,6 +109,7 @@ class S3Store(ObjectStoreBase):
             raise ValueError("multipart_chunk_size must be at least 5 MiB (the S3 minimum part size)")
         #: how often a shard read-merge-write that lost a race is redone (0: raise ConflictError)
         self.retry_conflicts = int(retry_conflicts)
+        self._cache = RangeCache(cache_bytes) if cache_bytes > 0 else None
         cfg: dict[str, Any] = {"region": region}
         if endpoint:
             cfg["endpoint"] = endpoint
@@ -137,6 +147,8 @@ class S3Store(ObjectStoreBase):
         obs = import_obstore()
         exc = obs.exceptions
         data = joined(value)
+        if self._cache is not None:
+            self._cache.drop(key)
         size = memoryview(data).nbytes
         multipart = mode is None and size > self.multipart_threshold
         try:
@@ -165,6 +177,9 @@ class S3Store(ObjectStoreBase):
         obs = import_obstore()
         for i in range(0, len(keys), _DELETE_BATCH):
             batch = list(keys[i : i + _DELETE_BATCH])
+            if self._cache is not None:
+                for k in batch:
+                    self._cache.drop(k)
             try:
                 async with self._limit():
                     await obs.delete_async(self._client, [self._path(k) for k in batch])

@@ -71,12 +71,26 @@ class PrefixStore(_Wrapper):
         pre = self._pre
         return lambda key, byte_range=None: read(pre + key, byte_range)
 
+    def blocking_ranges_reader(self) -> Callable[[str, Sequence[ByteRange | None]], list[bytes | None]] | None:
+        read_ranges = self.base.blocking_ranges_reader()
+        if read_ranges is None:
+            return None
+        pre = self._pre
+        return lambda key, ranges: read_ranges(pre + key, ranges)
+
     def blocking_generation(self) -> Callable[[str], Hashable | None] | None:
         gen = self.base.blocking_generation()
         if gen is None:
             return None
         pre = self._pre
         return lambda key: gen(pre + key)
+
+    def blocking_writer(self) -> Callable[[str, bytes | None], None] | None:
+        write = None if self.read_only else self.base.blocking_writer()
+        if write is None:
+            return None
+        pre = self._pre
+        return lambda key, value: write(pre + validate_key(key), value)
 
     async def _get(self, key: str, byte_range: ByteRange | None) -> bytes | None:
         return await self.base.get(self._full(key), byte_range)
@@ -121,6 +135,9 @@ class ReadOnlyStore(_Wrapper):
 
     def blocking_reader(self) -> BlockingReader | None:
         return self.base.blocking_reader()
+
+    def blocking_ranges_reader(self) -> Callable[[str, Sequence[ByteRange | None]], list[bytes | None]] | None:
+        return self.base.blocking_ranges_reader()
 
     def blocking_generation(self) -> Callable[[str], Hashable | None] | None:
         return self.base.blocking_generation()

@@ -400,6 +400,25 @@ class StoreTests:
             assert generation(keys[0]) == await store.generation(keys[0])
 
     @async_test
+    async def test_blocking_writer_agrees_with_set(self, store: Store) -> None:
+        """Stores that offer synchronous writes store and delete exactly as ``set`` /
+        ``delete`` do; read-only stores offer none."""
+        write = store.blocking_writer()
+        if write is None:
+            return
+        assert not store.read_only
+        keys = self.sample_keys()
+        write(keys[0], b"first")
+        write(keys[0], b"second")  # replaces
+        write(keys[1], b"")
+        assert await store.get(keys[0]) == b"second" and await store.get(keys[1]) == b""
+        write(keys[1], None)
+        write(keys[2], None)  # deleting a missing key is fine
+        assert await store.get(keys[1]) is None and await store.get(keys[2]) is None
+        with pytest.raises(InvalidKeyError):
+            write("../escape", b"x")
+
+    @async_test
     async def test_get_versioned_and_set_if(self, store: Store) -> None:
         key = self.sample_keys()[0]
         value, gen = await store.get_versioned(key)
