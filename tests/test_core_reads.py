@@ -96,3 +96,27 @@ def test_errors_from_pool_threads_are_shardstore_errors(tmp_path: Path, monkeypa
         (tmp_path / "a.zarr" / key).write_bytes(b"not zstd")
     with pytest.raises(ShardStoreError):
         np.asarray(a)
+
+
+@pytest.mark.parametrize("encoding", ["raw", "compressed_segmentation"])
+@pytest.mark.parametrize("sharded", [False, True])
+def test_precomputed_reads_are_fortran_ordered(tmp_path: Path, encoding: str, sharded: bool) -> None:
+    """Precomputed chunks are stored x fastest: reads return Fortran-ordered [x, y, z, c]
+    arrays (ChunkLayout.order), with the same values as a C-ordered read would have."""
+    vol = np.random.default_rng(4).integers(0, 50, size=(40, 30, 20, 1)).astype("uint32")
+    scale: dict = {"size": [40, 30, 20], "resolution": [1, 1, 1], "voxel_offset": [0, 0, 0],
+                   "chunk_size": [16, 16, 8], "encoding": encoding}
+    if encoding == "compressed_segmentation":
+        scale["compressed_segmentation_block_size"] = [8, 8, 8]
+    if sharded:
+        scale["sharding"] = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "identity",
+                             "preshift_bits": 0, "minishard_bits": 1, "shard_bits": 1,
+                             "minishard_index_encoding": "raw", "data_encoding": "raw"}
+    a = shardstore.precomputed.create(str(tmp_path / "v"), data_type="uint32", type="segmentation",
+                                      scales=[scale])
+    a[...] = vol
+    for sel in [(slice(None),) * 4, (slice(3, 37), slice(5, 29), slice(1, 19), 0)]:
+        got = a[sel]
+        assert got.flags.f_contiguous
+        np.testing.assert_array_equal(got, vol[sel])
+    np.testing.assert_array_equal(np.asarray(a), vol)

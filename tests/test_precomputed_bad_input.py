@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
@@ -111,6 +112,20 @@ def test_raw_chunk_of_the_wrong_size_names_the_file(tmp_path: Path, payload: byt
     with pytest.raises(CodecError, match="5-10_0-5_0-5"):
         a[...]
     assert (a[0:5, 0:5, 0:5] == 1).all()  # the other chunks still read
+
+
+def test_gzipped_chunk_file_bomb_or_garbage_names_the_file(tmp_path: Path) -> None:
+    _raw_volume(tmp_path)
+    chunk = tmp_path / "s0" / "5-10_0-5_0-5"
+    chunk.unlink()
+    gz = tmp_path / "s0" / "5-10_0-5_0-5.gz"
+    for payload in (gzip.compress(b"\0" * (20 << 20)), b"\x1f\x8b garbage", gzip.compress(b"\x01" * 124)):
+        gz.write_bytes(payload)
+        for read in (lambda a: a[...], lambda a: a.oindex[[5, 6], :, :]):
+            with pytest.raises(CodecError, match=r"5-10_0-5_0-5(\.gz)?"):
+                read(pc.open(tmp_path))
+    gz.write_bytes(gzip.compress(b"\x02" * 125))
+    assert (pc.open(tmp_path)[5:10, 0:5, 0:5] == 2).all()
 
 
 def test_edge_chunk_stored_at_full_size_is_refused(tmp_path: Path) -> None:

@@ -38,10 +38,17 @@ def test_raw_is_little_endian_fortran_order(dtype: str, shape: tuple[int, ...]) 
     codec = PrecomputedRawCodec()
     enc = bytes(codec.encode(a, spec(shape, dtype)))
     assert enc == a.astype(np.dtype(dtype).newbyteorder("<")).tobytes(order="F")
+    buf = np.frombuffer(enc, np.uint8)
     out = codec.decode(enc, spec(shape, dtype))
-    assert out.flags.c_contiguous and out.dtype.isnative
+    # zero-copy: the [x, y, z, c] view of the stored bytes, first axis fastest (reads return
+    # Fortran-ordered arrays, so placing it is a plain copy)
+    assert np.shares_memory(out, buf) and out.flags.f_contiguous
     np.testing.assert_array_equal(out, a)
-    np.testing.assert_array_equal(codec.decode(enc, spec(shape, dtype)), a)
+    # a decoded chunk changed (on a copy, as the core does) re-encodes to the stored order
+    changed = out.copy()
+    changed[0, 0, 0, 0] = 7
+    a[0, 0, 0, 0] = 7
+    assert bytes(codec.encode(changed, spec(shape, dtype))) == a.astype(np.dtype(dtype).newbyteorder("<")).tobytes(order="F")
 
 
 def test_raw_wrong_size_is_a_codec_error() -> None:
@@ -137,19 +144,3 @@ def test_image_of_the_wrong_size_is_refused_before_decoding() -> None:
             codec.decode(enc[: len(enc) // 2], spec(a.shape, "uint8"))
         with pytest.raises(CodecError):
             codec.decode(b"not an image at all, not at all", spec(a.shape, "uint8"))
-
-
-@pytest.mark.parametrize("selection", [
-    (slice(1, 3), slice(0, 4), slice(2, 5), slice(0, 2)),
-    (2, slice(None), slice(1, 5, 2), 1),
-    (slice(None, None, 2), 3, 4, slice(None)),
-])
-def test_raw_partial_decode_equals_full_decode(selection: tuple) -> None:
-    a = np.random.default_rng(5).integers(0, 60000, (3, 4, 5, 2), dtype=np.uint16)
-    codec = PrecomputedRawCodec()
-    s = spec(a.shape, "uint16")
-    enc = bytes(codec.encode(a, s))
-    np.testing.assert_array_equal(codec.decode_partial(enc, s, selection), a[selection])
-    assert codec.decode_partial(enc, s, (np.array([0, 2]), slice(None), slice(None), slice(None))) is None
-    with pytest.raises(CodecError):
-        codec.decode_partial(enc[:-2], s, selection)

@@ -3,12 +3,14 @@
 What they write, shardstore reads bit-exactly (JPEG: within a few units); what shardstore
 writes, they read bit-exactly wherever they support the encoding. Known reader gaps:
 cloud-volume decodes multi-channel JPEG and PNG chunks as planar (shared/fixtures/README.md),
-cannot write uint16 PNG (pyspng) nor multi-channel compressed_segmentation, and by default gzips chunk files under a ``.gz`` name that
-neither tensorstore nor shardstore read -- its writes here use ``compress=False``.
+cannot write uint16 PNG (pyspng) nor multi-channel compressed_segmentation. By default it gzips
+the chunk files of unsharded scales under a ``.gz`` name, which shardstore reads (tensorstore
+does not): the round trips use ``compress=False``, the ``.gz`` case has its own test.
 """
 
 from __future__ import annotations
 
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -162,6 +164,40 @@ def test_cloudvolume_writes_shardstore_reads(
         assert int(np.abs(got.astype(int) - expected.astype(int)).max()) <= 2
     else:
         np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize(("dtype", "nc", "enc"), [("uint8", 1, "raw"), ("uint16", 2, "raw"),
+                                                  ("uint32", 1, "compressed_segmentation")])
+def test_cloudvolume_gzipped_chunk_files(tmp_path: Path, dtype: str, nc: int, enc: str) -> None:
+    """cloud-volume's default ``compress=True`` writes ``<chunk>.gz`` files: shardstore reads
+    them, merges partial writes into them (writing plain files that shadow the ``.gz``) and
+    deletes both when a chunk becomes all zero."""
+    data = _data(dtype, nc, enc, seed=5)
+    scale = _scale(enc, None)
+    scale["chunk_sizes"] = [scale.pop("chunk_size")]
+    scale["key"] = "4_4_40"
+    cv = _cv(tmp_path, info={"type": "image", "data_type": dtype, "num_channels": nc, "scales": [scale]})
+    cv.commit_info()
+    cv[:, :, :] = data
+    names = sorted(p.name for p in (tmp_path / "4_4_40").iterdir())
+    assert names and all(n.endswith(".gz") for n in names)
+    a = pc.open(tmp_path, mode="r+")
+    np.testing.assert_array_equal(a[...], data)
+    np.testing.assert_array_equal(a[5:30, 3:20, 2:11], data[5:30, 3:20, 2:11])
+    a[3:9, 2:20, 1:4] = 7  # partial chunks: merged with what the .gz files hold
+    data[3:9, 2:20, 1:4] = 7
+    first = tmp_path / "4_4_40" / "-3-13_5-21_7-15"  # the chunk at the origin
+    assert first.exists() and (tmp_path / "4_4_40" / "-3-13_5-21_7-15.gz").exists()
+    a[0:16, 0:16, 0:8] = 0  # ... becomes all zero: both of its files go
+    data[0:16, 0:16, 0:8] = 0
+    assert not first.exists() and not (tmp_path / "4_4_40" / "-3-13_5-21_7-15.gz").exists()
+    np.testing.assert_array_equal(pc.open(tmp_path)[...], data)
+    # a corrupt .gz is a CodecError naming the file
+    victim = next(p for p in (tmp_path / "4_4_40").iterdir() if p.name.endswith(".gz")
+                  and not (tmp_path / "4_4_40" / p.name[:-3]).exists())
+    victim.write_bytes(victim.read_bytes()[:20])
+    with pytest.raises(shardstore.errors.CodecError, match=re.escape(victim.name)):
+        np.asarray(pc.open(tmp_path))
 
 
 def test_cloudvolume_writes_whole_shards_shardstore_reads_and_merges(tmp_path: Path) -> None:

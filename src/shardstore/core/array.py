@@ -54,7 +54,7 @@ class AsyncArray:
 
     async def read(self, indexer: Indexer, *, strict: bool = False) -> np.ndarray:
         layout = self.driver.layout
-        out = np.empty(indexer.shape, dtype=layout.spec.dtype)
+        out = np.empty(indexer.shape, dtype=layout.spec.dtype, order=layout.order)
         if out.size:
             await read_into(layout, indexer, out, strict=strict)
         return out
@@ -63,7 +63,7 @@ class AsyncArray:
         """``read`` on the calling thread (and the codec pool) without the event loop, for
         stores with a blocking reader; None, having read nothing, for the others."""
         layout = self.driver.layout
-        out = np.empty(indexer.shape, dtype=layout.spec.dtype)
+        out = np.empty(indexer.shape, dtype=layout.spec.dtype, order=layout.order)
         if out.size == 0 or read_into_now(layout, indexer, out, strict=strict):
             return out
         return None

@@ -267,9 +267,11 @@ class MinishardIndex:
 
     def lookup(self, key: int) -> tuple[int, int] | None:
         """``(start, size)`` of ``key``, or None when it is not in this minishard."""
-        i = int(np.searchsorted(self.keys, key))
-        if i < len(self.keys) and int(self.keys[i]) == key:
-            return int(self.starts[i]), int(self.sizes[i])
+        keys = self.keys
+        # (array methods and .item(): 3x cheaper than np.searchsorted and numpy scalars)
+        i = int(keys.searchsorted(np.uint64(key)))
+        if i < len(keys) and keys.item(i) == key:
+            return self.starts.item(i), self.sizes.item(i)
         return None
 
     def lookup_many(self, keys: Sequence[int]) -> list[tuple[int, int] | None]:

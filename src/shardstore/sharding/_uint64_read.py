@@ -13,8 +13,8 @@ from __future__ import annotations
 import struct
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Hashable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Hashable, Sequence
+from typing import TYPE_CHECKING
 
 from ..errors import CodecError
 from ..store.base import MISSING, BlockingReader, ByteRange, RangeBR, slice_range
@@ -36,10 +36,10 @@ __all__ = ["ShardState", "ShardCache", "BlockingReads", "value_of"]
 #: shard indexes up to this size are read whole (one request serves every minishard)
 WHOLE_INDEX_MAX = 64 * 1024
 _PAIR = struct.Struct("<QQ")
-#: a generation that never matches: the shard's indexes are read again
-_UNKNOWN_NOW = object()
 
 Located = tuple[str, int, int]  # (data key, absolute start, stored size)
+#: ``read_ranges(key, ranges)``: several byte ranges of one value in one blocking call
+RangesReader = Callable[[str, Sequence[ByteRange]], "list[bytes | None]"]
 
 
 class ShardState:
@@ -64,12 +64,15 @@ def shard_generation(shard_gen: Hashable | None, index_gen: Callable[[], Hashabl
     return None if shard_gen is None else (shard_gen, None)
 
 
-def value_of(key: int, data_key: str, r: RangeBR, data: bytes | None, gz: bool, br: ByteRange | None) -> bytes:
-    """A stored value as read from ``r`` of ``data_key``: length checked, gunzipped, sliced."""
-    if data is None or len(data) != r.end - r.start:
+def value_of(
+    key: int, data_key: str, start: int, end: int, data: bytes | None, gz: bool, br: ByteRange | None
+) -> bytes:
+    """A stored value as read from ``[start, end)`` of ``data_key``: length checked, gunzipped
+    and then cut to ``br`` (a raw value's range was cut by the read itself)."""
+    if data is None or len(data) != end - start:
         got = "nothing" if data is None else f"{len(data)} bytes"
         raise CodecError(
-            f"shard {data_key!r}: value of key {key} should span bytes [{r.start}, {r.end}) "
+            f"shard {data_key!r}: value of key {key} should span bytes [{start}, {end}) "
             f"but the file gave {got} (truncated shard or bad minishard index)"
         )
     if gz:
@@ -245,41 +248,30 @@ class ShardCache:
                 st.n_entries = 0
 
 
-def _now(coro: Coroutine[Any, Any, Any]) -> Any:
-    """The result of a coroutine that finishes without suspending (a local ``stat``, a dict
-    lookup), or ``_UNKNOWN_NOW`` when it would wait for the event loop."""
-    try:
-        coro.send(None)
-    except StopIteration as done:
-        return done.value
-    coro.close()
-    return _UNKNOWN_NOW
-
-
 class BlockingReads:
-    """Reads of a ``Uint64ShardedStore`` through its base store's blocking reader: no event
-    loop, from any thread. One instance per read operation: each shard's generation is
-    checked once, on its first use (as the async path checks it once per batch), and the
-    cached indexes are used while it is unchanged. A generation the base cannot give without
-    waiting counts as changed (indexes read again), never as unchanged."""
+    """Reads of a ``Uint64ShardedStore`` through its base store's blocking reader and
+    generation: no event loop, from any thread. As on the async path, a shard's cached
+    indexes are used while its generation is unchanged: checked on every ``get_id`` /
+    ``locate`` and once per ``get_many_ids`` batch.
 
-    def __init__(self, store: Uint64ShardedStore, read: BlockingReader) -> None:
-        self._store = store
+    ``get_many_ids`` needs the base to read many ranges of one file in one blocking call
+    (``blocking_ranges_reader``; one open per shard file instead of one per value):
+    ``batches`` says whether it does."""
+
+    def __init__(
+        self, store: Uint64ShardedStore, read: BlockingReader, generation: Callable[[str], Hashable | None],
+        read_ranges: RangesReader | None = None,
+    ) -> None:
         self._cache: ShardCache = store._cache
         self._spec = store.spec
         self._read = read
-        self._checked: dict[str, ShardState] = {}
-
-    def _generation(self, key: str) -> Hashable | None:
-        gen = _now(self._store.base.generation(key))
-        return object() if gen is _UNKNOWN_NOW else gen  # a fresh token: no cache entry matches
+        self._generation = generation
+        self._read_ranges = read_ranges
+        self.batches = read_ranges is not None
 
     def _state(self, stem: str) -> ShardState:
-        st = self._checked.get(stem)
-        if st is None:
-            gen = shard_generation(self._generation(stem + ".shard"), lambda: self._generation(stem + ".index"))
-            st = self._checked[stem] = self._cache.state_for(stem, gen)
-        return st
+        gen = self._generation
+        return self._cache.state_for(stem, shard_generation(gen(stem + ".shard"), lambda: gen(stem + ".index")))
 
     def _load_index(self, stem: str, st: ShardState, minishards: set[int]) -> None:
         req = self._cache.index_request(st, minishards)
@@ -335,22 +327,26 @@ class BlockingReads:
         data_key, start, size = hit
         gz = self._spec.data_encoding == "gzip"
         r = RangeBR(start, start + size) if gz or byte_range is None else sub_range(start, size, byte_range)
-        return value_of(key, data_key, r, self._read(data_key, r), gz, byte_range)
+        return value_of(key, data_key, r.start, r.end, self._read(data_key, r), gz, byte_range)
 
     def __call__(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
         """The ``BlockingReader`` interface: a decimal key (validated), optional byte range."""
         return self.get_id(parse_uint64_key(key), byte_range)
 
     def get_many_ids(self, keys: Sequence[int]) -> list[bytes | None]:
-        """Values of many keys: indexes loaded per shard, values read in file order."""
-        spec = self._spec
+        """Values of many keys (needs ``batches``): per shard the indexes it lacks, then its
+        values in file order, each step one multi-range read of the shard file."""
+        read_ranges = self._read_ranges
+        if read_ranges is None:
+            raise TypeError("get_many_ids needs a base store with a blocking_ranges_reader (see batches)")
+        spec, cache = self._spec, self._cache
         by_shard: dict[int, list[tuple[int, int, int]]] = {}
         for pos, (k, (shard, m)) in enumerate(zip(keys, spec.locate_many(keys))):
             reqs = by_shard.get(shard)
             if reqs is None:
                 reqs = by_shard[shard] = []
             reqs.append((pos, k, m))
-        fetch: list[tuple[int, str, int, int]] = []
+        fetch: list[tuple[str, int, int, int]] = []  # (data key, start, end, position)
         for shard, reqs in by_shard.items():
             stem = spec.shard_name(shard)
             st = self._state(stem)
@@ -361,8 +357,11 @@ class BlockingReads:
                 self._load_index(stem, st, wanted)
                 if st.kind == "missing":
                     continue
-            found = self._minishards(stem, st, wanted)
-            _, data_key, delta = self._cache.keys(stem, st)
+            found, missing = cache.minis_request(stem, st, wanted)
+            _, data_key, delta = cache.keys(stem, st)
+            if missing:
+                datas = read_ranges(data_key, [RangeBR(s, e) for _, s, e in missing])
+                cache.minis_loaded(stem, st, missing, datas, found)
             by_m: dict[int, list[tuple[int, int]]] = {}
             for pos, key, m in reqs:
                 if m in found:
@@ -370,18 +369,30 @@ class BlockingReads:
             for m, group in by_m.items():
                 for (pos, _), hit in zip(group, found[m].lookup_many([key for _, key in group])):
                     if hit is not None:
-                        fetch.append((pos, data_key, hit[0] + delta, hit[1]))
-        fetch.sort(key=lambda f: (f[1], f[2]))  # file order: sequential reads
+                        start = hit[0] + delta
+                        fetch.append((data_key, start, start + hit[1], pos))
+        fetch.sort()
         out: list[bytes | None] = [None] * len(keys)
         gz = spec.data_encoding == "gzip"
-        read = self._read
-        for pos, data_key, start, size in fetch:
-            r = RangeBR(start, start + size)
-            out[pos] = value_of(keys[pos], data_key, r, read(data_key, r), gz, None)
+        i = 0
+        while i < len(fetch):  # one read call per data file
+            data_key = fetch[i][0]
+            j = i + 1
+            while j < len(fetch) and fetch[j][0] == data_key:
+                j += 1
+            part = fetch[i:j]
+            for (_, s, e, pos), data in zip(part, read_ranges(data_key, [RangeBR(s, e) for _, s, e, _ in part])):
+                out[pos] = value_of(keys[pos], data_key, s, e, data, gz, None)
+            i = j
         return out
 
 
 def blocking_reads(store: Uint64ShardedStore) -> BlockingReads | None:
-    """A ``BlockingReads`` over ``store`` when its base has a blocking reader, else None."""
-    read = store.base.blocking_reader()
-    return None if read is None else BlockingReads(store, read)
+    """A ``BlockingReads`` over ``store`` when its base reads and versions synchronously
+    (files, memory, wrappers of those), else None."""
+    base = store.base
+    read = base.blocking_reader()
+    generation = base.blocking_generation()
+    if read is None or generation is None:
+        return None
+    return BlockingReads(store, read, generation, base.blocking_ranges_reader())

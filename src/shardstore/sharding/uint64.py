@@ -25,7 +25,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 
 from .._sync import codec_pool
-from ..errors import CodecError, UnsupportedFeatureError
+from ..errors import UnsupportedFeatureError
 from ..store.base import MISSING, BlockingReader, ByteRange, Parts, RangeBR, Store, joined
 from ._uint64_format import (
     MinishardIndex,
@@ -81,6 +81,7 @@ class Uint64ShardedStore(Store):
         self._complete_shard = complete_shard
         # stem -> what is known of the shard (LRU; bounded by shards and by minishard entries)
         self._cache = ShardCache(spec, cache_entries, cache_shards)
+        self._blocking: BlockingReads | None | bool = False  # made on first use
         self._shard_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     @property
@@ -199,34 +200,47 @@ class Uint64ShardedStore(Store):
         """Values of uint64 ``keys`` (already validated ints; optional byte range per key)."""
         located = await self._locate(keys)
         gz = self.spec.data_encoding == "gzip"
-        fetch: list[tuple[int, str, RangeBR]] = []
+        # (data key, start, end, position), sorted: file order, sequential reads
+        fetch: list[tuple[str, int, int, int]] = []
         for pos, hit in enumerate(located):
             if hit is not None:
                 _, data_key, start, size = hit
                 br = None if byte_ranges is None else byte_ranges[pos]
-                fetch.append((pos, data_key, RangeBR(start, start + size) if gz or br is None else sub_range(start, size, br)))
+                if gz or br is None:
+                    fetch.append((data_key, start, start + size, pos))
+                else:
+                    r = sub_range(start, size, br)
+                    fetch.append((data_key, r.start, r.end, pos))
         results: list[bytes | None] = [None] * len(keys)
         if not fetch:
             return results
-        if len(fetch) > 1:  # in file order: sequential reads when the shard is not cached
-            fetch.sort(key=lambda f: (f[1], f[2].start))
-        datas = await self.base.get_many([(k, r) for _, k, r in fetch])
-        for (pos, data_key, r), data in zip(fetch, datas):
+        fetch.sort()
+        datas = await self.base.get_many([(k, RangeBR(s, e)) for k, s, e, _ in fetch])
+        for (data_key, s, e, pos), data in zip(fetch, datas):
             br = None if byte_ranges is None else byte_ranges[pos]
-            results[pos] = value_of(keys[pos], data_key, r, data, gz, br)
+            results[pos] = value_of(keys[pos], data_key, s, e, data, gz, br)
         return results
 
     # -- blocking reads ---------------------------------------------------------------------
     def blocking_reader(self) -> BlockingReader | None:
-        """``read(key, byte_range=None)`` from any thread when the base has a blocking reader:
-        cached indexes (loaded with ranged blocking reads when missing), then the value's range.
-        Each reader checks a shard's generation once, on its first read of it: ask for a new
-        reader per read operation, as the core does."""
-        return blocking_reads(self)
+        """``read(key, byte_range=None)`` from any thread, when the base reads and versions
+        synchronously (files, memory): the shard's generation checked against the cache, the
+        indexes fetched with ranged blocking reads when not cached, then the value's range.
+        The core then reads, decodes and scatters chunks in worker threads, no event loop."""
+        return self.blocking_reads()
 
     def blocking_reads(self) -> BlockingReads | None:
-        """Like ``blocking_reader``, with batched ``get_many_ids`` and ``locate`` (ShardedKV)."""
-        return blocking_reads(self)
+        """Like ``blocking_reader``, with ``get_id`` and ``locate`` (made once: it keeps no
+        state of its own, the shard cache is the adapter's)."""
+        if self._blocking is False:
+            self._blocking = blocking_reads(self)
+        return self._blocking
+
+    def blocking_generation(self) -> Callable[[str], Hashable | None] | None:
+        generation = self.base.blocking_generation()
+        if generation is None:
+            return None
+        return lambda key: generation(self.shard_file(parse_uint64_key(key)))
 
     async def exists(self, key: str) -> bool:
         return (await self._locate([parse_uint64_key(key)]))[0] is not None

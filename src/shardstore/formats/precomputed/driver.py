@@ -5,7 +5,8 @@ The array is ``[x, y, z, channel]`` of shape ``size + [num_channels]``, indexed 
 the channel axis), edge chunks clipped, missing chunks read as 0.
 
 - unsharded: the chunk of grid cell ``g`` is the file ``<scale key>/x0-x1_y0-y1_z0-z1`` (absolute
-  voxel coordinates, i.e. with ``voxel_offset`` added, clipped at the volume edge);
+  voxel coordinates, i.e. with ``voxel_offset`` added, clipped at the volume edge), or
+  CloudVolume's gzipped ``<that name>.gz`` (``gzfiles.py``);
 - sharded: the data store is the uint64 sharding adapter over ``<scale key>/`` and a chunk's key
   is its compressed Morton code. A write groups chunks by shard (one ``set_many`` per shard),
   and tells the adapter when a batch covers every chunk a shard can hold, so writing whole
@@ -36,6 +37,7 @@ from ...sharding.morton import compressed_morton
 from ...sharding.uint64 import ShardingSpec, Uint64ShardedStore
 from ...store.base import Store
 from ...store.wrappers import PrefixStore
+from .gzfiles import GzipChunkFiles
 from .metadata import Scale, VolumeInfo, encode_info
 
 __all__ = ["PrecomputedDriver", "EncodingOptions", "info_key", "scale_prefix"]
@@ -146,10 +148,14 @@ class PrecomputedDriver(FormatDriver):
             raise MetadataError(f"{self.where}: {e}") from e
         prefix = scale_prefix(self.path, scale.key, self.where)
         grid = RegularGrid(shape, chunk)
-        common = dict(spec=spec, grid=grid, pipeline=pipeline, edge_chunks="clipped")
+        # results in Fortran order, as chunks are stored (and as CloudVolume returns them)
+        common = dict(spec=spec, grid=grid, pipeline=pipeline, edge_chunks="clipped", order="F")
         if scale.sharding is None:
+            # CloudVolume's default gzipped chunk files are read too (bounded: a chunk's
+            # encodings stay well under 4x its voxel bytes)
+            gz_cap = 4 * int(np.prod(chunk, dtype=np.int64)) * dtype.itemsize + (64 << 10)
             return ChunkLayout(
-                store=self.store,
+                store=GzipChunkFiles(self.store, gz_cap),
                 chunk_key=_chunk_name_fn(prefix, scale),
                 describe_key=lambda key: f"chunk file {key!r}",
                 **common,

@@ -63,14 +63,26 @@ class ShardedKV(MutableMapping[int, bytes]):
         return f"ShardedKV({self.store!r})"
 
     # -- reads ------------------------------------------------------------------------------
+    def _values(self, keys: list[int]) -> list[bytes | None]:
+        # over files or memory the adapter reads without the event loop: one key is a stat
+        # and a pread or three; a batch needs the base's multi-range blocking read, else the
+        # async path (whose base ``get_many`` reads the ranges of one file in one call)
+        now = self.store.blocking_reads()
+        if now is not None:
+            if len(keys) == 1:
+                return [now.get_id(keys[0])]
+            if now.batches:
+                return now.get_many_ids(keys)
+        return sync(self.store.get_many_ids(keys), here=self._here)
+
     def __getitem__(self, key: int) -> bytes:
-        (value,) = sync(self.store.get_many_ids([_key(key)]), here=self._here)
+        (value,) = self._values([_key(key)])
         if value is None:
             raise KeyError(key)
         return value
 
     def get(self, key: int, default: Any = None) -> Any:  # type: ignore[override]
-        (value,) = sync(self.store.get_many_ids([_key(key)]), here=self._here)
+        (value,) = self._values([_key(key)])
         return default if value is None else value
 
     def __contains__(self, key: object) -> bool:
@@ -78,16 +90,18 @@ class ShardedKV(MutableMapping[int, bytes]):
             k = _key(key)
         except InvalidKeyError:
             return False
-        return sync(self.store.exists_id(k), here=self._here)
+        now = self.store.blocking_reads()
+        if now is None:
+            return sync(self.store.exists_id(k), here=self._here)
+        return now.locate(k) is not None
 
     def get_many(self, keys: Iterable[int]) -> dict[int, bytes | None]:
         """Values of many keys in one batch: ``{key: value, or None when absent}``.
 
-        Each shard's indexes are fetched once and the value ranges of a shard coalesced.
+        Each shard's indexes are fetched once and the value ranges of a shard read together.
         """
         ks = [_key(k) for k in keys]
-        values = sync(self.store.get_many_ids(ks), here=self._here)
-        return dict(zip(ks, values))
+        return dict(zip(ks, self._values(ks))) if ks else {}
 
     def keys(self) -> Iterator[int]:  # type: ignore[override]
         """Every key, shard by shard (each shard's minishard indexes are read)."""

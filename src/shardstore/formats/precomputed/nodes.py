@@ -24,8 +24,10 @@ StoreLike = str | Path | Store
 DEFAULT_CHUNK = (64, 64, 64)
 
 
-def _resolve(store_like: StoreLike, path: str | None, mode: str) -> tuple[Store, str]:
-    return store_from_url(store_like, mode=mode), (path or "").strip("/")
+def _resolve(
+    store_like: StoreLike, path: str | None, mode: str, storage_options: dict[str, Any] | None = None
+) -> tuple[Store, str]:
+    return store_from_url(store_like, mode=mode, storage_options=storage_options), (path or "").strip("/")
 
 
 async def _read_info(store: Store, path: str) -> VolumeInfo | None:
@@ -57,6 +59,7 @@ def open(
     path: str | None = None,
     jpeg_quality: int | None = None,
     png_level: int | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> Array:
     """Open one scale (by index or key) of a precomputed volume as a ``[x, y, z, channel]`` array.
 
@@ -66,7 +69,7 @@ def open(
     """
     if mode not in ("r", "r+", "a"):
         raise ValueError(f"open() takes mode 'r', 'r+' or 'a', got {mode!r}; use create() to create")
-    base, path = _resolve(store, path, mode)
+    base, path = _resolve(store, path, mode, storage_options)
     info = sync(_read_info(base, path))
     if info is None:
         raise ShardStoreError(f"no precomputed volume at {info_key(path)!r} in {base!r}")
@@ -114,6 +117,7 @@ def create(
     attributes: dict[str, Any] | None = None,
     jpeg_quality: int | None = None,
     png_level: int | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> Array:
     """Create a precomputed volume (its ``info``) and return its first scale, writable.
 
@@ -124,10 +128,11 @@ def create(
     ``neuroglancer_uint64_sharded_v1`` spec, or None), ``key`` (default ``"4_4_40"`` from the
     resolution). ``attributes`` become extra ``info`` members (``mesh``, ...). ``mode="w-"``
     refuses an existing volume, ``"w"`` deletes everything below ``path`` first.
+    ``storage_options`` configure a URL's store (``s3://``: endpoint, credentials, ...).
     """
     if mode not in ("w", "w-"):
         raise ValueError(f"create() takes mode 'w' or 'w-', got {mode!r}; use open() to open")
-    base, path = _resolve(store, path, "w")
+    base, path = _resolve(store, path, "w", storage_options)
     dtype_name = np.dtype(data_type).name if not isinstance(data_type, str) else data_type.lower()
     if not scales:
         raise MetadataError("create() needs at least one scale")

@@ -1,0 +1,101 @@
+"""CloudVolume's gzipped chunk files: ``<name>.gz`` read where ``<name>`` is missing.
+
+CloudVolume writes the chunks of unsharded scales gzipped by default (``compress=True``), as
+``<name>.gz`` beside where ``<name>`` would be; Neuroglancer gets them through HTTP
+``Content-Encoding``, tensorstore does not read them. This wrapper of a scale's chunk store
+reads ``<name>`` and, when it is missing, ``<name>.gz`` (inflated, at most ``max_size``
+bytes: a corrupt file or a bomb is a CodecError naming it). Writes go to ``<name>``, which
+then shadows an old ``.gz``; a delete removes both, so a chunk set to zero cannot come back
+from a stale ``.gz``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Hashable, Sequence
+
+from ...codecs.gzip import gunzip
+from ...errors import CodecError
+from ...store.base import BlockingReader, ByteRange, Store, slice_range
+from ...store.wrappers import _Wrapper
+
+__all__ = ["GzipChunkFiles"]
+
+GZ = ".gz"
+
+
+class GzipChunkFiles(_Wrapper):
+    """``base`` with each missing key read from ``key + ".gz"`` (gunzipped) when that exists."""
+
+    def __init__(self, base: Store, max_size: int) -> None:
+        super().__init__(base)
+        self.max_size = max_size
+        self.accepts_parts = base.accepts_parts
+
+    def __repr__(self) -> str:
+        return f"GzipChunkFiles({self.base!r})"
+
+    def _inflate(self, key: str, data: bytes, byte_range: ByteRange | None) -> bytes:
+        try:
+            value = gunzip(data, self.max_size)
+        except CodecError as e:
+            raise CodecError(f"chunk file {key + GZ!r}: {e}") from e
+        return value if byte_range is None else slice_range(value, byte_range)
+
+    # -- reads -------------------------------------------------------------------------------
+    async def _get(self, key: str, byte_range: ByteRange | None) -> bytes | None:
+        return (await self.get_many([(key, byte_range)]))[0]
+
+    async def get_many(self, requests: Sequence[tuple[str, ByteRange | None]]) -> list[bytes | None]:
+        values = await self.base.get_many(requests)
+        missing = [i for i, v in enumerate(values) if v is None]
+        if missing:
+            gzs = await self.base.get_many([(requests[i][0] + GZ, None) for i in missing])
+            for i, gz in zip(missing, gzs):
+                if gz is not None:
+                    key, br = requests[i]
+                    values[i] = self._inflate(key, gz, br)
+        return values
+
+    def blocking_reader(self) -> BlockingReader | None:
+        read = self.base.blocking_reader()
+        if read is None:
+            return None
+
+        def read_or_gz(key: str, byte_range: ByteRange | None = None) -> bytes | None:
+            value = read(key, byte_range)
+            if value is None:
+                gz = read(key + GZ)
+                if gz is not None:
+                    return self._inflate(key, gz, byte_range)
+            return value
+
+        return read_or_gz
+
+    def blocking_generation(self) -> Callable[[str], Hashable | None] | None:
+        return None  # a value may live in either of two files: no single token
+
+    async def generation(self, key: str) -> Hashable | None:
+        return None
+
+    async def exists(self, key: str) -> bool:
+        return await self.base.exists(key) or await self.base.exists(key + GZ)
+
+    async def _list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        seen: set[str] = set()
+        async for key in self.base.list_prefix(prefix):
+            name = key.removesuffix(GZ)
+            if name not in seen:
+                seen.add(name)
+                yield name
+
+    # -- writes ------------------------------------------------------------------------------
+    async def _set(self, key: str, value: bytes) -> None:
+        await self.base.set(key, value)
+
+    async def set_many(self, items: Sequence[tuple[str, bytes | None]]) -> None:
+        if items:
+            self._check_writable(items[0][0], more=len(items) - 1)
+        await self.base.set_many([*items, *((k + GZ, None) for k, v in items if v is None)])
+
+    async def _delete(self, key: str) -> None:
+        await self.base.set_many([(key, None), (key + GZ, None)])
