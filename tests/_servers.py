@@ -209,8 +209,20 @@ class Nginx:
     root: Path
     log: Path
 
-    def requests(self) -> list[tuple[str, str, str, str]]:
-        """(method, path, Range header, status) of every request so far."""
+    def requests(self, quiet: float = 0.03, timeout: float = 2.0) -> list[tuple[str, str, str, str]]:
+        """(method, path, Range header, status) of every request so far.
+
+        nginx logs a request after its reply went out, so a client may see the reply first:
+        wait until the log has not grown for ``quiet`` seconds (at most ``timeout``).
+        """
+        deadline = time.monotonic() + timeout
+        size = -1
+        while True:
+            now = self.log.stat().st_size if self.log.exists() else 0
+            if now == size or time.monotonic() > deadline:
+                break
+            size = now
+            time.sleep(quiet)
         if not self.log.exists():
             return []
         return [tuple(line.split(" ", 3)) for line in self.log.read_text().splitlines() if line]  # type: ignore[misc]

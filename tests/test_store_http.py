@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING
 import pytest
 
 from shardstore.errors import ReadOnlyError, StoreError, UnsupportedFeatureError
-from shardstore.store import LocalStore, OffsetBR, RangeBR, Store, SuffixBR, store_from_url
+from shardstore.store import (
+    LocalStore,
+    OffsetBR,
+    RangeBR,
+    Store,
+    SuffixBR,
+    store_from_url,
+)
 from shardstore.store.base import ByteRange
 from shardstore.store.http import HTTPStore
 from shardstore.testing import StoreTests
@@ -194,5 +201,24 @@ def test_missing_and_empty_ranges(faulty_server: FaultyServer) -> None:
         assert await store.get("v", RangeBR(200_000, 200_010)) == b""
         assert await store.get("empty", SuffixBR(4)) == b""
         assert await store.exists("v") and not await store.exists("nope")
+
+    asyncio.run(run())
+
+
+def test_range_cache_over_http(faulty_server: FaultyServer) -> None:
+    faulty_server.files["v"] = VALUE
+    store = _store(faulty_server, cache_bytes=1 << 20)
+
+    async def run() -> None:
+        assert await store.get_many([("v", RangeBR(0, 1000)), ("v", RangeBR(1500, 3000))]) == [VALUE[:1000], VALUE[1500:3000]]
+        assert faulty_server.hits["v"] == 1  # one coalesced request
+        assert await store.get("v", RangeBR(100, 2000)) == VALUE[100:2000]  # inside it: cached
+        assert await store.get_many([("v", RangeBR(2000, 2500))]) == [VALUE[2000:2500]]
+        assert faulty_server.hits["v"] == 1
+        assert await store.get("v", RangeBR(5000, 6000)) == VALUE[5000:6000]
+        assert faulty_server.hits["v"] == 2
+        store.invalidate()  # type: ignore[attr-defined]
+        assert await store.get("v", RangeBR(100, 2000)) == VALUE[100:2000]
+        assert faulty_server.hits["v"] == 3
 
     asyncio.run(run())

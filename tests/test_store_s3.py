@@ -8,6 +8,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 import pytest
+
 from shardstore.errors import ConflictError, ReadOnlyError, StoreError
 from shardstore.store import RangeBR, RecordingStore, Store, store_from_url
 from shardstore.store.base import MISSING
@@ -17,7 +18,7 @@ pytest_plugins = ["_servers"]
 pytestmark = pytest.mark.timeout(120)
 
 if TYPE_CHECKING:
-    from _servers import SeaweedFS
+    from _servers import CountingProxy, SeaweedFS
 
 
 def _prefix() -> str:
@@ -154,3 +155,52 @@ def test_read_only_url_and_options(seaweedfs: SeaweedFS) -> None:
 def test_generation_costs_no_request(seaweedfs: SeaweedFS) -> None:
     store = make_s3(seaweedfs, endpoint="http://127.0.0.1:1")  # nothing listens there
     assert asyncio.run(store.generation("anything")) is None
+
+
+class TestS3StoreWithRangeCache(StoreTests):
+    """The battery with the range cache on: it must never change what reads return."""
+
+    @pytest.fixture
+    def store(self, seaweedfs: SeaweedFS) -> Store:
+        return make_s3(seaweedfs, cache_bytes=1 << 20)
+
+
+def test_range_cache_saves_repeated_requests(seaweedfs_proxy: tuple[SeaweedFS, CountingProxy]) -> None:
+    server, proxy = seaweedfs_proxy
+    store = make_s3(server, cache_bytes=4 << 20)
+    value = bytes(range(256)) * 1000
+
+    async def run() -> None:
+        await store.set("v", value)
+        proxy.reset()
+        assert await store.get("v", RangeBR(10, 5000)) == value[10:5000]
+        assert await store.get_many([(store_key, RangeBR(0, 9000)) for store_key in ["v"]]) == [value[:9000]]
+        assert proxy.count("GET") == 2
+        # repeated and contained ranges come from the cache
+        assert await store.get("v", RangeBR(10, 5000)) == value[10:5000]
+        assert await store.get_many([("v", RangeBR(100, 200)), ("v", RangeBR(8000, 9000))]) == [value[100:200], value[8000:9000]]
+        assert proxy.count("GET") == 2
+        await store.set("v", value[::-1])  # this store's writes drop the key's ranges
+        assert await store.get("v", RangeBR(10, 5000)) == value[::-1][10:5000]
+        assert proxy.count("GET") == 3
+        await store.delete("v")
+        assert await store.get("v", RangeBR(10, 5000)) is None
+
+    asyncio.run(run())
+    cache = store._cache  # type: ignore[attr-defined]
+    for i in range(40):  # bounded: least recently used ranges go first
+        cache.put(f"k{i}", 0, b"x" * 200_000)
+    assert cache._size <= 4 << 20 and cache.get("k0", 0, 10) is None and cache.get("k39", 0, 10) is not None
+
+
+@async_test
+async def test_large_ranged_replies_are_views_not_copies(seaweedfs: SeaweedFS) -> None:
+    store = make_s3(seaweedfs)
+    value = bytes(range(256)) * 12000  # 3 MB
+    await store.set("big", value)
+    a, b = await store.get_many([("big", RangeBR(0, 1 << 20)), ("big", RangeBR(2 << 20, 3 << 20))])
+    assert isinstance(a, memoryview) and a == value[: 1 << 20] and b == value[2 << 20 : 3 << 20]
+    whole, _ = await store.get_versioned("big")
+    assert whole == value and whole.readonly  # type: ignore[union-attr]
+    assert isinstance(await store.get("big"), bytes)  # get() stays bytes
+    assert isinstance(await store.get("big", RangeBR(0, 2 << 20)), bytes)

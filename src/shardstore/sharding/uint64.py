@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 
 from .._sync import codec_pool
 from ..errors import UnsupportedFeatureError
-from ..store.base import MISSING, BlockingReader, ByteRange, Parts, RangeBR, Store, joined
+from ..store.base import MISSING, BlockingReader, ByteRange, Parts, RangeBR, Store, inherited_retry_conflicts, joined
 from ._uint64_format import (
     MinishardIndex,
     ShardingSpec,
@@ -83,6 +83,12 @@ class Uint64ShardedStore(Store):
         self._cache = ShardCache(spec, cache_entries, cache_shards)
         self._blocking: BlockingReads | None | bool = False  # made on first use
         self._shard_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+
+    @property
+    def retry_conflicts(self) -> int:
+        """How often the core redoes a shard read-merge-write that lost a race (the setting of
+        the base store chain, e.g. ``S3Store(retry_conflicts=3)``)."""
+        return inherited_retry_conflicts(self.base)
 
     @property
     def runs_on_any_loop(self) -> bool:  # type: ignore[override]

@@ -40,7 +40,9 @@ import numpy as np
 from ..codecs.base import ChunkSpec
 from ..codecs.sharding_indexed import EMPTY, ShardingCodec
 from ..errors import CodecError, ConflictError, InvalidKeyError, UnsupportedFeatureError
-from ..store.base import BlockingReader, ByteRange, OffsetBR, Parts, RangeBR, Store, SuffixBR, joined, validate_key
+from ..store.base import (
+    BlockingReader, ByteRange, OffsetBR, Parts, RangeBR, Store, SuffixBR, inherited_retry_conflicts, joined, validate_key,
+)
 
 __all__ = ["ShardLayout", "ZarrShardingStore", "inner_key", "parse_inner_key"]
 
@@ -230,13 +232,7 @@ class ZarrShardingStore(Store):
         """How often a read-merge-write that lost a race is redone (see the module docstring)."""
         if self._retry_conflicts is not None:
             return self._retry_conflicts
-        store: Store | None = self.base
-        while store is not None:
-            value = store.__dict__.get("retry_conflicts", getattr(type(store), "retry_conflicts", None))
-            if isinstance(value, int):
-                return value
-            store = getattr(store, "base", None)
-        return 0
+        return inherited_retry_conflicts(self.base)
 
     async def generation(self, key: str) -> Hashable | None:
         shard, _ = self.layout.locate(parse_inner_key(validate_key(key), self._rank))

@@ -447,3 +447,15 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def _list_prefix(self, prefix: str) -> AsyncIterator[str]: ...
+
+
+def inherited_retry_conflicts(store: Store | None) -> int:
+    """The ``retry_conflicts`` setting of the first store down a ``.base`` chain that has one
+    (e.g. ``S3Store(retry_conflicts=3)`` under a sharding adapter), else 0. Adapters expose it
+    so the core knows how often to redo a read-merge-write that lost a race."""
+    while store is not None:
+        value = store.__dict__.get("retry_conflicts", getattr(type(store), "retry_conflicts", None))
+        if isinstance(value, int):
+            return value
+        store = getattr(store, "base", None)
+    return 0

@@ -86,11 +86,13 @@ class N5Array(Array):
 
 
 # -- helpers ---------------------------------------------------------------------------------
-def _resolve(store_like: StoreLike, path: str | None, mode: str) -> tuple[Store, str]:
+def _resolve(
+    store_like: StoreLike, path: str | None, mode: str, storage_options: dict[str, Any] | None = None
+) -> tuple[Store, str]:
     path = (path or "").strip("/")
     if path and any(p in ("", ".", "..") for p in path.split("/")):
         raise ValueError(f"invalid N5 path {path!r}")
-    return store_from_url(store_like, mode=mode), path
+    return store_from_url(store_like, mode=mode, storage_options=storage_options), path
 
 
 async def _read_doc(store: Store, path: str) -> dict[str, Any] | None:
@@ -135,6 +137,7 @@ def create(
     compression: dict[str, Any] | str | None = None,
     mode: str = "w-",
     attributes: dict[str, Any] | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> N5Array:
     """Create an N5 dataset at ``dataset_path`` in ``container`` and return it for writing.
 
@@ -143,10 +146,11 @@ def create(
     ``{"type": "zstd", "level": 3}``, ``{"type": "blosc", "cname": "lz4", "clevel": 5,
     "shuffle": 1}``, ``{"type": "raw"}``; defaults of the type are filled in. ``mode="w-"``
     refuses to replace an existing node, ``"w"`` deletes what is under ``dataset_path``.
+    ``storage_options`` configure a URL's store (``s3://``: endpoint, credentials, ...).
     """
     if mode not in ("w", "w-"):
         raise ValueError(f"create() takes mode 'w' or 'w-', got {mode!r}; use open() to open")
-    base, path = _resolve(container, dataset_path, "w")
+    base, path = _resolve(container, dataset_path, "w", storage_options)
     shape_t = tuple(int(s) for s in shape)
     np_dtype = native(dtype)
     dtype_name(np_dtype)
@@ -189,11 +193,13 @@ def create(
     return N5Array(AsyncArray(driver, read_only=False, name=path or str(container)))
 
 
-def open(container: StoreLike, dataset_path: str = "", mode: str = "r") -> N5Array | Group:
+def open(
+    container: StoreLike, dataset_path: str = "", mode: str = "r", *, storage_options: dict[str, Any] | None = None
+) -> N5Array | Group:
     """Open an existing N5 dataset (or group) at ``dataset_path`` (``mode``: "r", "r+", "a")."""
     if mode not in ("r", "r+", "a"):
         raise ValueError(f"open() takes mode 'r', 'r+' or 'a', got {mode!r}; use create() to create")
-    base, path = _resolve(container, dataset_path, mode)
+    base, path = _resolve(container, dataset_path, mode, storage_options)
     return open_node(base, mode=mode, path=path)
 
 
@@ -211,9 +217,11 @@ def create_node(store: Store, *, path: str = "", mode: str = "w-", **kwargs: Any
 
 
 # -- groups ----------------------------------------------------------------------------------
-def open_group(container: StoreLike, path: str = "", mode: str = "r") -> Group:
+def open_group(
+    container: StoreLike, path: str = "", mode: str = "r", *, storage_options: dict[str, Any] | None = None
+) -> Group:
     """Open the group at ``path`` (default: the container root); mode "a" creates it if missing."""
-    base, path = _resolve(container, path, mode)
+    base, path = _resolve(container, path, mode, storage_options)
     node = sync(_read_group(base, path))
     if node is None:
         if mode == "a":
