@@ -201,6 +201,9 @@ class Store(abc.ABC):
     ) -> list[bytes | None]:
         """Values for many ``(key, byte_range)`` requests, in request order.
 
+        Results are bytes-like: remote stores may hand large ranged replies (>= 1 MiB) to the
+        decoders as read-only ``memoryview``s instead of copying them into ``bytes``.
+
         The default groups requests by key. Per key, nearby ``RangeBR`` ranges are merged into
         few backend requests (``coalesce_max_gap`` / ``coalesce_max_request``) and sliced back
         out; other ranges go as they are, identical ones once; when the whole value is asked
