@@ -1,16 +1,21 @@
 """bcolz carray benchmark: shardstore vs bcolz vs python-blosc2 (SChunk and NDArray).
 
 A 1-D int32 carray of smooth data (default 200,000,000 elements), default cparams
-(lz4, clevel 5, byte shuffle) for every library, each with its own default threading:
+(lz4, clevel 5, byte shuffle) for every library, each with its own default threading
+(printed: 2 threads each on a 2-core machine):
 
-- append: created empty, then appended in 1,000,000-element pieces (bcolz: ``append`` +
-  ``flush``; blosc2 SChunk: ``append_data`` of 4 MB chunks; blosc2 NDArray: preallocated to
-  the full length, filled piece by piece: it has no append);
-- whole read, cold (page cache dropped first) and warm;
+- append: created empty, then appended in 1,000,000-element pieces (bcolz and shardstore:
+  ``append`` + a final ``flush``; blosc2 SChunk: ``append_data`` of 4 MB chunks; blosc2
+  NDArray: preallocated to the full length, filled piece by piece: it has no append);
+- whole read, cold (page cache dropped first, the same way for every library) and warm;
 - ``--reads`` random 1000-element slice reads, one at a time.
 
-Every timing is repeated ``--runs`` times (libraries interleaved within a run); the tables
-give per-run figures and the median of the per-run ratios shardstore/bcolz and
+The machine this runs on is shared, and its load changes within seconds. So that every
+library meets the same load, the libraries take turns at a fine grain: each piece is
+appended to every library in turn (the order rotating), the warm read is done three times
+per library in rotating turns (median kept), and the slice reads go in batches of 1,000, each
+batch read by every library in turn. Every figure is measured ``--runs`` times; the tables
+give the median figures and the median of the per-run ratios shardstore/bcolz and
 shardstore/best-blosc2 (higher is better for shardstore in every row).
 
     python benchmarks/bench_bcolz.py                      # full size
@@ -44,13 +49,16 @@ def smooth_piece(start: int, n: int) -> np.ndarray:
 
 
 class Shardstore:
-    def append(self, path: Path, pieces: list[np.ndarray], n: int) -> None:
+    def create(self, path: Path, n: int, piece_nbytes: int) -> Any:
         from shardstore import bcolz as sbz
 
-        ca = sbz.carray(None, rootdir=path, dtype="i4", expectedlen=n)
-        for p in pieces:
-            ca.append(p)
-        ca.flush()
+        return sbz.carray(None, rootdir=path, dtype="i4", expectedlen=n)
+
+    def add(self, h: Any, piece: np.ndarray) -> None:
+        h.append(piece)
+
+    def finish(self, h: Any) -> None:
+        h.flush()
 
     def open(self, path: Path) -> Any:
         from shardstore import bcolz as sbz
@@ -65,13 +73,10 @@ class Shardstore:
 
 
 class Bcolz(Shardstore):
-    def append(self, path: Path, pieces: list[np.ndarray], n: int) -> None:
+    def create(self, path: Path, n: int, piece_nbytes: int) -> Any:
         import bcolz
 
-        ca = bcolz.carray(np.empty(0, "i4"), rootdir=str(path), expectedlen=n, mode="w")
-        for p in pieces:
-            ca.append(p)
-        ca.flush()
+        return bcolz.carray(np.empty(0, "i4"), rootdir=str(path), expectedlen=n, mode="w")
 
     def open(self, path: Path) -> Any:
         import bcolz
@@ -86,12 +91,16 @@ def _blosc2_cparams() -> dict[str, Any]:
 
 
 class Blosc2SChunk:
-    def append(self, path: Path, pieces: list[np.ndarray], n: int) -> None:
+    def create(self, path: Path, n: int, piece_nbytes: int) -> Any:
         import blosc2
 
-        sc = blosc2.SChunk(chunksize=pieces[0].nbytes, urlpath=str(path), mode="w", cparams=_blosc2_cparams())
-        for p in pieces:
-            sc.append_data(p)
+        return blosc2.SChunk(chunksize=piece_nbytes, urlpath=str(path), mode="w", cparams=_blosc2_cparams())
+
+    def add(self, h: Any, piece: np.ndarray) -> None:
+        h.append_data(piece)
+
+    def finish(self, h: Any) -> None:
+        pass  # every append_data is in the file
 
     def open(self, path: Path) -> Any:
         import blosc2
@@ -110,14 +119,18 @@ class Blosc2SChunk:
 
 
 class Blosc2NDArray(Shardstore):
-    def append(self, path: Path, pieces: list[np.ndarray], n: int) -> None:
+    def create(self, path: Path, n: int, piece_nbytes: int) -> Any:
         import blosc2
 
-        arr = blosc2.empty((n,), dtype=np.int32, urlpath=str(path), mode="w", cparams=_blosc2_cparams())
-        pos = 0
-        for p in pieces:
-            arr[pos : pos + len(p)] = p
-            pos += len(p)
+        return [blosc2.empty((n,), dtype=np.int32, urlpath=str(path), mode="w", cparams=_blosc2_cparams()), 0]
+
+    def add(self, h: Any, piece: np.ndarray) -> None:
+        arr, pos = h
+        arr[pos : pos + len(piece)] = piece
+        h[1] = pos + len(piece)
+
+    def finish(self, h: Any) -> None:
+        pass
 
     def open(self, path: Path) -> Any:
         import blosc2
@@ -135,50 +148,115 @@ ROWS = [
 ]
 
 
-def bench_lib(name: str, path: Path, pieces: list[np.ndarray], n: int, starts: np.ndarray, source: np.ndarray) -> dict[str, float]:
-    a = ADAPTERS[name]()
-    shutil.rmtree(path, ignore_errors=True)
-    if path.exists():
-        path.unlink()
-    t0 = time.perf_counter()
-    a.append(path, pieces, n)
-    append_s = time.perf_counter() - t0
-    disk = disk_usage(path)[0] if path.is_dir() else path.stat().st_size
-    drop_page_cache(path) if path.is_dir() else _drop_file(path)
-    h = a.open(path)
-    t0 = time.perf_counter()
-    data = a.read_all(h)
-    cold = time.perf_counter() - t0
-    if not np.array_equal(data, source):
-        raise AssertionError(f"{name}: whole read differs from the source")
-    del data
-    t0 = time.perf_counter()
-    a.read_all(h)
-    warm = time.perf_counter() - t0
-    for s in starts[:3]:
-        if not np.array_equal(a.read_slice(h, int(s), 1000), source[s : s + 1000]):
-            raise AssertionError(f"{name}: slice at {s} differs")
-    t0 = time.perf_counter()
-    for s in starts:
-        a.read_slice(h, int(s), 1000)
-    slices = time.perf_counter() - t0
-    nbytes = source.nbytes
-    return {
-        "append_MBps": nbytes / MB / append_s,
-        "read_cold_MBps": nbytes / MB / cold,
-        "read_warm_MBps": nbytes / MB / warm,
-        "slices_per_s": len(starts) / slices,
-        "disk_MiB": disk / 2**20,
-    }
+def _turns(names: list[str], i: int) -> list[str]:
+    """``names`` starting at the ``i``-th (turns rotate so that no library always goes first)."""
+    k = i % len(names)
+    return names[k:] + names[:k]
 
 
-def _drop_file(path: Path) -> None:
+def bench_run(libs: list[str], out_dir: Path, pieces: list[np.ndarray], n: int, starts: np.ndarray, source: np.ndarray, run: int) -> dict[str, dict[str, float]]:
+    """One run of every measurement for every library, the libraries taking turns."""
+    adapters = {name: ADAPTERS[name]() for name in libs}
+    paths = {name: out_dir / name for name in libs}
+    spent = dict.fromkeys(libs, 0.0)
+    handles = {}
+    for name in libs:
+        shutil.rmtree(paths[name], ignore_errors=True)
+        if paths[name].exists():
+            paths[name].unlink()
+        t0 = time.perf_counter()
+        handles[name] = adapters[name].create(paths[name], n, pieces[0].nbytes)
+        spent[name] += time.perf_counter() - t0
+    for i, piece in enumerate(pieces):  # append: every piece to every library in turn
+        for name in _turns(libs, i + run):
+            t0 = time.perf_counter()
+            adapters[name].add(handles[name], piece)
+            spent[name] += time.perf_counter() - t0
+    for name in _turns(libs, run):
+        t0 = time.perf_counter()
+        adapters[name].finish(handles[name])
+        spent[name] += time.perf_counter() - t0
+    del handles
+    out = {name: {"append_MBps": source.nbytes / MB / spent[name]} for name in libs}
+    opened = {}
+    for name in _turns(libs, run):  # cold: the cache dropped before each library's read
+        p = paths[name]
+        out[name]["disk_MiB"] = (disk_usage(p)[0] if p.is_dir() else p.stat().st_size) / 2**20
+        _drop(p)
+        opened[name] = adapters[name].open(p)
+        t0 = time.perf_counter()
+        data = adapters[name].read_all(opened[name])
+        out[name]["read_cold_MBps"] = source.nbytes / MB / (time.perf_counter() - t0)
+        if not np.array_equal(data, source):
+            raise AssertionError(f"{name}: whole read differs from the source")
+        del data
+        for s in starts[:3]:
+            if not np.array_equal(adapters[name].read_slice(opened[name], int(s), 1000), source[s : s + 1000]):
+                raise AssertionError(f"{name}: slice at {s} differs")
+    warm: dict[str, list[float]] = {name: [] for name in libs}
+    for rep in range(3):  # warm: three reads per library, in turns; the median counts
+        for name in _turns(libs, rep + run):
+            t0 = time.perf_counter()
+            adapters[name].read_all(opened[name])
+            warm[name].append(time.perf_counter() - t0)
+    slices = dict.fromkeys(libs, 0.0)
+    batch = 1000
+    for b, lo in enumerate(range(0, len(starts), batch)):  # slices: batches read in turns
+        part = [int(s) for s in starts[lo : lo + batch]]
+        for name in _turns(libs, b + run):
+            a, h = adapters[name], opened[name]
+            t0 = time.perf_counter()
+            for s in part:
+                a.read_slice(h, s, 1000)
+            slices[name] += time.perf_counter() - t0
+    for name in libs:
+        out[name]["read_warm_MBps"] = source.nbytes / MB / statistics.median(warm[name])
+        out[name]["slices_per_s"] = len(starts) / slices[name]
+    return out
+
+
+def _drop(path: Path) -> None:
+    """The same eviction for every library: ``drop_page_cache`` (global ``drop_caches`` when
+    permitted, which also evicts code pages; else per file), also for blosc2's single file."""
+    if path.is_dir():
+        drop_page_cache(path)
+        return
     os.sync()
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("1\n")
+        return
+    except OSError:
+        pass
     fd = os.open(path, os.O_RDONLY)
     try:
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
+
+
+def _threads() -> str:
+    """Each library's threading (its own default; the codec threads of shardstore)."""
+    out = []
+    try:
+        from shardstore._sync import codec_pool_size
+
+        out.append(f"shardstore codec threads={codec_pool_size()}")
+    except ImportError:
+        pass
+    try:
+        import blosc2
+
+        out.append(f"blosc2 nthreads={blosc2.nthreads}")
+    except ImportError:
+        pass
+    try:
+        import bcolz
+
+        out.append(f"bcolz blosc nthreads={bcolz.ncores}")  # (set by bcolz at import)
+    except (ImportError, AttributeError):
+        pass
+    return ", ".join(out)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -201,16 +279,14 @@ def main(argv: list[str] | None = None) -> None:
     pieces = [source[i : i + args.piece] for i in range(0, args.n, args.piece)]
     starts = np.random.default_rng(1).integers(0, args.n - 1000, args.reads)
     print(f"# n={args.n} piece={args.piece} reads={args.reads} runs={args.runs} cpus={os.cpu_count()} "
-          f"loadavg={os.getloadavg()} (data made in {time.perf_counter() - t0:.1f}s)", flush=True)
+          f"loadavg={os.getloadavg()} (data made in {time.perf_counter() - t0:.1f}s)\n# {_threads()}", flush=True)
     runs: list[dict[str, dict[str, float]]] = []
     try:
         for r in range(args.runs):
-            res = {}
+            res = bench_run(libs, out_dir, pieces, args.n, starts, source, r)
             for name in libs:
-                res[name] = bench_lib(name, out_dir / name, pieces, args.n, starts, source)
                 print(f"# run {r} {name}: {json.dumps({k: round(v, 1) for k, v in res[name].items()})}", flush=True)
             runs.append(res)
-            shutil.rmtree(out_dir / "x", ignore_errors=True)
     finally:
         if args.out_dir is None:
             shutil.rmtree(out_dir, ignore_errors=True)

@@ -181,6 +181,7 @@ def test_ctable_both_ways(tmp_path: Path) -> None:
     assert t.names == ["id", "value", "tag"] and t.attrs["title"] == "x"
     assert np.array_equal(t[:], ra) and np.array_equal(t[10:20], ra[10:20])
     t.append(ra[:10])
+    t.flush()
     assert np.array_equal(bcolz.open(str(tmp_path / "b"), mode="r")[:], np.concatenate([ra, ra[:10]]))
     # shardstore -> bcolz, and bcolz appends
     t = sbz.ctable(ra, rootdir=tmp_path / "s", chunklen=256)

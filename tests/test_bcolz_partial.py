@@ -232,3 +232,116 @@ def test_small_reads_name_corrupt_and_missing_files(tmp_path: Path) -> None:
     (root / "data" / "__2.blp").unlink()
     with pytest.raises(ChunkNotFoundError, match="__2.blp"):
         ca[250_000:250_010]
+
+
+# -- ranged reads and decoding into the caller's array (the core's partial-read hooks) ------------
+def _ranged(data: bytes, log: list | None = None):
+    def read(start: int, stop: int) -> bytes:
+        if log is not None:
+            log.append((start, min(stop, len(data))))
+        return data[start:stop]
+
+    return read
+
+
+@pytest.mark.parametrize("dtype", ["bool", "u2", "i4", "f8", "S7", "U3", "c16"])
+@pytest.mark.parametrize("cname", ["lz4", "zstd", "blosclz"])
+@pytest.mark.parametrize("shuffle", [0, 1, 2])
+def test_decode_partial_from_matches_decode(dtype: str, cname: str, shuffle: int) -> None:
+    if cname not in _AVAILABLE:
+        pytest.skip(f"{cname} not built in")
+    rows = 100_000
+    data = _smooth(rows, "i8").astype(dtype)
+    spec = ChunkSpec((rows,), np.dtype(dtype), None)
+    codec = BloscpackCodec(cname=cname, shuffle=shuffle, chunklen=rows).bind(spec)
+    codec._blosc.blocksize = 4096
+    encoded = codec.encode(data, spec)
+    full = codec.decode(encoded, spec)
+    for sel in SELECTIONS:
+        log: list = []
+        part = codec.decode_partial_from(_ranged(encoded, log), spec, sel)
+        if part is not None:
+            assert np.asarray(part).dtype == np.asarray(full[sel]).dtype and np.array_equal(part, full[sel]), sel
+            narrow = len(range(*sel[0].indices(rows))) < 100 if isinstance(sel[0], slice) else True
+            if len(encoded) > 3 * 4096 and narrow:
+                assert sum(b - a for a, b in log) < len(encoded) // 2, sel  # read only a part
+    assert codec.decode_partial_from(_ranged(encoded), spec, (slice(0, 5),)) is not None
+    assert codec.decode_partial_from(lambda a, b: None, spec, (slice(0, 5),)) is None  # missing file
+
+
+def test_decode_partial_from_stored_and_small_chunks() -> None:
+    spec = ChunkSpec((50_000,), np.dtype("i4"), None)
+    data = np.random.default_rng(0).integers(0, 2**31, 50_000).astype("i4")  # incompressible
+    codec = BloscpackCodec(clevel=0, chunklen=50_000).bind(spec)
+    encoded = codec.encode(data, spec)
+    log: list = []
+    assert np.array_equal(codec.decode_partial_from(_ranged(encoded, log), spec, (slice(100, 110),)), data[100:110])
+    assert log[-1] == (2 * HEADER_SIZE + 400, 2 * HEADER_SIZE + 440)  # just the rows
+    small = ChunkSpec((300,), np.dtype("i4"), None)  # the whole file fits the first read
+    codec = BloscpackCodec(chunklen=300).bind(small)
+    encoded = codec.encode(data[:300], small)
+    for sel in [(slice(5, 9),), (7,), (slice(200, 290),)]:
+        assert np.array_equal(codec.decode_partial_from(_ranged(encoded), small, sel), data[:300][sel])
+    assert codec.decode_partial_from(_ranged(encoded), small, (slice(None),)) is None  # most rows: read whole
+
+
+def test_decode_partial_from_falls_back_when_the_file_changed() -> None:
+    """A file replaced between the header read and the block read gives None (the caller then
+    reads the file whole), not wrong data; a bad header is an error as for a whole read."""
+    rows = 100_000
+    spec = ChunkSpec((rows,), np.dtype("i4"), None)
+    codec = BloscpackCodec(chunklen=rows).bind(spec)
+    codec._blosc.blocksize = 4096
+    old = codec.encode(_smooth(rows, "i4", seed=1), spec)
+    new = codec.encode(_smooth(rows, "i4", seed=2) * 1000, spec)
+    calls = iter([old, new, new, new])
+    assert codec.decode_partial_from(lambda a, b: next(calls)[a:b], spec, (slice(50_000, 50_010),)) is None
+    truncated = old[: len(old) // 2]
+    assert codec.decode_partial_from(_ranged(truncated), spec, (slice(90_000, 90_010),)) is None
+    with pytest.raises(CodecError, match="magic"):
+        codec.decode_partial_from(_ranged(b"xxxx" + old[4:]), spec, (slice(5, 9),))
+    with pytest.raises(CodecError, match="uncompressed bytes"):
+        codec.decode_partial_from(_ranged(old), ChunkSpec((rows + 8,), np.dtype("i4"), None), (slice(5, 9),))
+
+
+@pytest.mark.parametrize("dtype", ["bool", "u1", "i4", "f8", "S3", "U2", "M8[s]"])
+def test_decode_into(dtype: str) -> None:
+    rows = 20_000
+    data = _smooth(rows * 2, "i8").astype(dtype).reshape(rows, 2)
+    spec = ChunkSpec((rows, 2), np.dtype(dtype), None)
+    codec = BloscpackCodec(chunklen=rows).bind(spec)
+    for clevel in (0, 5):
+        codec = BloscpackCodec(clevel=clevel, chunklen=rows).bind(spec)
+        encoded = codec.encode(data, spec)
+        out = np.zeros((rows + 10, 2), dtype=dtype)
+        done = codec.decode_into(encoded, spec, out[5 : rows + 5])
+        assert done == (np.dtype(dtype).kind != "b")  # bools take the general path
+        if done:
+            assert np.array_equal(out[5 : rows + 5], data) and not out[:5].any() and not out[rows + 5 :].any()
+    assert not codec.decode_into(encoded, spec, np.zeros((rows, 4), dtype)[:, :2])  # not contiguous
+    short = ChunkSpec((rows - 100, 2), np.dtype(dtype), None)  # a stale leftover: general path
+    assert not codec.decode_into(encoded, short, np.zeros((rows - 100, 2), dtype))
+    if np.dtype(dtype).kind != "b":
+        with pytest.raises(CodecError):
+            codec.decode_into(encoded[:-5], spec, np.zeros((rows, 2), dtype))
+
+
+@pytest.mark.parametrize("dtype", ["i4", "bool", "S3", "f8"])
+def test_small_reads_of_one_chunk(tmp_path: Path, dtype: str) -> None:
+    """``ca[a:b]`` / ``ca[i]`` within a chunk take the carray's direct ranged path: same values,
+    types and writability as NumPy, pending appends included."""
+    data = _smooth(50_000, "i8").astype(dtype)
+    ca = sbz.carray(data[:30_000], rootdir=tmp_path / "c", chunklen=8192)
+    ca.append(data[30_000:])  # the last rows are still in memory: read after a flush
+    for sel in [slice(10, 20), slice(8190, 8195), slice(-5, None), slice(49_990, 60_000), slice(5, 5), slice(0, 1)]:
+        got = ca[sel]
+        assert got.dtype == data.dtype and np.array_equal(got, data[sel]), sel
+        assert got.flags.writeable and got.flags.owndata, sel
+    for i in [0, 8191, 8192, -1, -50_000, 31_234]:
+        got = ca[i]
+        assert type(got) is type(data[i]) and got == data[i], i
+    with pytest.raises(IndexError):
+        ca[50_000]
+    rows = np.arange(60 * 6, dtype="i2").reshape(60, 2, 3)
+    nd = sbz.carray(rows, rootdir=tmp_path / "nd", chunklen=16)
+    assert np.array_equal(nd[3], rows[3]) and np.array_equal(nd[17:20], rows[17:20])

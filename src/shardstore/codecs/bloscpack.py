@@ -20,9 +20,12 @@ chunks are written with blocks of at most ``BLOCK_BYTES`` for the fast codecs (s
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 import struct
+import sys
+from collections.abc import Callable
 from typing import Any
 
 import numcodecs.blosc as _blosc_lib
@@ -50,8 +53,13 @@ _HEADER = struct.Struct("<4sB3sq")
 _BLOSC_HEADER = struct.Struct("<BBBBIII")
 _BLOSC_MAX_TYPESIZE = 255
 #: largest blosc block shardstore writes (see ``block_param``); None: c-blosc decides, as bcolz
-BLOCK_BYTES: int | None = 128 * 1024
+BLOCK_BYTES: int | None = 64 * 1024
 _RATIO_CODECS = frozenset({"zstd", "zlib", "lz4hc"})
+#: first read of a ranged partial decode: both headers and the block offsets of any chunk
+#: with up to 1016 blocks (one page; 1 MiB chunks of 64 KiB blocks have 16)
+_HEAD_READ = 4096
+_BLOSCPACK_HEADER = _HEADER.pack(MAGIC, FORMAT_VERSION, b"\0\0\0", 1)
+_MEMCPYED = 0x02  # blosc header flag: stored uncompressed
 
 
 def bloscpack_header(nchunks: int = 1) -> bytes:
@@ -215,27 +223,32 @@ class BloscpackCodec(ArrayBytesCodec):
         raw = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
         return bloscpack_header() + self._blosc.encode(memoryview(raw), spec)
 
+    def _check_sizes(self, header: BloscHeader, spec: ChunkSpec) -> None:
+        """Raise CodecError unless the blosc header's size fits ``spec`` (see module doc)."""
+        expected = spec.nbytes
+        if header.nbytes == expected:
+            return
+        rows = spec.shape[0] if spec.shape else 1
+        rowbytes = expected // rows if rows else math.prod(spec.shape[1:]) * np.dtype(spec.dtype).itemsize
+        # only a leftover chunk may hold more rows than the metadata says (see module doc)
+        stale_leftover = (
+            rows < self.chunklen
+            and rowbytes > 0
+            and expected < header.nbytes <= self.chunklen * rowbytes
+            and header.nbytes % rowbytes == 0
+        )
+        if not stale_leftover:
+            raise CodecError(
+                f"blosc header declares {header.nbytes} uncompressed bytes, expected {expected} "
+                f"({rows} rows of {rowbytes} bytes)"
+            )
+
     def _checked(self, data: bytes, spec: ChunkSpec) -> tuple[memoryview, BloscHeader]:
         """The blosc chunk of a .blp file and its header, checked against ``spec``."""
         check_bloscpack_header(data)
         body = memoryview(data)[HEADER_SIZE:]
         header = read_blosc_header(body)
-        rows = spec.shape[0] if spec.shape else 1
-        rowbytes = spec.nbytes // rows if rows else math.prod(spec.shape[1:]) * np.dtype(spec.dtype).itemsize
-        expected = spec.nbytes
-        if header.nbytes != expected:
-            # only a leftover chunk may hold more rows than the metadata says (see module doc)
-            stale_leftover = (
-                rows < self.chunklen
-                and rowbytes > 0
-                and expected < header.nbytes <= self.chunklen * rowbytes
-                and header.nbytes % rowbytes == 0
-            )
-            if not stale_leftover:
-                raise CodecError(
-                    f"blosc header declares {header.nbytes} uncompressed bytes, expected {expected} "
-                    f"({rows} rows of {rowbytes} bytes)"
-                )
+        self._check_sizes(header, spec)
         return body, header
 
     def decode(self, data: bytes, spec: ChunkSpec) -> np.ndarray:
@@ -243,30 +256,151 @@ class BloscpackCodec(ArrayBytesCodec):
         raw = self._blosc.decode(body, spec, max(spec.nbytes, header.nbytes))
         return _as_array(raw, spec.dtype, (spec.shape[0] if spec.shape else 1, *spec.shape[1:])).reshape(spec.shape)
 
+    def decode_into(self, data: bytes, spec: ChunkSpec, out: np.ndarray) -> bool:
+        """Decompress the chunk straight into ``out`` (C-contiguous, of ``spec``'s shape): no
+        intermediate buffer and no copy. False, having written nothing, when the chunk or
+        ``out`` needs the general path (bool data, a stale leftover, big-endian memory)."""
+        if (
+            out.shape != spec.shape
+            or out.nbytes == 0
+            or not out.flags.c_contiguous
+            or not out.flags.writeable
+            or not _raw_compatible(out.dtype)
+        ):
+            return False
+        body, header = self._checked(data, spec)
+        if header.nbytes != out.nbytes:
+            return False
+        dest = out.reshape(-1).view(np.uint8)
+        if header.memcpyed:
+            dest[:] = np.frombuffer(body, np.uint8, header.nbytes, _BLOSC_HEADER_SIZE)
+            return True
+        try:
+            _blosc_lib.decompress(body, dest)
+        except (RuntimeError, ValueError) as e:
+            raise CodecError(f"corrupt blosc chunk ({header.cbytes} bytes, {header.nbytes} declared): {e}") from e
+        return True
+
     def decode_partial(self, data: bytes, spec: ChunkSpec, selection: tuple) -> np.ndarray | None:
         """``decode(data, spec)[selection]`` from only the blosc blocks holding the rows the
         selection's first (row) index needs; None when that would be (nearly) every block."""
-        if not spec.shape or not selection or spec.nbytes == 0:
+        rows = _row_span(spec, selection)
+        if rows is None:
             return None
-        rows = spec.shape[0]
-        first = selection[0]
-        if isinstance(first, slice):
-            start, stop, step = first.indices(rows)
-            if step < 1 or stop <= start:
-                return None
-            lo, hi = start, start + (stop - 1 - start) // step * step + 1
-            local: Any = slice(0, hi - lo, step)
-        elif isinstance(first, (int, np.integer)) and -rows <= first < rows:
-            lo = int(first) % rows
-            hi, local = lo + 1, 0
-        else:  # index arrays: rare on this path, decode the whole chunk
-            return None
+        lo, hi, local = rows
         body, header = self._checked(data, spec)
-        rowbytes = spec.nbytes // rows
+        rowbytes = spec.nbytes // spec.shape[0]
         raw = decode_blosc_range(body, header, lo * rowbytes, hi * rowbytes)
         if raw is None:
             return None
         return _as_array(raw, spec.dtype, (hi - lo, *spec.shape[1:]))[(local, *selection[1:])]
+
+    def decode_partial_from(self, read: Callable[[int, int], bytes | None], spec: ChunkSpec, selection: tuple) -> np.ndarray | None:
+        """``decode_partial`` reading only what it needs of the file through ``read(start, stop)``
+        (bytes ``[start, stop)``, fewer at the end of the file, None when it is missing):
+        the headers and block offsets (one small read), then the blocks holding the rows (one
+        read). None (the caller then reads the file whole) when the file is missing, when the
+        rows are most of the chunk, or when the pieces do not fit together, e.g. because the
+        file was replaced between the two reads: the whole file then decodes, or names the
+        damage. (This runs once per small read of a carray, so it is written out flat.)
+        """
+        span = _row_span(spec, selection)
+        rows = spec.shape[0] if spec.shape else 0
+        if span is None or 2 * (span[1] - span[0]) > rows:  # most of it: read it whole
+            return None
+        lo, hi, local = span
+        head = read(0, _HEAD_READ)
+        if head is None or len(head) < 2 * HEADER_SIZE:
+            return None
+        if head[:HEADER_SIZE] != _BLOSCPACK_HEADER:
+            check_bloscpack_header(head)  # raises, naming what is wrong
+        fields = _BLOSC_HEADER.unpack_from(head, HEADER_SIZE)
+        flags, nbytes, bs, cbytes = fields[2], fields[4], fields[5], fields[6]
+        if len(head) == HEADER_SIZE + cbytes:  # a small file: it is all here
+            part = self.decode_partial(head, spec, selection)
+            return self.decode(head, spec)[selection] if part is None else part
+        expected = spec.nbytes
+        if nbytes != expected:
+            self._check_sizes(BloscHeader._make(fields), spec)  # raises unless a stale leftover
+        rowbytes = expected // rows
+        start, stop = lo * rowbytes, hi * rowbytes
+        if flags & _MEMCPYED:
+            base = HEADER_SIZE + _BLOSC_HEADER_SIZE
+            raw: bytes | memoryview | None = read(base + start, base + stop)
+            if raw is None or len(raw) != stop - start:
+                return None
+        else:
+            if bs <= 0:
+                raise CodecError(f"blosc header declares a block size of {bs} bytes")
+            nblocks = -(-nbytes // bs)
+            first, last = start // bs, (stop - 1) // bs
+            if min(nbytes, (last + 1) * bs) - first * bs < bs:  # c-blosc needs a full block
+                first = max(first - 1, 0)
+            if first == 0 and last >= nblocks - 1:
+                return None
+            table_end = HEADER_SIZE + _BLOSC_HEADER_SIZE + 4 * nblocks
+            if len(head) < table_end:
+                head = read(0, table_end)
+                if head is None or len(head) != table_end:
+                    return None
+            bstarts = _offsets(nblocks).unpack_from(head, HEADER_SIZE + _BLOSC_HEADER_SIZE)
+            order = sorted(bstarts)
+            if order[0] < table_end - HEADER_SIZE or order[-1] >= cbytes or len(set(order)) != nblocks:
+                return None  # corrupt offsets: the whole read reports them
+            order.append(cbytes)
+            spans = [(b, order[bisect.bisect_right(order, b)]) for b in bstarts[first : last + 1]]
+            begin, end = spans[0][0], spans[-1][1]
+            if len(spans) > 1:  # (blocks stored out of order by a threaded writer)
+                begin, end = min(b for b, _ in spans), max(e for _, e in spans)
+            data = read(HEADER_SIZE + begin, HEADER_SIZE + end)
+            if data is None or len(data) != end - begin:
+                return None
+            try:
+                raw = _decompress_blocks(memoryview(data), begin, BloscHeader._make(fields), (first, last), spans, start, stop)
+            except CodecError:
+                return None
+        part = _as_array(raw, spec.dtype, (hi - lo, *spec.shape[1:]))
+        if len(selection) == 1 and type(local) is slice and local.step == 1:  # the rows, as they are
+            return part
+        return part[(local, *selection[1:])]
+
+
+@functools.lru_cache(maxsize=64)
+def _offsets(nblocks: int) -> struct.Struct:
+    """The block offset table of a chunk with ``nblocks`` blocks."""
+    return struct.Struct(f"<{nblocks}i")
+
+
+def _raw_compatible(dtype: np.dtype) -> bool:
+    """Whether decompressed (little-endian) bytes are ``dtype``'s memory as they are."""
+    if dtype.kind == "b":  # bcolz bools may be any non-zero byte
+        return False
+    return dtype.itemsize == 1 or dtype.byteorder == "<" or (dtype.byteorder in "=|" and sys.byteorder == "little")
+
+
+def _row_span(spec: ChunkSpec, selection: tuple) -> tuple[int, int, Any] | None:
+    """(first row, stop row, selection of those rows) of a selection whose first index is an
+    int or a slice; None for index arrays (rare on this path: decode the whole chunk)."""
+    if not spec.shape or not selection or spec.nbytes == 0:
+        return None
+    rows = spec.shape[0]
+    first = selection[0]
+    if isinstance(first, slice):
+        start, stop, step = first.indices(rows)
+        if step < 1 or stop <= start:
+            return None
+        return start, start + (stop - 1 - start) // step * step + 1, slice(0, (stop - 1 - start) // step * step + 1, step)
+    if isinstance(first, (int, np.integer)) and -rows <= first < rows:
+        lo = int(first) % rows
+        return lo, lo + 1, 0
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def _stored(dtype: np.dtype) -> tuple[np.dtype, bool]:
+    """The dtype of the stored (little-endian) bytes, and whether it differs from ``dtype``."""
+    stored = dtype.newbyteorder("<") if dtype.itemsize > 1 else dtype
+    return stored, stored != dtype
 
 
 def _as_array(raw: memoryview, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
@@ -276,33 +410,38 @@ def _as_array(raw: memoryview, dtype: np.dtype, shape: tuple[int, ...]) -> np.nd
     if dtype.kind == "b":
         flat = np.frombuffer(raw, dtype=np.uint8, count=count) != 0
     else:
-        flat = np.frombuffer(raw, dtype=dtype.newbyteorder("<") if dtype.itemsize > 1 else dtype, count=count)
-        if flat.dtype != dtype:
+        stored, swap = _stored(dtype)
+        flat = np.frombuffer(raw, dtype=stored, count=count)
+        if swap:
             flat = flat.astype(dtype)
-    return flat.reshape(shape)
+    return flat.reshape(shape) if len(shape) > 1 else flat
 
 
-def decode_blosc_range(chunk: memoryview, header: BloscHeader, start: int, stop: int) -> memoryview | None:
-    """Bytes ``[start, stop)`` of a Blosc-1 chunk's decompressed data, decompressing only the
-    blocks that hold them; None when those are all the blocks (a full decode costs the same).
+def _nblocks(header: BloscHeader) -> int:
+    if header.blocksize <= 0:
+        raise CodecError(f"blosc header declares a block size of {header.blocksize} bytes")
+    return -(-header.nbytes // header.blocksize)
 
-    c-blosc compresses each block on its own (``bstarts`` gives where each begins), so the
-    needed blocks are copied into a smaller, valid chunk with the same header flags, which
-    c-blosc then decompresses: this works for every codec, shuffle and split mode c-blosc
-    itself handles. c-blosc refuses a chunk smaller than one block, so a range inside the
-    short last block takes the block before it too.
-    """
-    if header.memcpyed:  # stored uncompressed: the data itself
-        return chunk[_BLOSC_HEADER_SIZE + start : _BLOSC_HEADER_SIZE + stop]
+
+def _needed_blocks(header: BloscHeader, start: int, stop: int) -> tuple[int, int] | None:
+    """The blocks holding decompressed bytes ``[start, stop)`` (first, last), widened so that
+    they make a chunk c-blosc accepts; None when that is every block."""
     bs = header.blocksize
-    if bs <= 0:
-        raise CodecError(f"blosc header declares a block size of {bs} bytes")
-    nblocks = -(-header.nbytes // bs)
+    nblocks = _nblocks(header)
     first, last = start // bs, (stop - 1) // bs
+    # c-blosc refuses a chunk smaller than one block: a range inside the short last block
+    # takes the block before it too
     if min(header.nbytes, (last + 1) * bs) - first * bs < bs:
         first = max(first - 1, 0)
     if first == 0 and last >= nblocks - 1:
         return None
+    return first, last
+
+
+def _block_spans(chunk: memoryview, header: BloscHeader, first: int, last: int) -> list[tuple[int, int]]:
+    """Where blocks ``first..last`` lie in the chunk, from its block offset table (``chunk``
+    holds at least the header and the table)."""
+    nblocks = _nblocks(header)
     table_end = _BLOSC_HEADER_SIZE + 4 * nblocks
     if table_end > header.cbytes:
         raise CodecError(f"blosc chunk of {header.cbytes} bytes is too short for its {nblocks} block offsets")
@@ -312,8 +451,22 @@ def decode_blosc_range(chunk: memoryview, header: BloscHeader, start: int, stop:
     order = sorted(bstarts)
     if order[0] < table_end or order[-1] >= header.cbytes or len(set(order)) != nblocks:
         raise CodecError("blosc block offsets are out of range or overlap (corrupt chunk)")
-    ends = dict(zip(order, order[1:] + [header.cbytes]))
-    spans = [(s, ends[s]) for s in bstarts[first : last + 1]]
+    order.append(header.cbytes)
+    return [(s, order[bisect.bisect_right(order, s)]) for s in bstarts[first : last + 1]]
+
+
+def _decompress_blocks(
+    data: memoryview, offset: int, header: BloscHeader, blocks: tuple[int, int], spans: list[tuple[int, int]], start: int, stop: int
+) -> memoryview:
+    """Decompressed bytes ``[start, stop)`` from the compressed ``spans`` of blocks
+    ``first..last``; ``data`` holds the chunk's bytes from ``offset`` on.
+
+    The blocks are copied into a smaller, valid chunk with the same header flags, which
+    c-blosc then decompresses: this works for every codec, shuffle and split mode c-blosc
+    itself handles.
+    """
+    first, last = blocks
+    bs = header.blocksize
     pos = _BLOSC_HEADER_SIZE + 4 * len(spans)
     offsets = []
     for s, e in spans:
@@ -321,11 +474,27 @@ def decode_blosc_range(chunk: memoryview, header: BloscHeader, start: int, stop:
         pos += e - s
     nbytes = min(header.nbytes, (last + 1) * bs) - first * bs
     head = _BLOSC_HEADER.pack(header.version, header.versionlz, header.flags, header.typesize, nbytes, bs, pos)
-    small = b"".join([head, struct.pack(f"<{len(offsets)}i", *offsets), *(chunk[s:e] for s, e in spans)])
-    out = np.empty(nbytes, dtype=np.uint8)
+    small = b"".join([head, struct.pack(f"<{len(offsets)}i", *offsets), *(data[s - offset : e - offset] for s, e in spans)])
     try:
-        _blosc_lib.decompress(small, out)
+        out = _blosc_lib.decompress(small)  # (returning bytes is cheaper than filling an array)
     except (RuntimeError, ValueError) as e:
         raise CodecError(f"corrupt blosc chunk ({header.cbytes} bytes, blocks {first}..{last}): {e}") from e
+    if len(out) != nbytes:
+        raise CodecError(f"corrupt blosc chunk ({header.cbytes} bytes): blocks {first}..{last} gave {len(out)} bytes, not {nbytes}")
     skip = start - first * bs
     return memoryview(out)[skip : skip + stop - start]
+
+
+def decode_blosc_range(chunk: memoryview, header: BloscHeader, start: int, stop: int) -> memoryview | None:
+    """Bytes ``[start, stop)`` of a Blosc-1 chunk's decompressed data, decompressing only the
+    blocks that hold them; None when those are all the blocks (a full decode costs the same).
+
+    c-blosc compresses each block on its own (``bstarts`` gives where each begins), so only
+    those blocks need to be read and decompressed (see ``_decompress_blocks``).
+    """
+    if header.memcpyed:  # stored uncompressed: the data itself
+        return chunk[_BLOSC_HEADER_SIZE + start : _BLOSC_HEADER_SIZE + stop]
+    blocks = _needed_blocks(header, start, stop)
+    if blocks is None:
+        return None
+    return _decompress_blocks(chunk, 0, header, blocks, _block_spans(chunk, header, *blocks), start, stop)

@@ -8,14 +8,15 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
 from ..._sync import sync
-from ...core.array import AsyncArray, Attributes
+from ...core.array import Attributes
 from ...errors import ContainsNodeError, MetadataError, ReadOnlyError, ShardStoreError
 from ...store.base import Store
+from .buffered import BcolzArray
 from .carray import CArray, RootDir, _exists, _is_fancy, create_carray, iterblocks, open_carray, resolve_store
 from .driver import describe_file
 from .metadata import ATTRS_KEY, ROOTDIRS_KEY, CParams, calc_chunklen, dflt_from_json, dump_json, parse_json_object, parse_rootdirs, validate_column_name
@@ -244,8 +245,20 @@ class CTable:
         self.resize(self._len - int(nitems))
 
     def flush(self) -> None:
-        for c in self.cols.values():
-            c.flush()
+        """Write what appends left in memory (each column's leftover and ``meta/sizes``)."""
+        if not self.read_only:
+            for c in self.cols.values():
+                c.flush()
+
+    def close(self) -> None:
+        """Flush (the table stays usable)."""
+        self.flush()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.flush()
 
     async def _save_rootdirs(self) -> None:
         await self.store.set(_key(self.path, ROOTDIRS_KEY), dump_json({"names": self._names}))
@@ -298,7 +311,7 @@ def _new_column(store: Store, path: str, arr: np.ndarray, *, mode: str, chunklen
     driver = sync(
         create_carray(store, path, shape_tail=tuple(arr.shape[1:]), dtype=dt, chunklen=chunklen, expectedlen=expectedlen, cparams=CParams.from_any(cparams), dflt=fill, mode=mode)
     )
-    col = CArray(AsyncArray(driver, read_only=False, name=path), None, "a")
+    col = CArray(BcolzArray(driver, read_only=False, name=path), None, "a")
     col.append(arr.astype(dt, copy=False))
     col.flush()
     return col

@@ -54,6 +54,9 @@ class BcolzDriver(FormatDriver):
         self.storage = storage
         self._attrs = attrs
         self._layout: ChunkLayout | None = None
+        #: ``sizes.cbytes`` follows the chunk files (as bcolz keeps it: appends add the full
+        #: chunks they write); False after other writes, then ``flush`` measures it
+        self.cbytes_exact = True
         self.layout  # validate now (dtype vs codec), not at first read
 
     # -- derived ---------------------------------------------------------------------------
@@ -117,6 +120,17 @@ class BcolzDriver(FormatDriver):
         self._layout = None
         await self.save_sizes()
 
+    def set_length(self, rows: int) -> None:
+        """The new row count in memory only (appends; ``meta/sizes`` is written at flush)."""
+        shape = (rows, *self.sizes.shape[1:])
+        self.sizes = Sizes(shape, rows * self.rowbytes, self.sizes.cbytes)
+        if self._layout is not None:  # same chunks, keys and codecs: no rebuild
+            self._layout = self._layout.with_shape(shape)
+
+    def add_full_chunks(self, cbytes: int) -> None:
+        """Count the blosc sizes of full chunks an append wrote in ``cbytes`` (bcolz does)."""
+        self.sizes = Sizes(self.sizes.shape, self.sizes.nbytes, self.sizes.cbytes + cbytes)
+
     async def after_write(self) -> None:
         await self.ensure_data_dir()
 
@@ -129,8 +143,12 @@ class BcolzDriver(FormatDriver):
         }
 
     # -- persistence -----------------------------------------------------------------------
+    @property
+    def sizes_key(self) -> str:
+        return _key(self.path, SIZES_KEY)
+
     async def save_sizes(self) -> None:
-        await self.store.set(_key(self.path, SIZES_KEY), self.sizes.to_bytes())
+        await self.store.set(self.sizes_key, self.sizes.to_bytes())
 
     async def save_all(self) -> None:
         """Write every metadata document (creation)."""
@@ -148,6 +166,12 @@ class BcolzDriver(FormatDriver):
             if not os.path.isdir(d):
                 await asyncio.to_thread(os.makedirs, d, exist_ok=True)
 
+    def ensure_data_dir_now(self) -> None:
+        """``ensure_data_dir`` from synchronous code."""
+        root = getattr(self.store, "root", None)
+        if root is not None and not self.store.read_only:
+            os.makedirs(os.path.join(str(root), *_key(self.path, "data").split("/")), exist_ok=True)
+
     async def measure_cbytes(self) -> int:
         """bcolz' ``cbytes``: the blosc sizes of the full chunks plus one uncompressed chunk
         (the in-memory leftover buffer), read from the chunk headers."""
@@ -160,10 +184,10 @@ class BcolzDriver(FormatDriver):
                 total += int.from_bytes(bytes(head[12:16]), "little")  # the blosc header's cbytes
         return total + self.storage.chunklen * self.rowbytes
 
-    async def flush(self) -> None:
-        """Rewrite ``meta/sizes`` with a measured ``cbytes`` (all data is already on disk)."""
+    async def measure(self) -> None:
+        """Measure ``cbytes`` from the chunk files (in memory; ``save_sizes`` writes it)."""
         self.sizes = Sizes(self.sizes.shape, self.sizes.nbytes, await self.measure_cbytes())
-        await self.save_sizes()
+        self.cbytes_exact = True
 
 
 async def read_driver(store: Store, path: str) -> BcolzDriver | None:

@@ -7,6 +7,7 @@ from typing import Any
 from ..._sync import sync
 from ...errors import ShardStoreError
 from ...store.base import Store
+from ...store.registry import store_from_url
 from .carray import CArray, RootDir, carray, open_carray, resolve_store
 from .ctable import CTable, ctable, open_ctable
 from .metadata import ROOTDIRS_KEY, SIZES_KEY
@@ -18,14 +19,15 @@ def _key(path: str, key: str) -> str:
     return f"{path}/{key}" if path else key
 
 
-def open(rootdir: RootDir, mode: str = "a", *, path: str = "") -> CArray | CTable:
+def open(rootdir: RootDir, mode: str = "a", *, path: str = "", storage_options: dict[str, Any] | None = None) -> CArray | CTable:
     """Open a bcolz carray or ctable: ``mode`` "r" (read-only), "a" (read/write) or "w"
     (open and empty it, as bcolz does)."""
     if mode not in ("r", "a", "w", "r+"):
         raise ValueError(f"bcolz open(): mode must be 'r', 'a' or 'w', got {mode!r}")
     if rootdir is None:
         raise ValueError("bcolz open() needs a rootdir")
-    store = resolve_store(rootdir, "r" if mode == "r" else "a")
+    store_mode = "r" if mode == "r" else "a"
+    store = resolve_store(rootdir, store_mode) if storage_options is None else store_from_url(rootdir, mode=store_mode, storage_options=storage_options)
     return _open(store, path.strip("/"), "a" if mode == "r+" else mode, rootdir)
 
 
@@ -47,9 +49,11 @@ def open_node(store: Store, mode: str = "r", path: str = "") -> CArray | CTable:
     return _open(store, (path or "").strip("/"), "r" if mode == "r" else "a", store)
 
 
-def create(store: Store, *, path: str = "", mode: str = "w-", **kwargs: Any) -> CArray | CTable:
+def create(store: RootDir, *, path: str = "", mode: str = "w-", storage_options: dict[str, Any] | None = None, **kwargs: Any) -> CArray | CTable:
     """``shardstore.create`` hook: ``columns=`` makes a ctable, otherwise ``data=`` (or
     ``dtype=``) a carray; the other keywords are those of ``carray`` / ``ctable``."""
+    if storage_options is not None:  # a URL with options (s3://...): resolve it here
+        store = store_from_url(store, mode="w", storage_options=storage_options)
     if "columns" in kwargs:
         return ctable(kwargs.pop("columns"), rootdir=store, mode=mode, path=path, **kwargs)
     return carray(kwargs.pop("data", None), rootdir=store, mode=mode, path=path, **kwargs)

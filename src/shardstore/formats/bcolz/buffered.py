@@ -1,0 +1,337 @@
+"""bcolz appends: the leftover (the short last chunk) stays in memory until ``flush``.
+
+bcolz keeps the rows of its last, partial chunk in a buffer: an ``append`` only writes the
+chunks it fills, and ``flush`` writes the leftover file and ``meta/sizes``. Doing the same
+saves, per append, re-reading and re-encoding the leftover, writing it again as a short file
+and rewriting ``meta/sizes`` (measured: 2-3x faster appends of 1M rows to 1 MiB chunks).
+
+The files always describe a readable carray: full chunk files are written before the
+``meta/sizes`` that counts them, and the only file an append replaces is the old leftover,
+whose first rows stay what they were (a leftover file with more rows than ``meta/sizes``
+says reads its first rows). Until it is flushed, other handles see the length of the last
+flush, as with bcolz. Pending rows are flushed by ``flush()``, ``close()``, the end of a
+``with`` block, before any read or write through this handle that could see them, when the
+handle is garbage-collected and at interpreter exit.
+
+Stores with a blocking writer (files, memory) are written from the calling thread and the
+codec threads, each encoding a chunk and writing its file, with no event-loop round trips.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import threading
+import warnings
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..._sync import codec_pool, sync
+from ...core.array import AsyncArray
+from ...core.indexing import Indexer, basic_indexer
+from .driver import BcolzDriver, chunk_file_key
+
+__all__ = ["BcolzArray"]
+
+Writer = Callable[[str, Any], None]
+_BLOSCPACK_HEADER = 16  # bytes before the blosc chunk in a .blp file
+
+
+def _blocking_writer(driver: BcolzDriver) -> Writer | None:
+    """The store's synchronous ``write(key, value)``, when it offers one."""
+    offer = getattr(driver.store, "blocking_writer", None)
+    return offer() if offer is not None else None
+
+
+class _Pending:
+    """What a handle has appended that is not on disk yet (shared with its finalizer)."""
+
+    def __init__(self) -> None:
+        self.tail: np.ndarray | None = None  # rows of the last partial chunk, when known
+        self.dirty = False  # the leftover file and meta/sizes lag behind ``tail`` / the shape
+
+
+def _leftover(driver: BcolzDriver, pending: _Pending) -> tuple[str, bytes] | None:
+    """The leftover file to write at flush: (key, encoded rows), or None when there is none."""
+    tail = pending.tail
+    if tail is None or not len(tail):
+        return None
+    k = driver.sizes.shape[0] // driver.storage.chunklen
+    layout = driver.layout
+    return chunk_file_key(driver.path, k), layout.pipeline.encode(tail, layout.spec_for((k,) + (0,) * (tail.ndim - 1)))
+
+
+async def _flush(driver: BcolzDriver, pending: _Pending) -> None:
+    """Write the leftover file, then ``meta/sizes`` (which makes the appended rows visible)."""
+    if not pending.dirty:
+        return
+    left = _leftover(driver, pending)
+    if left is not None:
+        await driver.store.set(*left)
+    await driver.save_sizes()
+    await driver.ensure_data_dir()
+    pending.dirty = False
+
+
+def _flush_now(driver: BcolzDriver, pending: _Pending) -> None:
+    """``_flush`` from any thread, without the event loop when the store allows it."""
+    if not pending.dirty:
+        return
+    write = _blocking_writer(driver)
+    if write is None:
+        sync(_flush(driver, pending))
+        return
+    left = _leftover(driver, pending)
+    if left is not None:
+        write(*left)
+    write(driver.sizes_key, driver.sizes.to_bytes())
+    driver.ensure_data_dir_now()
+    pending.dirty = False
+
+
+#: the finalizers of live writable handles, run at interpreter exit (see ``_flush_at_exit``)
+_LIVE: dict[int, weakref.finalize] = {}
+
+
+def _flush_at_exit() -> None:
+    """Flush every handle still open at exit. This runs when the interpreter starts shutting
+    down threads, before ``concurrent.futures`` stops accepting work (which store writes may
+    need): ``atexit`` and ``weakref.finalize`` alone would run too late."""
+    for fin in list(_LIVE.values()):
+        fin()
+
+
+_register_exit = getattr(threading, "_register_atexit", None)  # (CPython >= 3.9)
+try:
+    (_register_exit or atexit.register)(_flush_at_exit)
+except RuntimeError:  # imported during shutdown
+    pass
+
+
+def _flush_on_own_loop(driver: BcolzDriver, pending: _Pending) -> None:
+    """``_flush`` on a new event loop in a helper thread; re-raises its error here."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            asyncio.run(_flush(driver, pending))
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            errors.append(e)
+
+    worker = threading.Thread(target=run, name="shardstore-bcolz-flush")
+    worker.start()
+    worker.join()
+    if errors:
+        raise errors[0]
+
+
+def _flush_abandoned(driver: BcolzDriver, pending: _Pending, key: int) -> None:
+    """Finalizer: flush what a collected (or, at exit, still open) handle left pending."""
+    _LIVE.pop(key, None)
+    if not pending.dirty:
+        return
+    try:
+        if threading.current_thread().name == "shardstore-loop" and _blocking_writer(driver) is None:
+            _flush_on_own_loop(driver, pending)  # (sync() cannot run on the loop's own thread)
+        else:
+            _flush_now(driver, pending)
+    except Exception as e:  # noqa: BLE001 - a finalizer must not raise
+        warnings.warn(
+            f"bcolz carray {driver.where(driver.path or '.')}: rows appended since the last flush() "
+            f"could not be written: {e}",
+            RuntimeWarning,
+            stacklevel=1,
+        )
+
+
+class BcolzArray(AsyncArray):
+    """The core ``AsyncArray`` with bcolz' buffered appends (see the module doc).
+
+    ``autoflush = True`` makes every ``append`` flush before it returns (then each append is
+    on disk when it returns, at the cost of rewriting the leftover and ``meta/sizes``).
+    """
+
+    driver: BcolzDriver
+
+    def __init__(self, driver: BcolzDriver, *, read_only: bool, name: str = "") -> None:
+        super().__init__(driver, read_only=read_only, name=name)
+        self.autoflush = False
+        self._pending = _Pending()
+        if not read_only:
+            key = id(self._pending)
+            _LIVE[key] = weakref.finalize(self, _flush_abandoned, driver, self._pending, key)
+
+    @property
+    def dirty(self) -> bool:
+        """Whether appended rows wait for ``flush``."""
+        return self._pending.dirty
+
+    async def flush(self, *, measure: bool = False) -> None:
+        """Write the pending leftover and ``meta/sizes``; with ``measure`` (bcolz' ``flush()``)
+        also measure ``cbytes`` first when writes other than appends made it stale."""
+        if measure and not self.driver.cbytes_exact and not self.read_only:
+            await self.driver.measure()
+            self._pending.dirty = True
+        await _flush(self.driver, self._pending)
+
+    def flush_now(self, *, measure: bool = False) -> None:
+        """``flush`` from synchronous code (a no-op when nothing is pending)."""
+        if measure and not self.driver.cbytes_exact and not self.read_only:
+            sync(self.driver.measure())
+            self._pending.dirty = True
+        _flush_now(self.driver, self._pending)
+
+    def discard_pending(self) -> None:
+        """Drop what waits for ``flush`` (the carray is being deleted)."""
+        self._pending.dirty = False
+        self._pending.tail = None
+
+    def _changed(self) -> None:
+        """After a write other than an append: the last chunk may differ, cbytes is stale."""
+        self._pending.tail = None
+        self.driver.cbytes_exact = False
+
+    # -- everything but append sees the files: flush first -----------------------------------
+    async def read(self, indexer: Indexer, *, strict: bool = False) -> np.ndarray:
+        await self.flush()
+        return await super().read(indexer, strict=strict)
+
+    def read_now(self, indexer: Indexer, *, strict: bool = False) -> np.ndarray | None:
+        self.flush_now()
+        return super().read_now(indexer, strict=strict)
+
+    async def write(self, indexer: Indexer, value: Any) -> None:
+        self._check_writable()
+        await self.flush()
+        self._changed()
+        await super().write(indexer, value)
+
+    async def resize(self, shape: tuple[int, ...]) -> None:
+        self._check_writable()
+        await self.flush()
+        self._changed()
+        await super().resize(shape)
+
+    async def read_chunk_bytes(self, coords: tuple[int, ...]) -> bytes | None:
+        await self.flush()
+        return await super().read_chunk_bytes(coords)
+
+    async def write_chunk_bytes(self, coords: tuple[int, ...], data: bytes | None) -> None:
+        self._check_writable()
+        await self.flush()
+        self._changed()
+        await super().write_chunk_bytes(coords, data)
+
+    # -- append ------------------------------------------------------------------------------
+    def _rows(self, values: Any) -> np.ndarray:
+        self._check_writable()
+        arr = np.asarray(values, dtype=self.dtype)
+        if arr.ndim != len(self.shape) or arr.shape[1:] != self.shape[1:]:
+            raise ValueError(f"cannot append values of shape {arr.shape} to a carray of shape {self.shape}")
+        return arr
+
+    def _tail_indexer(self) -> Indexer:
+        n, chunklen = self.driver.sizes.shape[0], self.driver.storage.chunklen
+        return basic_indexer(slice(n - n % chunklen, n), self.driver.layout.grid)
+
+    def _split(self, tail: np.ndarray, arr: np.ndarray) -> tuple[list[tuple[int, np.ndarray]], np.ndarray]:
+        """The chunks ``arr`` after ``tail`` completes, as (chunk index, rows), and the new tail."""
+        chunklen = self.driver.storage.chunklen
+        if len(tail) + len(arr) < chunklen:
+            return [], np.concatenate([tail, arr])
+        k = self.driver.sizes.shape[0] // chunklen
+        pos = chunklen - len(tail)
+        jobs = [(k, np.concatenate([tail, arr[:pos]]) if len(tail) else arr[:pos])]
+        while pos + chunklen <= len(arr):
+            k += 1
+            jobs.append((k, arr[pos : pos + chunklen]))
+            pos += chunklen
+        return jobs, arr[pos:].copy()
+
+    def _appended(self, rows: int, tail: np.ndarray, cbytes: int) -> None:
+        self.driver.add_full_chunks(cbytes)
+        self.driver.set_length(self.driver.sizes.shape[0] + rows)
+        self._pending.tail = tail
+        self._pending.dirty = True
+
+    async def append(self, values: Any, axis: int = 0) -> tuple[int, ...]:
+        """Add rows: the chunks they fill are encoded (in the codec threads) and written; the
+        rows after the last full chunk stay in memory until ``flush`` (or at once with
+        ``autoflush``)."""
+        if axis not in (0, -len(self.shape)):
+            raise ValueError("a bcolz carray grows along its first axis only")
+        arr = self._rows(values)
+        if len(arr):
+            if self._pending.tail is None:
+                self._pending.tail = await super().read(self._tail_indexer())
+            jobs, tail = self._split(self._pending.tail, arr)
+            cbytes = await self._write_chunks(jobs) if jobs else 0  # files first: meta/sizes at flush
+            self._appended(len(arr), tail, cbytes)
+            if self.autoflush:
+                await self.flush()
+        return self.shape
+
+    def append_now(self, values: Any) -> None:
+        """``append`` from synchronous code: for stores with blocking reads and writes, on this
+        thread and the codec threads, each encoding chunks and writing their files."""
+        arr = self._rows(values)
+        write = _blocking_writer(self.driver)
+        if self._pending.tail is None and write is not None:
+            self._pending.tail = super().read_now(self._tail_indexer())
+        if write is None or self._pending.tail is None:
+            sync(self.append(arr))
+            return
+        if len(arr):
+            jobs, tail = self._split(self._pending.tail, arr)
+            cbytes = self._write_chunks_now(jobs, write) if jobs else 0
+            self._appended(len(arr), tail, cbytes)
+            if self.autoflush:
+                self.flush_now()
+
+    def _encoder(self) -> Callable[[int, np.ndarray], tuple[str, bytes]]:
+        driver = self.driver
+        layout = driver.layout
+        spec = layout.chunk_spec
+        encode = layout.pipeline.encode
+        return lambda k, rows: (chunk_file_key(driver.path, k), encode(rows, spec))
+
+    def _write_chunks_now(self, jobs: list[tuple[int, np.ndarray]], write: Writer) -> int:
+        """Encode and write full chunks here and in the codec threads (c-blosc and file writes
+        release the GIL); their total blosc size."""
+        encode = self._encoder()
+
+        def job(k: int, rows: np.ndarray) -> int:
+            key, data = encode(k, rows)
+            write(key, data)
+            return len(data) - _BLOSCPACK_HEADER
+
+        futures = [codec_pool().submit(job, k, rows) for k, rows in jobs[1:]]
+        try:
+            total = job(*jobs[0])
+        finally:
+            errors = [f.exception() for f in futures]  # waits for every write
+        for e in errors:
+            if e is not None:
+                raise e
+        return total + sum(f.result() for f in futures)
+
+    async def _write_chunks(self, jobs: list[tuple[int, np.ndarray]]) -> int:
+        """Encode (in the codec threads) and write full chunks, each written as soon as it is
+        encoded while the next ones encode; their total blosc size."""
+        encode = self._encoder()
+        store = self.driver.store
+        loop = asyncio.get_running_loop()
+
+        async def one(k: int, rows: np.ndarray) -> int:
+            key, data = await loop.run_in_executor(codec_pool(), encode, k, rows)
+            await store.set(key, data)
+            return len(data) - _BLOSCPACK_HEADER
+
+        done = await asyncio.gather(*(one(k, rows) for k, rows in jobs), return_exceptions=True)
+        for r in done:
+            if isinstance(r, BaseException):
+                raise r
+        return sum(done)  # type: ignore[arg-type]
