@@ -9,17 +9,16 @@ index once and rewrites each shard once. Decoding and encoding run in the codec 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import random
 import threading
 import time
-import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 
+from .._locks import KeyedLocks
 from .._sync import codec_pool, codec_pool_size, io_pool
 from ..errors import ChunkNotFoundError, CodecError, ConflictError
 from ..store.base import RangeBR
@@ -357,22 +356,8 @@ def _encode_batch(batch: list, layout: ChunkLayout, value: np.ndarray) -> list[t
     return [_encode(layout, p, key, old, value) for p, key, old in batch]
 
 
-class UnitLocks:
-    """One asyncio lock per write unit (shard), held across its read-merge-write.
-
-    Without it two concurrent partial writes to one chunk both read the old chunk and the
-    later write drops the earlier one's data. Writes run on the background loop only, so
-    asyncio locks suffice. Shared by every write through one array handle.
-    """
-
-    def __init__(self) -> None:
-        self._locks: weakref.WeakValueDictionary[tuple[int, ...], asyncio.Lock] = weakref.WeakValueDictionary()
-
-    def __call__(self, unit: tuple[int, ...]) -> asyncio.Lock:
-        lock = self._locks.get(unit)
-        if lock is None:
-            lock = self._locks[unit] = asyncio.Lock()
-        return lock
+#: one lock per write unit, shared by every write through one array handle
+UnitLocks = KeyedLocks
 
 
 async def write_from(
@@ -387,10 +372,7 @@ async def write_from(
     locks = locks or UnitLocks()
 
     async def write_group(group: list[ChunkProjection]) -> None:
-        units = sorted({layout.write_unit(p.coords) for p in group})
-        async with contextlib.AsyncExitStack() as stack:
-            for unit in units:  # sorted: two batches never wait on each other crosswise
-                await stack.enter_async_context(locks(unit))
+        async with locks.holding(layout.write_unit(p.coords) for p in group):
             await write_unit(group)
 
     retries = int(getattr(layout.store, "retry_conflicts", 0) or 0)

@@ -20,12 +20,11 @@ legacy ``<hex>.index`` + ``<hex>.data`` pairs, whose concatenation is a ``.shard
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import weakref
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 
 from .._sync import codec_pool
 from ..errors import UnsupportedFeatureError
+from .._locks import KeyedLocks
 from ..store.base import MISSING, BlockingReader, ByteRange, Parts, RangeBR, Store, inherited_retry_conflicts, joined
 from ._uint64_format import (
     MinishardIndex,
@@ -82,7 +81,7 @@ class Uint64ShardedStore(Store):
         # stem -> what is known of the shard (LRU; bounded by shards and by minishard entries)
         self._cache = ShardCache(spec, cache_entries, cache_shards)
         self._blocking: BlockingReads | None | bool = False  # made on first use
-        self._shard_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._shard_locks = KeyedLocks()
 
     @property
     def retry_conflicts(self) -> int:
@@ -289,13 +288,8 @@ class Uint64ShardedStore(Store):
                 ch.nbytes += len(value)
             ch.minishard[k] = m
         jobs = sorted((self.spec.shard_name(s), s, ch) for s, ch in by_shard.items())
-        async with contextlib.AsyncExitStack() as stack:
-            # lock shards in name order: overlapping batches cannot deadlock
-            for stem, _, _ in jobs:
-                lock = self._shard_locks.get(stem)
-                if lock is None:
-                    lock = self._shard_locks[stem] = asyncio.Lock()
-                await stack.enter_async_context(lock)
+        # one lock per shard (taken in name order: overlapping batches cannot deadlock)
+        async with self._shard_locks.holding(stem for stem, _, _ in jobs):
             try:
                 if len(jobs) == 1:
                     await self._rewrite(*jobs[0])

@@ -30,7 +30,6 @@ import contextlib
 import functools
 import itertools
 import math
-import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ import numpy as np
 from ..codecs.base import ChunkSpec
 from ..codecs.sharding_indexed import EMPTY, ShardingCodec
 from ..errors import CodecError, ConflictError, InvalidKeyError, UnsupportedFeatureError
+from .._locks import KeyedLocks
 from ..store.base import (
     BlockingReader, ByteRange, OffsetBR, Parts, RangeBR, Store, SuffixBR, inherited_retry_conflicts, joined, validate_key,
 )
@@ -136,7 +136,7 @@ class ZarrShardingStore(Store):
         self._index_cache_size = index_cache_size
         # one read-merge-write per shard at a time, so concurrent batches in this process
         # cannot lose each other's inner chunks
-        self._shard_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._shard_locks = KeyedLocks()
 
     @property
     def runs_on_any_loop(self) -> bool:  # type: ignore[override]
@@ -378,14 +378,8 @@ class ZarrShardingStore(Store):
             shard, i = self.layout.locate(parse_inner_key(key, self._rank))
             by_shard.setdefault(shard, {})[i] = None if value is None else joined(value)
         keyed = sorted((self.layout.shard_key(s), s, new) for s, new in by_shard.items())
-        async with contextlib.AsyncExitStack() as stack:
-            # lock the shards in key order (no deadlock between overlapping batches); one
-            # base.set_many keeps a nested adapter's batch to one rewrite per outer shard
-            for shard_key, _, _ in keyed:
-                lock = self._shard_locks.get(shard_key)
-                if lock is None:
-                    lock = self._shard_locks[shard_key] = asyncio.Lock()
-                await stack.enter_async_context(lock)
+        # one lock per shard (taken in key order: overlapping batches cannot deadlock)
+        async with self._shard_locks.holding(shard_key for shard_key, _, _ in keyed):
             try:
                 if isinstance(self.base, ZarrShardingStore):
                     # nested: one base.set_many keeps the batch to one rewrite per outer shard
