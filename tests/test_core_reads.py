@@ -120,3 +120,16 @@ def test_precomputed_reads_are_fortran_ordered(tmp_path: Path, encoding: str, sh
         assert got.flags.f_contiguous
         np.testing.assert_array_equal(got, vol[sel])
     np.testing.assert_array_equal(np.asarray(a), vol)
+
+
+def test_async_reads_of_local_arrays_take_the_same_path(tmp_path: Path) -> None:
+    """``AsyncArray.read`` (used from async code) runs the loop-free reader in a thread."""
+    import asyncio
+
+    from shardstore.core.indexing import basic_indexer
+
+    vol = _volume((24, 24, 24))
+    for a in _arrays(tmp_path, vol).values():
+        sel = (slice(2, 23), slice(None), slice(5, 6))
+        got = asyncio.run(a._async.read(basic_indexer(sel, a.driver.layout.grid)))
+        np.testing.assert_array_equal(got, vol[sel])

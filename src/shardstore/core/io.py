@@ -278,11 +278,11 @@ async def read_into(
     """
     fill = layout.spec.fill_value
     strict = strict or layout.missing_chunks == "error"
-    read = layout.store.blocking_reader()
-    if read is not None:
-        # files or memory: each worker reads, decodes and scatters its chunks, no loop hops
-        items = [(p, layout.chunk_key(p.coords)) for p in projections]
-        await _spread(_read_scatter, items, layout, out, read, strict, light=layout.pipeline.light)
+    if layout.store.blocking_reader() is not None:
+        # files or memory: the loop-free path, off this loop's thread (one mechanism for both)
+        await asyncio.get_running_loop().run_in_executor(
+            io_pool(), lambda: read_into_now(layout, projections, out, strict=strict)
+        )
         return
     groups = _group(layout, projections)
 
