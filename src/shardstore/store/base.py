@@ -371,12 +371,9 @@ class Store(abc.ABC):
         _check_value(key, value)
         await self._set(key, value if self.accepts_parts else joined(value))
 
-    async def set_many(self, items: Sequence[tuple[str, bytes | None]]) -> None:
-        """Apply many writes concurrently; a ``None`` value deletes the key.
-
-        When a key appears more than once, its last item wins. Sharding adapters override
-        this to rewrite each touched shard once per batch.
-        """
+    def _checked_batch(self, items: Sequence[tuple[str, bytes | None]]) -> dict[str, bytes | None]:
+        """A ``set_many`` batch checked (writable, keys, values) and reduced to the last item
+        of each key, in the order of those last occurrences."""
         if items:
             self._check_writable(items[0][0], more=len(items) - 1)
         final: dict[str, bytes | None] = {}
@@ -384,8 +381,17 @@ class Store(abc.ABC):
             validate_key(key)
             if value is not None:
                 _check_value(key, value)
-            final.pop(key, None)  # keep the order of last occurrences
+            final.pop(key, None)
             final[key] = value
+        return final
+
+    async def set_many(self, items: Sequence[tuple[str, bytes | None]]) -> None:
+        """Apply many writes concurrently; a ``None`` value deletes the key.
+
+        When a key appears more than once, its last item wins. Sharding adapters override
+        this to rewrite each touched shard once per batch.
+        """
+        final = self._checked_batch(items)
         limit = asyncio.Semaphore(self.max_concurrency)
 
         async def one(key: str, value: bytes | None) -> None:

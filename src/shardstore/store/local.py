@@ -301,14 +301,7 @@ class LocalStore(Store):
         """
         if not items:
             return
-        self._check_writable(items[0][0], more=len(items) - 1)
-        final: dict[str, bytes | None] = {}
-        for key, value in items:
-            validate_key(key)
-            if value is not None:
-                _check_value(key, value)
-            final.pop(key, None)  # the last write of a key wins
-            final[key] = value
+        final = self._checked_batch(items)
         work = list(final.items())
 
         def run(batch: list[tuple[str, bytes | None]]) -> None:

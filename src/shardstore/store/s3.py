@@ -192,14 +192,7 @@ class S3Store(ObjectStoreBase):
         """Puts concurrently (bounded); deletes as DeleteObjects batches."""
         if not items:
             return
-        self._check_writable(items[0][0], more=len(items) - 1)
-        final: dict[str, bytes | None] = {}
-        for key, value in items:
-            validate_key(key)
-            if value is not None:
-                _check_value(key, value)
-            final.pop(key, None)
-            final[key] = value
+        final = self._checked_batch(items)
         limit = asyncio.Semaphore(self.max_concurrency)
 
         async def put(key: str, value: bytes) -> None:
