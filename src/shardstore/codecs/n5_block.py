@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from .._assign import assign
 from ..errors import CodecError, MetadataError, UnsupportedFeatureError
 from . import blosc as _blosc  # noqa: F401  (register the "n5" compression types)
 from . import bz2 as _bz2  # noqa: F401
@@ -198,7 +199,7 @@ class N5BlockCodec(ArrayBytesCodec):
         if self._raw:  # one copy: swap bytes and lay out straight into the block buffer
             out = bytearray(len(header) + values.size * stored.itemsize)
             out[: len(header)] = header
-            np.frombuffer(out, dtype=stored, offset=len(header)).reshape(values.shape)[...] = values
+            assign(np.frombuffer(out, dtype=stored, offset=len(header)).reshape(values.shape), ..., values)
             return out
         flat = np.asarray(values, dtype=stored, order="C").reshape(-1)  # one pass: swap + layout
         payload = self.compression.encode(memoryview(flat.view(np.uint8)).toreadonly(), spec)

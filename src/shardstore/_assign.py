@@ -1,0 +1,44 @@
+"""``dst[...] = src`` for chunk-sized blocks, faster when both keep their rows contiguous.
+
+Scattering a decoded 64^3 uint8 chunk into a large result is 4,096 rows of 64 bytes, and
+NumPy runs its inner copy loop once per row: the per-row overhead, not the bytes, is most of
+the cost (measured 43 us per chunk). Viewing each row as one opaque ``V<row bytes>`` element
+turns the copy into 64 loops of 64 row copies (24 us); the bytes are the same.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["assign"]
+
+#: rows shorter than this gain nothing from the row view
+_MIN_ROW_BYTES = 16
+
+
+def _basic(selection: Any) -> bool:
+    """Whether ``selection`` is basic indexing (``out[selection]`` is a view, not a copy)."""
+    if not isinstance(selection, tuple):
+        selection = (selection,)
+    return all(s is Ellipsis or isinstance(s, (slice, int, np.integer)) for s in selection)
+
+
+def assign(out: np.ndarray, selection: Any, src: Any) -> None:
+    """``out[selection] = src`` (NumPy broadcasting and casting rules apply as usual)."""
+    if isinstance(src, np.ndarray) and src.ndim >= 2 and src.strides[-1] == src.itemsize and _basic(selection):
+        dst = out[selection]  # a view: basic indexing
+        if (
+            isinstance(dst, np.ndarray)
+            and dst.shape == src.shape
+            and dst.dtype == src.dtype
+            and not dst.dtype.hasobject
+            and dst.strides[-1] == dst.itemsize
+            and dst.shape[-1] * dst.itemsize >= _MIN_ROW_BYTES
+            and not (dst.flags.c_contiguous and src.flags.c_contiguous)  # one memcpy already
+        ):
+            row = np.dtype((np.void, dst.shape[-1] * dst.itemsize))
+            dst.view(row)[...] = src.view(row)
+            return
+    out[selection] = src
