@@ -2,7 +2,8 @@
 
 Without them two concurrent partial writes to one shard both read the old shard and the later
 write drops the earlier one's data. Used by the core (per write unit) and by the sharding
-adapters (per shard file); writes run on event loops only, so asyncio locks suffice.
+adapters (per shard file). They are asyncio locks, taken on the event loop; a write that runs
+on another thread (``core.io.write_from_now``) takes them on the loop too (``hold_from_thread``).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import weakref
-from collections.abc import AsyncIterator, Hashable, Iterable
+from collections.abc import AsyncIterator, Callable, Hashable, Iterable
 
 __all__ = ["KeyedLocks"]
 
@@ -35,3 +36,18 @@ class KeyedLocks:
             for key in sorted(set(keys)):  # type: ignore[type-var]
                 await stack.enter_async_context(self(key))
             yield
+
+    def hold_from_thread(self, loop: asyncio.AbstractEventLoop, keys: Iterable[Hashable]) -> Callable[[], None]:
+        """Take the locks of ``keys`` on ``loop`` (which runs in another thread) and return
+        the function that releases them; the calling thread blocks until all are held."""
+        stack = contextlib.AsyncExitStack()
+
+        async def take() -> None:
+            await stack.enter_async_context(self.holding(keys))
+
+        asyncio.run_coroutine_threadsafe(take(), loop).result()
+
+        def release() -> None:
+            asyncio.run_coroutine_threadsafe(stack.aclose(), loop).result()
+
+        return release

@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from .._sync import sync
+from .._sync import _ensure_loop, sync
 from ..errors import ReadOnlyError, UnsupportedFeatureError
 from .indexing import Indexer, basic_indexer, orthogonal_indexer
-from .io import UnitLocks, read_into, read_into_now, reshape_chunks, write_from
+from .io import UnitLocks, read_into, read_into_now, reshape_chunks, write_from, write_from_now
 from .layout import ChunkLayout, FormatDriver
 
 __all__ = ["AsyncArray", "Array", "Attributes"]
@@ -75,6 +75,26 @@ class AsyncArray:
         if arr.size:
             await write_from(layout, indexer, arr, self._locks)
             await self.driver.after_write()
+
+    def write_now(self, indexer: Indexer, value: Any) -> bool:
+        """``write`` on the calling thread (and the codec pool) without the event loop, where
+        ``write_from_now`` allows it; False, having written nothing, elsewhere."""
+        self._check_writable()
+        layout = self.driver.layout
+        if not (layout.one_chunk_units and layout.store.blocking_writer() and layout.store.blocking_reader()):
+            return False
+        arr = _as_value(value, layout.spec.dtype, indexer.shape)
+        if not arr.size:
+            return True
+        projections = list(indexer)
+        release = self._locks.hold_from_thread(_ensure_loop(), (layout.write_unit(p.coords) for p in projections))
+        try:
+            write_from_now(layout, projections, arr)
+        finally:
+            release()
+        if type(self.driver).after_write is not FormatDriver.after_write:
+            sync(self.driver.after_write())
+        return True
 
     async def getitem(self, selection: Any) -> np.ndarray:
         return await self.read(basic_indexer(selection, self.driver.layout.grid))
@@ -380,7 +400,9 @@ class Array:
         return _scalar_or_array(self._read(basic_indexer(selection, self.driver.layout.grid)))
 
     def __setitem__(self, selection: Any, value: Any) -> None:
-        sync(self._async.setitem(selection, value))
+        # files and memory: straight on this thread and the codec pool, no event loop
+        if not self._async.write_now(basic_indexer(selection, self.driver.layout.grid), value):
+            sync(self._async.setitem(selection, value))
 
     @property
     def oindex(self) -> _OIndex:

@@ -209,6 +209,12 @@ class BcolzArray(AsyncArray):
         self._changed()
         await super().write(indexer, value)
 
+    def write_now(self, indexer: Indexer, value: Any) -> bool:
+        self._check_writable()
+        self.flush_now()
+        self._changed()
+        return super().write_now(indexer, value)
+
     async def resize(self, shape: tuple[int, ...]) -> None:
         self._check_writable()
         await self.flush()
