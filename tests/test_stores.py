@@ -107,30 +107,19 @@ def test_local_set_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 def test_local_failed_write_midway_leaves_old_value(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = LocalStore(tmp_path)
     run(store.set("k", b"old"))
-    real_fdopen = os.fdopen
 
-    class Exploding:
-        def __init__(self, f):  # type: ignore[no-untyped-def]
-            self.f = f
+    def exploding(fd: int, value: bytes) -> None:
+        os.write(fd, bytes(value)[:2])  # part of the value lands, then the disk fails
+        raise OSError(5, "Input/output error")
 
-        def __enter__(self):  # type: ignore[no-untyped-def]
-            return self
-
-        def __exit__(self, *exc):  # type: ignore[no-untyped-def]
-            self.f.close()
-
-        def write(self, data):  # type: ignore[no-untyped-def]
-            self.f.write(bytes(data)[:2])  # part of the value lands, then the disk fails
-            raise OSError(5, "Input/output error")
-
-    monkeypatch.setattr(local_module.os, "fdopen", lambda fd, mode: Exploding(real_fdopen(fd, mode)))
+    monkeypatch.setattr(local_module, "_write_all", exploding)
     with pytest.raises(StoreError, match="'k'"):
         run(store.set("k", b"new value"))
     monkeypatch.undo()
     assert run(store.get("k")) == b"old"
     assert _files(tmp_path) == ["k"]
     # a failure on a new key leaves nothing at all
-    monkeypatch.setattr(local_module.os, "fdopen", lambda fd, mode: Exploding(real_fdopen(fd, mode)))
+    monkeypatch.setattr(local_module, "_write_all", exploding)
     with pytest.raises(StoreError):
         run(store.set("new/key", b"value"))
     monkeypatch.undo()

@@ -9,11 +9,11 @@ loop's default executor; ``get_many`` reads every range of one file in a single 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import re
 import shutil
 import stat
-import uuid
 from collections.abc import Hashable, AsyncIterator, Callable, Sequence
 from pathlib import Path
 
@@ -40,6 +40,26 @@ _TEMP_RE = re.compile(r"^\..*\.[0-9a-f]{32}\.tmp$", re.DOTALL)
 _LIST_BATCH = 4096
 # thread jobs a set_many is split into (file writes release the GIL)
 _WRITE_JOBS = 4
+
+
+def _write_all(fd: int, value: bytes | Parts) -> None:
+    """Write all of ``value`` (bytes-like, or ``Parts`` written in order without joining)."""
+    for part in value if isinstance(value, Parts) else (value,):
+        view = memoryview(part).cast("B")
+        while view.nbytes:
+            view = view[os.write(fd, view) :]
+
+
+_temp_state: list = [None, 0, None]  # pid, counter, prefix
+
+
+def _temp_suffix() -> str:
+    """32 hex digits unique among this machine's writers: a random per-process prefix and a
+    counter (``uuid4`` per write costs a system call; a forked child picks a new prefix)."""
+    pid = os.getpid()
+    if _temp_state[0] != pid:
+        _temp_state[:] = [pid, itertools.count(), os.urandom(8).hex()]
+    return f"{_temp_state[2]}{next(_temp_state[1]) & (1 << 64) - 1:016x}"
 
 
 def _is_temp(name: str) -> bool:
@@ -259,27 +279,32 @@ class LocalStore(Store):
 
     # -- writes ------------------------------------------------------------------------------
     def _write(self, key: str, value: bytes) -> None:
-        """Blocking: write ``value`` to a temp file beside the target, then rename it into place."""
+        """Blocking: write ``value`` to a temp file beside the target, then rename it into place.
+
+        Runs once per chunk of every unsharded write, so it is lean: the directory is made
+        only when the temp file cannot be created (a ``makedirs`` per write costs three system
+        calls and takes the parent directory's lock), and the value goes out with ``os.write``.
+        """
         path = self._path(key)
         parent, name = os.path.split(path)
         # the name is shortened so that a long key still gives a legal temp file name
-        tmp = os.path.join(parent, f".{name[:64]}.{uuid.uuid4().hex}.tmp")
+        tmp = os.path.join(parent, f".{name[:64]}.{_temp_suffix()}.tmp")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
         try:
             for attempt in range(8):
                 try:
-                    os.makedirs(parent, exist_ok=True)
-                    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+                    fd = os.open(tmp, flags, 0o666)
                     break
                 except FileNotFoundError:
-                    # a concurrent delete pruned a directory we had just made: make it again
+                    # the directory is new (or a concurrent delete pruned it): make it
                     if attempt == 7:
                         raise
+                    os.makedirs(parent, exist_ok=True)
             try:
-                with os.fdopen(fd, "wb") as f:
-                    if isinstance(value, Parts):
-                        f.writelines(value)  # large parts go straight to the file: no join copy
-                    else:
-                        f.write(value)
+                try:
+                    _write_all(fd, value)
+                finally:
+                    os.close(fd)
                 os.replace(tmp, path)
             except BaseException:
                 try:
