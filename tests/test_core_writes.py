@@ -181,3 +181,15 @@ def test_assign_converts_dtypes_and_broadcasts_like_numpy() -> None:
     f = np.zeros((8, 8), "float32")
     assign(f, ..., np.arange(64, dtype="int64").reshape(8, 8))
     assert f[7, 7] == 63.0
+
+
+def test_a_sync_write_from_the_loop_thread_raises_instead_of_hanging(tmp_path: Path) -> None:
+    a = shardstore.n5.create(str(tmp_path / "c.n5"), "d", shape=(8,), dtype="uint8", block_size=(4,))
+
+    async def inside() -> None:
+        a[0:4] = 1  # the locks are granted by this very loop: waiting for them would hang
+
+    with pytest.raises(RuntimeError, match="own event loop"):
+        shardstore._sync.sync(inside())
+    a[0:4] = 2  # and the handle still works
+    np.testing.assert_array_equal(a[...], [2, 2, 2, 2, 0, 0, 0, 0])

@@ -40,6 +40,12 @@ class KeyedLocks:
     def hold_from_thread(self, loop: asyncio.AbstractEventLoop, keys: Iterable[Hashable]) -> Callable[[], None]:
         """Take the locks of ``keys`` on ``loop`` (which runs in another thread) and return
         the function that releases them; the calling thread blocks until all are held."""
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:  # waiting here would stop the loop that must grant the locks
+            raise RuntimeError("shardstore's synchronous API was called from its own event loop")
         stack = contextlib.AsyncExitStack()
 
         async def take() -> None:
