@@ -244,10 +244,13 @@ def bench_volume(
     ``adapter`` has ``open``, ``read_all`` and ``read_box``.
     """
     nbytes = vol.nbytes
-    writes = [
-        run_child(script, ["--child-write", name, variant, str(path), "--volume", str(npy)])
-        for _ in range(write_repeat)
-    ]
+    writes = []
+    for _ in range(write_repeat):
+        # every write starts with no dirty pages waiting (the source .npy just saved, or the
+        # previous library's files): the kernel's writeback would otherwise slow whoever
+        # writes first
+        os.sync()
+        writes.append(run_child(script, ["--child-write", name, variant, str(path), "--volume", str(npy)]))
     disk, nfiles = disk_usage(path)
     h = adapter.open(path)
     cache: dict[str, Any] = {}
