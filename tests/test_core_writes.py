@@ -171,6 +171,18 @@ def test_assign_matches_numpy(dtype: str, order: str) -> None:
         np.testing.assert_array_equal(out, ref)
 
 
+@pytest.mark.parametrize("shape", [(64, 1), (1, 64), (0, 64), (3, 0), (2, 1, 16)])
+def test_assign_odd_shapes(shape: tuple[int, ...]) -> None:
+    for order in "CF":
+        src = np.arange(int(np.prod(shape)), dtype="uint8").reshape(shape, order=order)
+        out = np.zeros((70, 70, 20)[: len(shape)], "uint8", order=order)
+        sel = tuple(slice(1, 1 + n) for n in shape)
+        ref = out.copy(order="K")
+        assign(out, sel, src)
+        ref[sel] = src
+        np.testing.assert_array_equal(out, ref)
+
+
 def test_assign_converts_dtypes_and_broadcasts_like_numpy() -> None:
     out = np.zeros((4, 64), ">u2")
     src = np.arange(4 * 64, dtype="<u2").reshape(4, 64)

@@ -27,18 +27,25 @@ def _basic(selection: Any) -> bool:
 
 def assign(out: np.ndarray, selection: Any, src: Any) -> None:
     """``out[selection] = src`` (NumPy broadcasting and casting rules apply as usual)."""
-    if isinstance(src, np.ndarray) and src.ndim >= 2 and src.strides[-1] == src.itemsize and _basic(selection):
+    if isinstance(src, np.ndarray) and src.ndim >= 2 and _basic(selection):
         dst = out[selection]  # a view: basic indexing
-        if (
-            isinstance(dst, np.ndarray)
-            and dst.shape == src.shape
-            and dst.dtype == src.dtype
-            and not dst.dtype.hasobject
-            and dst.strides[-1] == dst.itemsize
-            and dst.shape[-1] * dst.itemsize >= _MIN_ROW_BYTES
-            and not (dst.flags.c_contiguous and src.flags.c_contiguous)  # one memcpy already
-        ):
-            row = np.dtype((np.void, dst.shape[-1] * dst.itemsize))
-            dst.view(row)[...] = src.view(row)
-            return
+        if isinstance(dst, np.ndarray) and dst.shape == src.shape and dst.dtype == src.dtype:
+            d, s = dst, src
+            if d.strides[0] == d.itemsize and s.strides[0] == s.itemsize:
+                d, s = d.T, s.T  # Fortran order (precomputed): rows run along axis 0
+            if (
+                d.strides[-1] == d.itemsize
+                and s.strides[-1] == s.itemsize
+                and not d.dtype.hasobject
+                and d.shape[-1] * d.itemsize >= _MIN_ROW_BYTES
+                and not (d.flags.c_contiguous and s.flags.c_contiguous)  # one memcpy already
+            ):
+                row = np.dtype((np.void, d.shape[-1] * d.itemsize))
+                try:
+                    d, s = d.view(row), s.view(row)
+                except ValueError:  # a layout the row view cannot express: the plain copy
+                    pass
+                else:
+                    d[...] = s
+                    return
     out[selection] = src

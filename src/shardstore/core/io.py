@@ -44,6 +44,8 @@ THREAD_ITEM_SECONDS = 150e-6
 #: an item that waits longer than this (a disk read) makes ``read_into_now`` use ``IO_READS_IN_FLIGHT`` threads
 WAITING_ITEM_SECONDS = 1e-3
 IO_READS_IN_FLIGHT = 8
+#: how many takes each thread of a ``read_into_now`` gets (smaller takes balance the end better)
+FEED_TAKES = 4
 #: (kept for callers that bounded their ``read_into_now`` reads; any size is fine now)
 INLINE_READ_CHUNKS = 2
 
@@ -223,7 +225,7 @@ def _share_now(fn: Callable[..., Any], items: list, *args: Any, writes: bool = F
     waiting = writes or took - (time.thread_time() - cpu) > WAITING_ITEM_SECONDS
     workers = min(IO_READS_IN_FLIGHT if waiting else codec_pool_size(), len(rest))
     pool = io_pool() if waiting else codec_pool()
-    feed = _Feed(rest, max(1, len(rest) // (4 * workers)))
+    feed = _Feed(rest, max(1, len(rest) // (FEED_TAKES * workers)))
     futures = [pool.submit(feed.drain, fn, *args) for _ in range(workers - 1)]
     try:
         feed.drain(fn, *args)
