@@ -136,18 +136,6 @@ def resident_fraction(root: str | os.PathLike[str]) -> float | None:
 # --------------------------------------------------------------------------- timing, memory
 
 
-def best_of(fn: Callable[[], Any], repeat: int, before: Callable[[], Any] | None = None) -> float:
-    """Smallest wall time in seconds of ``repeat`` calls of ``fn``; ``before`` runs untimed."""
-    best = float("inf")
-    for _ in range(max(repeat, 1)):
-        if before is not None:
-            before()
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
 def peak_rss_mib() -> float:
     """Peak resident set size of this process so far, in MiB.
 
@@ -236,59 +224,90 @@ def bench_volume(
     script: str, name: str, adapter: Any, variant: str, path: Path, vol: np.ndarray, npy: Path,
     origins: dict[str, list[Origin]], write_repeat: int, read_repeat: int, chunk: int,
 ) -> dict[str, Any]:
-    """Every phase of a volume benchmark for one library and variant.
+    """Every phase of a volume benchmark for one library and variant (see ``bench_volumes``)."""
+    return bench_volumes(script, {name: adapter}, variant, {name: path}, vol, npy, origins,
+                         write_repeat, read_repeat, chunk)[name]
 
-    The write runs ``write_repeat`` times in child processes (``script --child-write``); then
-    the whole read cold and warm (checked against ``vol``) and the aligned (``chunk``-sized)
-    and unaligned (100^3) random reads, one at a time with results dropped (a few checked).
-    ``adapter`` has ``open``, ``read_all`` and ``read_box``.
+
+def bench_volumes(
+    script: str, adapters: dict[str, Any], variant: str, paths: dict[str, Path], vol: np.ndarray,
+    npy: Path, origins: dict[str, list[Origin]], write_repeat: int, read_repeat: int, chunk: int,
+) -> dict[str, dict[str, Any]]:
+    """Every phase of a volume benchmark for several libraries, taking turns.
+
+    Each phase is repeated (the best repetition counts) and every repetition is done by every
+    library in turn, the order rotating: the shared machine's slow spells then hit all of
+    them alike, instead of whichever library ran its phases during one. The write runs in
+    child processes (``script --child-write``), each after an ``os.sync()``; then the whole
+    read cold (page cache dropped first) and warm (checked against ``vol``) and the aligned
+    (``chunk``-sized) and unaligned (100^3) random reads, one at a time with results dropped
+    (a few checked). Each adapter has ``open``, ``read_all`` and ``read_box``.
     """
-    nbytes = vol.nbytes
-    writes = []
-    for _ in range(write_repeat):
-        # every write starts with no dirty pages waiting (the source .npy just saved, or the
-        # previous library's files): the kernel's writeback would otherwise slow whoever
-        # writes first
-        os.sync()
-        writes.append(run_child(script, ["--child-write", name, variant, str(path), "--volume", str(npy)]))
-    disk, nfiles = disk_usage(path)
-    h = adapter.open(path)
-    cache: dict[str, Any] = {}
+    names = list(adapters)
 
-    def drop() -> None:
-        cache["method"] = drop_page_cache(path)
-        cache.setdefault("resident_after_drop", resident_fraction(path))
+    def turns(rep: int) -> list[str]:
+        k = rep % len(names)
+        return names[k:] + names[:k]
 
-    def read_all() -> None:
-        cache["data"] = adapter.read_all(h)
+    writes: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
+    for rep in range(max(write_repeat, 1)):
+        for name in turns(rep):
+            # no dirty pages waiting (the .npy just saved, another library's files): the
+            # kernel's writeback would otherwise slow whoever writes next
+            os.sync()
+            writes[name].append(run_child(script, ["--child-write", name, variant, str(paths[name]), "--volume", str(npy)]))
+    handles = {n: adapters[n].open(paths[n]) for n in names}
+    best: dict[str, dict[str, float]] = {n: {} for n in names}
+    drops: dict[str, tuple[str, float | None]] = {}
 
-    cold = best_of(read_all, read_repeat, before=drop)
-    warm = best_of(read_all, read_repeat)
-    if not np.array_equal(cache.pop("data"), vol):
-        raise AssertionError(f"{name}/{variant}: whole read differs from the source volume")
-    rates = {}
+    def timed(phase: str, name: str, run: Callable[[], Any]) -> Any:
+        t0 = time.perf_counter()
+        result = run()
+        seconds = time.perf_counter() - t0
+        best[name][phase] = min(best[name].get(phase, float("inf")), seconds)
+        return result
+
+    for phase in ("cold", "warm"):
+        for rep in range(max(read_repeat, 1)):
+            for name in turns(rep):
+                if phase == "cold":
+                    method = drop_page_cache(paths[name])
+                    drops.setdefault(name, (method, resident_fraction(paths[name])))
+                data = timed(phase, name, lambda: adapters[name].read_all(handles[name]))
+                if rep == 0 and not np.array_equal(data, vol):
+                    raise AssertionError(f"{name}/{variant}: whole read differs from the source volume")
+                del data
     for kind, n in (("aligned", chunk), ("unaligned", 100)):
         n = min(n, vol.shape[0])
         boxes = origins[kind]
+        for rep in range(max(read_repeat, 1)):
+            for name in turns(rep):
+                a, h = adapters[name], handles[name]
 
-        def reads(boxes: list[Origin] = boxes, n: int = n) -> None:
-            for origin in boxes:  # one at a time, result dropped: random access, not a batch
-                adapter.read_box(h, origin, n)
+                def reads(a: Any = a, h: Any = h) -> None:
+                    for origin in boxes:  # one at a time, result dropped: random access, not a batch
+                        a.read_box(h, origin, n)
 
-        rates[kind] = len(boxes) / best_of(reads, read_repeat)
-        for o in boxes[:4]:
-            if not np.array_equal(adapter.read_box(h, o, n), vol[box(o, n)]):
-                raise AssertionError(f"{name}/{variant}: {kind} read at {o} differs from the source")
-    return {
-        "write_MBps": nbytes / MB / min(w["seconds"] for w in writes),
-        "read_cold_MBps": nbytes / MB / cold,
-        "read_warm_MBps": nbytes / MB / warm,
-        "aligned_reads_per_s": rates["aligned"],
-        "unaligned_reads_per_s": rates["unaligned"],
-        "disk_MiB": disk / MiB,
-        "files": nfiles,
-        "rss_peak_MiB": max(w["rss_peak_mib"] for w in writes),
-        "rss_before_write_MiB": max(w["rss_before_mib"] for w in writes),
-        "cache_drop": cache["method"],
-        "resident_after_drop": cache["resident_after_drop"],
-    }
+                timed(kind, name, reads)
+        for name in names:
+            for o in boxes[:4]:
+                if not np.array_equal(adapters[name].read_box(handles[name], o, n), vol[box(o, n)]):
+                    raise AssertionError(f"{name}/{variant}: {kind} read at {o} differs from the source")
+    nbytes = vol.nbytes
+    results = {}
+    for name in names:
+        disk, nfiles = disk_usage(paths[name])
+        results[name] = {
+            "write_MBps": nbytes / MB / min(w["seconds"] for w in writes[name]),
+            "read_cold_MBps": nbytes / MB / best[name]["cold"],
+            "read_warm_MBps": nbytes / MB / best[name]["warm"],
+            "aligned_reads_per_s": len(origins["aligned"]) / best[name]["aligned"],
+            "unaligned_reads_per_s": len(origins["unaligned"]) / best[name]["unaligned"],
+            "disk_MiB": disk / MiB,
+            "files": nfiles,
+            "rss_peak_MiB": max(w["rss_peak_mib"] for w in writes[name]),
+            "rss_before_write_MiB": max(w["rss_before_mib"] for w in writes[name]),
+            "cache_drop": drops[name][0],
+            "resident_after_drop": drops[name][1],
+        }
+    return results

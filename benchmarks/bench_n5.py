@@ -9,7 +9,9 @@ of 0 bytes (no chunk cache), as in bench_zarr3.py.
 Phases per variant and library (the same as bench_zarr3.py; see its docstring): write (fresh
 child process, whole volume, includes creation), size on disk, whole read cold (page cache
 dropped before each repetition) and warm, 256 reads of 64^3 boxes at random block-aligned
-origins, 256 reads of 100^3 boxes at random origins. Timings are the best of ``--repeat``.
+origins, 256 reads of 100^3 boxes at random origins. Timings are the best of ``--repeat``
+(default 3, the write included); the libraries take turns at every repetition of every phase
+(``_common.bench_volumes``), so that a slow spell of the shared machine hits them alike.
 The ratio column divides shardstore's figure by the best of tensorstore and z5py in the run
 (> 1 is better for MB/s and reads/s; < 1 is better for size and RSS).
 
@@ -37,7 +39,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
     Origin,
-    bench_volume,
+    bench_volumes,
     box,
     child_write as _child_write,
     format_table,
@@ -149,12 +151,6 @@ def child_write(lib: str, variant: str, path: str, volume: str) -> None:
     _child_write(LIBS[lib](), variant, path, volume)
 
 
-def bench_one(name: str, adapter: Any, variant: str, path: Path, vol: np.ndarray, npy: Path,
-              origins: dict[str, list[Origin]], write_repeat: int, read_repeat: int) -> dict[str, Any]:
-    """All phases for one library and variant (see ``_common.bench_volume``)."""
-    return bench_volume(__file__, name, adapter, variant, path, vol, npy, origins, write_repeat, read_repeat, BLOCK)
-
-
 def best_other(values: dict[str, float | None], higher: bool) -> float | None:
     others = [v for k, v in values.items() if k != "shardstore" and v is not None]
     if not others:
@@ -166,7 +162,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--size", type=int, default=512)
     p.add_argument("--reads", type=int, default=256)
-    p.add_argument("--repeat", type=int, default=None, help="best of N (default 3 for reads, 1 for the write)")
+    p.add_argument("--repeat", type=int, default=None, help="best of N (default 3)")
     p.add_argument("--variants", default="raw,gzip")
     p.add_argument("--libs", default="shardstore,tensorstore,z5py")
     p.add_argument("--out-dir", type=Path, default=None)
@@ -191,7 +187,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.child_write:
         child_write(*args.child_write, volume=args.volume)
         return
-    write_repeat, read_repeat = args.repeat or 1, args.repeat or 3
+    write_repeat = read_repeat = args.repeat or 3
     made_dir = args.out_dir is None
     out_dir = Path(tempfile.mkdtemp(prefix="bench_n5_", dir="/tmp")) if made_dir else args.out_dir
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -213,16 +209,17 @@ def main(argv: list[str] | None = None) -> None:
     try:
         for variant in args.variants:
             results[variant] = {}
-            for name, adapter in adapters.items():
-                t0 = time.perf_counter()
-                path = out_dir / f"{variant}_{name}.n5"
-                res = bench_one(name, adapter, variant, path, vol, npy, origins, write_repeat, read_repeat)
-                results[variant][name] = res
+            t0 = time.perf_counter()
+            paths = {name: out_dir / f"{variant}_{name}.n5" for name in adapters}
+            results[variant] = bench_volumes(__file__, adapters, variant, paths, vol, npy, origins,
+                                             write_repeat, read_repeat, BLOCK)
+            for name, res in results[variant].items():
                 resident = res["resident_after_drop"]
-                print(f"# {variant}/{name}: done in {time.perf_counter() - t0:.1f}s; cache drop: "
-                      f"{res['cache_drop']}, resident after drop: "
+                print(f"# {variant}/{name}: cache drop: {res['cache_drop']}, resident after drop: "
                       f"{'n/a' if resident is None else f'{resident:.1%}'}", flush=True)
-                if not args.keep:
+            print(f"# {variant}: all libraries done in {time.perf_counter() - t0:.1f}s", flush=True)
+            if not args.keep:
+                for path in paths.values():
                     shutil.rmtree(path, ignore_errors=True)
             rows = []
             for key, label, higher in ROWS:
