@@ -89,6 +89,8 @@ def resolve_range(byte_range: ByteRange | None, size: int) -> tuple[int, int]:
 
 #: ``read(key, byte_range=None) -> bytes | None``, callable from any thread
 BlockingReader = Callable[..., "bytes | None"]
+#: ``write(key, value, atomic=True) -> None`` (value None: delete), callable from any thread
+BlockingWriter = Callable[..., None]
 
 
 def slice_range(value: bytes | memoryview, byte_range: ByteRange | None) -> bytes:
@@ -293,12 +295,14 @@ class Store(abc.ABC):
         """
         return None
 
-    def blocking_writer(self) -> Callable[[str, bytes | None], None] | None:
-        """A function ``write(key, value)`` storing (None: deleting) synchronously from any
-        thread, as ``set`` / ``delete`` do, or None.
+    def blocking_writer(self) -> BlockingWriter | None:
+        """A function ``write(key, value, atomic=True)`` storing (None: deleting)
+        synchronously from any thread, as ``set`` / ``delete`` do, or None.
 
         The write-side twin of ``blocking_reader``: formats that write many whole files
         (bcolz appends) encode and write each in a worker thread, without event-loop hops.
+        ``atomic=False`` allows a cheaper write that a concurrent reader may see half done,
+        for keys no reader looks at yet (files the format's metadata does not count yet).
         Only writable backends where a write is a cheap local operation offer one.
         """
         return None

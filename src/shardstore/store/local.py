@@ -21,6 +21,7 @@ from ..errors import StoreError
 from .base import (
     MISSING,
     BlockingReader,
+    BlockingWriter,
     ByteRange,
     Parts,
     RangeBR,
@@ -237,17 +238,17 @@ class LocalStore(Store):
 
         return read
 
-    def blocking_writer(self) -> Callable[[str, bytes | None], None] | None:
+    def blocking_writer(self) -> BlockingWriter | None:
         if self.read_only:
             return None
 
-        def write(key: str, value: bytes | None) -> None:
+        def write(key: str, value: bytes | None, atomic: bool = True) -> None:
             validate_key(key)
             if value is None:
                 self._remove(key)
             else:
                 _check_value(key, value)
-                self._write(key, value)
+                (self._write if atomic else self._write_in_place)(key, value)
 
         return write
 
@@ -312,6 +313,24 @@ class LocalStore(Store):
                 except OSError:
                     pass
                 raise
+        except OSError as e:
+            raise StoreError(f"cannot write key {key!r} to {path!r}: {_describe(e)}") from e
+
+    def _write_in_place(self, key: str, value: bytes) -> None:
+        """Blocking: write ``value`` straight into the target file: no temp file and rename,
+        but not atomic (a reader may see it partly written); for keys no reader looks at yet."""
+        path = self._path(key)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0)
+        try:
+            try:
+                fd = os.open(path, flags, 0o666)
+            except FileNotFoundError:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                fd = os.open(path, flags, 0o666)
+            try:
+                _write_all(fd, value)
+            finally:
+                os.close(fd)
         except OSError as e:
             raise StoreError(f"cannot write key {key!r} to {path!r}: {_describe(e)}") from e
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 
-from .base import MISSING, BlockingReader, ByteRange, Store, _check_value, joined, slice_range, validate_key
+from .base import MISSING, BlockingReader, BlockingWriter, ByteRange, Store, _check_value, joined, slice_range, validate_key
 
 __all__ = ["MemoryStore"]
 
@@ -57,11 +57,11 @@ class MemoryStore(Store):
 
         return read
 
-    def blocking_writer(self) -> Callable[[str, bytes | None], None] | None:
+    def blocking_writer(self) -> BlockingWriter | None:
         if self.read_only:
             return None
 
-        def write(key: str, value: bytes | None) -> None:
+        def write(key: str, value: bytes | None, atomic: bool = True) -> None:  # (always atomic)
             validate_key(key)
             if value is None:
                 self._data.pop(key, None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from typing import NamedTuple
 
-from .base import BlockingReader, ByteRange, Store, validate_key, validate_prefix
+from .base import BlockingReader, BlockingWriter, ByteRange, Store, validate_key, validate_prefix
 
 __all__ = ["PrefixStore", "ReadOnlyStore", "RecordingStore", "Request"]
 
@@ -85,12 +85,12 @@ class PrefixStore(_Wrapper):
         pre = self._pre
         return lambda key: gen(pre + key)
 
-    def blocking_writer(self) -> Callable[[str, bytes | None], None] | None:
+    def blocking_writer(self) -> BlockingWriter | None:
         write = None if self.read_only else self.base.blocking_writer()
         if write is None:
             return None
         pre = self._pre
-        return lambda key, value: write(pre + validate_key(key), value)
+        return lambda key, value, atomic=True: write(pre + validate_key(key), value, atomic)
 
     async def _get(self, key: str, byte_range: ByteRange | None) -> bytes | None:
         return await self.base.get(self._full(key), byte_range)

@@ -412,6 +412,9 @@ class StoreTests:
         write(keys[0], b"second")  # replaces
         write(keys[1], b"")
         assert await store.get(keys[0]) == b"second" and await store.get(keys[1]) == b""
+        write(keys[2], b"in place", atomic=False)  # (may skip the temp file)
+        write(keys[2], b"again", atomic=False)
+        assert await store.get(keys[2]) == b"again"
         write(keys[1], None)
         write(keys[2], None)  # deleting a missing key is fine
         assert await store.get(keys[1]) is None and await store.get(keys[2]) is None

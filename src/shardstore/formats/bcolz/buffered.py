@@ -49,9 +49,15 @@ def _blocking_writer(driver: BcolzDriver) -> Writer | None:
 class _Pending:
     """What a handle has appended that is not on disk yet (shared with its finalizer)."""
 
-    def __init__(self) -> None:
+    def __init__(self, disk_rows: int) -> None:
         self.tail: np.ndarray | None = None  # rows of the last partial chunk, when known
         self.dirty = False  # the leftover file and meta/sizes lag behind ``tail`` / the shape
+        self.disk_rows = disk_rows  # the length meta/sizes on disk gives
+
+    def visible(self, k: int, chunklen: int) -> bool:
+        """Whether readers of the files look at chunk file ``k``: the others (beyond the
+        length on disk) may be written in place, as bcolz writes every chunk."""
+        return k < -(-self.disk_rows // chunklen)
 
 
 def _leftover(driver: BcolzDriver, pending: _Pending) -> tuple[str, bytes] | None:
@@ -74,6 +80,7 @@ async def _flush(driver: BcolzDriver, pending: _Pending) -> None:
     await driver.save_sizes()
     await driver.ensure_data_dir()
     pending.dirty = False
+    pending.disk_rows = driver.sizes.shape[0]
 
 
 def _flush_now(driver: BcolzDriver, pending: _Pending) -> None:
@@ -86,10 +93,12 @@ def _flush_now(driver: BcolzDriver, pending: _Pending) -> None:
         return
     left = _leftover(driver, pending)
     if left is not None:
-        write(*left)
+        k = driver.sizes.shape[0] // driver.storage.chunklen
+        write(*left, atomic=pending.visible(k, driver.storage.chunklen))
     write(driver.sizes_key, driver.sizes.to_bytes())
     driver.ensure_data_dir_now()
     pending.dirty = False
+    pending.disk_rows = driver.sizes.shape[0]
 
 
 #: the finalizers of live writable handles, run at interpreter exit (see ``_flush_at_exit``)
@@ -159,7 +168,7 @@ class BcolzArray(AsyncArray):
     def __init__(self, driver: BcolzDriver, *, read_only: bool, name: str = "") -> None:
         super().__init__(driver, read_only=read_only, name=name)
         self.autoflush = False
-        self._pending = _Pending()
+        self._pending = _Pending(driver.sizes.shape[0])
         if not read_only:
             key = id(self._pending)
             _LIVE[key] = weakref.finalize(self, _flush_abandoned, driver, self._pending, key)
@@ -220,6 +229,7 @@ class BcolzArray(AsyncArray):
         await self.flush()
         self._changed()
         await super().resize(shape)
+        self._pending.disk_rows = self.driver.sizes.shape[0]
 
     async def read_chunk_bytes(self, coords: tuple[int, ...]) -> bytes | None:
         await self.flush()
@@ -306,12 +316,15 @@ class BcolzArray(AsyncArray):
 
     def _write_chunks_now(self, jobs: list[tuple[int, np.ndarray]], write: Writer) -> int:
         """Encode and write full chunks here and in the codec threads (c-blosc and file writes
-        release the GIL); their total blosc size."""
+        release the GIL); their total blosc size. Only the old leftover is replaced
+        atomically: files beyond the length on disk are written in place (no temp file and
+        rename), as bcolz writes them, since no reader looks at them yet."""
         encode = self._encoder()
+        pending, chunklen = self._pending, self.driver.storage.chunklen
 
         def job(k: int, rows: np.ndarray) -> int:
             key, data = encode(k, rows)
-            write(key, data)
+            write(key, data, atomic=pending.visible(k, chunklen))
             return len(data) - _BLOSCPACK_HEADER
 
         futures = [codec_pool().submit(job, k, rows) for k, rows in jobs[1:]]
