@@ -4,6 +4,8 @@ exactly what NumPy gives, and errors must still name the chunk."""
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +23,7 @@ MODES = {"inline": (1e9, 1e9), "codec-pool": (0.0, 1e9), "io-pool": (0.0, 0.0)}
 def mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     thread, waiting = MODES[request.param]
     monkeypatch.setattr(io, "THREAD_ITEM_SECONDS", thread)
+    monkeypatch.setattr(io, "THREAD_WORK_SECONDS", 0.0)
     monkeypatch.setattr(io, "WAITING_ITEM_SECONDS", waiting)
     return request.param
 
@@ -133,3 +136,33 @@ def test_async_reads_of_local_arrays_take_the_same_path(tmp_path: Path) -> None:
         sel = (slice(2, 23), slice(None), slice(5, 6))
         got = asyncio.run(a._async.read(basic_indexer(sel, a.driver.layout.grid)))
         np.testing.assert_array_equal(got, vol[sel])
+
+
+def _busy(seconds: float) -> None:
+    end = time.thread_time() + seconds  # on the CPU the whole time: not a disk wait
+    while time.thread_time() < end:
+        pass
+
+
+@pytest.mark.parametrize(
+    "n, work, expect",
+    [
+        (10, "cpu", "here"),  # ~3 ms in all: threads would cost more than they gain
+        (60, "cpu", "pool"),  # ~18 ms: the codec pool helps
+        (10, "wait", "pool"),  # a cold disk: reads in flight overlap even for a few items
+    ],
+)
+def test_share_now_threads_only_when_it_pays(n: int, work: str, expect: str) -> None:
+    here = threading.current_thread()
+    threads: set[threading.Thread] = set()
+
+    def fn(batch: list) -> None:
+        for _ in batch:
+            threads.add(threading.current_thread())
+            if work == "cpu":
+                _busy(300e-6)
+            else:
+                time.sleep(2e-3)
+
+    io._share_now(fn, list(range(n)))
+    assert (threads == {here}) == (expect == "here")

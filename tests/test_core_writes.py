@@ -27,6 +27,7 @@ MODES = {"inline": 1e9, "threads": 0.0}
 @pytest.fixture(params=sorted(MODES))
 def mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setattr(io, "THREAD_ITEM_SECONDS", MODES[request.param])
+    monkeypatch.setattr(io, "THREAD_WORK_SECONDS", 0.0)
     return request.param
 
 

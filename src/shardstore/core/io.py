@@ -41,6 +41,9 @@ INLINE_ITEM_SECONDS = 100e-6
 #: reads whose chunks take longer than this each (read + decode + copy) use the codec pool
 #: too in ``read_into_now``; cheaper ones stay on the calling thread
 THREAD_ITEM_SECONDS = 150e-6
+#: ... and only when the rest of them adds up to more than this (measured: the ~17 partial
+#: chunks of a 100^3 read, ~250 us each, ran at 0.7x on two threads)
+THREAD_WORK_SECONDS = 8e-3
 #: an item that waits longer than this (a disk read) makes ``read_into_now`` use ``IO_READS_IN_FLIGHT``
 #: threads; a cold 256 KiB file read on this VM waits well under 1 ms, so with 1 ms cold N5 reads
 #: stayed on two threads (measured: 410 -> 620 MB/s, tensorstore 650)
@@ -218,13 +221,15 @@ def _share_now(fn: Callable[..., Any], items: list, *args: Any, writes: bool = F
     fn(items[:1], *args)
     rest = items[1:]
     took = time.perf_counter() - started
-    if took < THREAD_ITEM_SECONDS or len(rest) < 2:
-        fn(rest, *args)
-        return
     # an item that spent long enough off the CPU to be a disk read (a cold cache) is mostly
     # waiting: more reads in flight then overlap on the device, as tensorstore's file I/O
-    # threads do; a slow decoder (gzip) instead gets one thread per core
+    # threads do; a slow decoder (gzip) instead gets one thread per core, if there is enough
+    # of it: a thread that waits for the GIL behind one running Python can lose whole switch
+    # intervals, more than a few milliseconds of work gains
     waiting = writes or took - (time.thread_time() - cpu) > WAITING_ITEM_SECONDS
+    if took < THREAD_ITEM_SECONDS or len(rest) < 2 or (not waiting and took * len(rest) < THREAD_WORK_SECONDS):
+        fn(rest, *args)
+        return
     workers = min(IO_READS_IN_FLIGHT if waiting else codec_pool_size(), len(rest))
     pool = io_pool() if waiting else codec_pool()
     feed = _Feed(rest, max(1, len(rest) // (FEED_TAKES * workers)))
