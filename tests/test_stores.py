@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -380,3 +381,23 @@ def test_blocking_reader_agrees_with_get(kind: str, tmp_path: Path) -> None:
 def test_recording_store_has_no_blocking_reader() -> None:
     # request-counting tests rely on every read going through the async path
     assert RecordingStore(MemoryStore()).blocking_reader() is None
+
+
+def test_local_temp_names_are_unique_across_threads() -> None:
+    # first use races included: every thread starts at once on a fresh state
+    local_module._temp_state = None
+    names: list[list[str]] = [[] for _ in range(8)]
+    start = threading.Barrier(8)
+
+    def make(out: list[str]) -> None:
+        start.wait()
+        out.extend(f".k.{local_module._temp_suffix()}.tmp" for _ in range(2000))
+
+    threads = [threading.Thread(target=make, args=(out,)) for out in names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    flat = [n for out in names for n in out]
+    assert len(set(flat)) == len(flat) == 16000
+    assert all(local_module._is_temp(n) for n in flat)

@@ -11,7 +11,7 @@ import numpy as np
 from .._sync import _ensure_loop, sync
 from ..errors import ReadOnlyError, UnsupportedFeatureError
 from .indexing import Indexer, basic_indexer, orthogonal_indexer
-from .io import UnitLocks, read_into, read_into_now, reshape_chunks, write_from, write_from_now
+from .io import UnitLocks, read_into, read_into_now, reshape_chunks, write_from, write_from_now, writes_now
 from .layout import ChunkLayout, FormatDriver
 
 __all__ = ["AsyncArray", "Array", "Attributes"]
@@ -77,11 +77,11 @@ class AsyncArray:
             await self.driver.after_write()
 
     def write_now(self, indexer: Indexer, value: Any) -> bool:
-        """``write`` on the calling thread (and the codec pool) without the event loop, where
-        ``write_from_now`` allows it; False, having written nothing, elsewhere."""
+        """``write`` on the calling thread (and the I/O pool) without the event loop, where
+        ``writes_now`` allows it; False, having written nothing, elsewhere."""
         self._check_writable()
         layout = self.driver.layout
-        if not (layout.one_chunk_units and layout.store.blocking_writer() and layout.store.blocking_reader()):
+        if not writes_now(layout):
             return False
         arr = _as_value(value, layout.spec.dtype, indexer.shape)
         if not arr.size:

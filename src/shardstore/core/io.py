@@ -26,7 +26,7 @@ from ..store.base import RangeBR
 from .indexing import ChunkProjection
 from .layout import ChunkLayout, fill_mask
 
-__all__ = ["read_into", "read_into_now", "write_from", "write_from_now", "reshape_chunks", "UnitLocks"]
+__all__ = ["read_into", "read_into_now", "write_from", "write_from_now", "writes_now", "reshape_chunks", "UnitLocks"]
 
 #: write groups (shards) in flight; each holds its encoded chunks until written
 WRITE_GROUPS_IN_FLIGHT = 2
@@ -380,18 +380,21 @@ def _encode_write(
     return []
 
 
+def writes_now(layout: ChunkLayout) -> bool:
+    """Whether ``write_from_now`` can write to ``layout``: every chunk is its own write unit,
+    on a store with blocking reads and writes (files, memory)."""
+    store = layout.store
+    return layout.one_chunk_units and store.blocking_writer() is not None and store.blocking_reader() is not None
+
+
 def write_from_now(layout: ChunkLayout, projections: Iterable[ChunkProjection], value: np.ndarray) -> bool:
-    """``write_from`` without an event loop, for formats whose every chunk is its own write
-    unit on a store with blocking reads and writes (files, memory): the calling thread and
-    the codec pool encode and write the chunks directly. The caller holds the write units'
-    locks. Returns False, having done nothing, when the store or layout does not allow it.
+    """``write_from`` without an event loop (see ``writes_now``): the calling thread and the
+    I/O pool encode and write the chunks directly. The caller holds the write units' locks.
+    Returns False, having done nothing, when the store or layout does not allow it.
     """
-    if not layout.one_chunk_units:
+    if not writes_now(layout):
         return False
-    write = layout.store.blocking_writer()
-    read = layout.store.blocking_reader()
-    if write is None or read is None:
-        return False
+    read, write = layout.store.blocking_reader(), layout.store.blocking_writer()
     items = [(p, layout.chunk_key(p.coords)) for p in projections]
     _share_now(_encode_write, items, layout, value, read, write, writes=True)
     return True

@@ -14,7 +14,8 @@ import os
 import re
 import shutil
 import stat
-from collections.abc import Hashable, AsyncIterator, Callable, Sequence
+import threading
+from collections.abc import AsyncIterator, Callable, Hashable, Iterator, Sequence
 from pathlib import Path
 
 from ..errors import StoreError
@@ -51,16 +52,21 @@ def _write_all(fd: int, value: bytes | Parts) -> None:
             view = view[os.write(fd, view) :]
 
 
-_temp_state: list = [None, 0, None]  # pid, counter, prefix
+_temp_state: tuple[int, Iterator[int], str] | None = None  # pid, counter, random prefix
+_temp_lock = threading.Lock()
 
 
 def _temp_suffix() -> str:
     """32 hex digits unique among this machine's writers: a random per-process prefix and a
     counter (``uuid4`` per write costs a system call; a forked child picks a new prefix)."""
-    pid = os.getpid()
-    if _temp_state[0] != pid:
-        _temp_state[:] = [pid, itertools.count(), os.urandom(8).hex()]
-    return f"{_temp_state[2]}{next(_temp_state[1]) & (1 << 64) - 1:016x}"
+    global _temp_state
+    state = _temp_state
+    if state is None or state[0] != os.getpid():
+        with _temp_lock:
+            if _temp_state is None or _temp_state[0] != os.getpid():
+                _temp_state = (os.getpid(), itertools.count(), os.urandom(8).hex())
+            state = _temp_state
+    return f"{state[2]}{next(state[1]) & (1 << 64) - 1:016x}"
 
 
 def _is_temp(name: str) -> bool:
