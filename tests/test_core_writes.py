@@ -206,3 +206,54 @@ def test_a_sync_write_from_the_loop_thread_raises_instead_of_hanging(tmp_path: P
         shardstore._sync.sync(inside())
     a[0:4] = 2  # and the handle still works
     np.testing.assert_array_equal(a[...], [2, 2, 2, 2, 0, 0, 0, 0])
+
+
+def test_bounded_waits_for_running_jobs_before_raising() -> None:
+    # the thread work of a running job (a file write) cannot be cancelled: when another job
+    # fails, the error waits for it, so nothing of a failed call lands after the caller saw
+    # the error; jobs not started yet never start
+    import asyncio
+    import time
+
+    done: list[str] = []
+
+    async def slow() -> None:
+        await asyncio.to_thread(time.sleep, 0.3)
+        done.append("slow")
+
+    async def failing() -> None:
+        await asyncio.sleep(0.01)
+        raise RuntimeError("injected")
+
+    async def never() -> None:
+        done.append("never")
+
+    async def go() -> None:
+        with pytest.raises(RuntimeError, match="injected"):
+            await io._bounded(2, [slow, failing, never])
+        assert done == ["slow"]
+
+    asyncio.run(go())
+
+
+def test_local_set_many_raises_only_after_every_file_is_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from shardstore.store import local
+    from shardstore.store.local import LocalStore
+
+    store = LocalStore(tmp_path)
+    real_write = LocalStore._write
+
+    def write(self: LocalStore, key: str, value: bytes) -> None:
+        if key == "bad":
+            raise StoreError("injected failure writing 'bad'")
+        time.sleep(0.2)
+        real_write(self, key, value)
+
+    monkeypatch.setattr(local, "_WRITE_JOBS", 4)
+    monkeypatch.setattr(LocalStore, "_write", write)
+    # on shardstore's loop: asyncio.run would wait for the threads at its end anyway
+    with pytest.raises(StoreError, match="bad"):
+        shardstore._sync.sync(store.set_many([("bad", b"x"), ("a", b"1"), ("b", b"2"), ("c", b"3")]))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "c"]  # all done, no temp files

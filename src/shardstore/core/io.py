@@ -68,22 +68,41 @@ def _group(layout: ChunkLayout, projections: Iterable[ChunkProjection]) -> list[
 
 
 async def _bounded(limit: int, jobs: list) -> None:
-    """Await coroutine factories with at most ``limit`` running; cancel the rest on error."""
+    """Await coroutine factories with at most ``limit`` running.
+
+    After the first error no further job starts, and the ones running are waited for before
+    the error is raised: their thread work (file writes) cannot be cancelled, so a caller
+    that sees the error must not have writes of this call still landing afterwards. If the
+    caller itself is cancelled, every job is cancelled.
+    """
     if len(jobs) == 1:  # the common small read: no tasks, fewer loop iterations
         await jobs[0]()
         return
     sem = asyncio.Semaphore(limit)
+    failed = False
 
     async def run(job) -> None:
+        nonlocal failed
         async with sem:
-            await job()
+            if failed:
+                return
+            try:
+                await job()
+            except BaseException:
+                failed = True
+                raise
 
     tasks = [asyncio.ensure_future(run(job)) for job in jobs]
     try:
         await asyncio.gather(*tasks)
-    finally:
+    except asyncio.CancelledError:
         for t in tasks:
             t.cancel()
+        raise
+    except BaseException:
+        failed = True
+        await asyncio.gather(*tasks, return_exceptions=True)  # the running ones finish
+        raise
 
 
 def _decode(layout: ChunkLayout, key: str, coords: tuple[int, ...], data: bytes) -> np.ndarray:

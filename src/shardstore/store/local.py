@@ -363,7 +363,14 @@ class LocalStore(Store):
 
         n = min(len(work), _WRITE_JOBS)
         size = -(-len(work) // n)
-        await asyncio.gather(*(asyncio.to_thread(run, work[i : i + size]) for i in range(0, len(work), size)))
+        # every thread finishes before an error is raised: a caller that sees the error must
+        # not have files of this batch still being written afterwards
+        done = await asyncio.gather(
+            *(asyncio.to_thread(run, work[i : i + size]) for i in range(0, len(work), size)), return_exceptions=True
+        )
+        for result in done:
+            if isinstance(result, BaseException):
+                raise result
 
     def _prune(self, directory: str) -> None:
         """Remove now-empty directories from ``directory`` up to (not including) the root."""
