@@ -52,6 +52,21 @@ def _write_all(fd: int, value: bytes | Parts) -> None:
             view = view[os.write(fd, view) :]
 
 
+def _open_creating(path: str, flag: int) -> int:
+    """``os.open(path)`` for writing, created with ``flag`` (``O_EXCL`` / ``O_TRUNC``); the
+    directory is made only when missing (a ``makedirs`` per write costs three system calls and
+    takes the parent directory's lock), again if a concurrent delete prunes it meanwhile."""
+    flags = os.O_WRONLY | os.O_CREAT | flag | getattr(os, "O_BINARY", 0)
+    for attempt in range(8):
+        try:
+            return os.open(path, flags, 0o666)
+        except FileNotFoundError:
+            if attempt == 7:
+                raise
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+    raise AssertionError("unreachable")
+
+
 _temp_state: tuple[int, Iterator[int], str] | None = None  # pid, counter, random prefix
 _temp_lock = threading.Lock()
 
@@ -289,24 +304,14 @@ class LocalStore(Store):
         """Blocking: write ``value`` to a temp file beside the target, then rename it into place.
 
         Runs once per chunk of every unsharded write, so it is lean: the directory is made
-        only when the temp file cannot be created (a ``makedirs`` per write costs three system
-        calls and takes the parent directory's lock), and the value goes out with ``os.write``.
+        only when missing (``_open_creating``) and the value goes out with ``os.write``.
         """
         path = self._path(key)
         parent, name = os.path.split(path)
         # the name is shortened so that a long key still gives a legal temp file name
         tmp = os.path.join(parent, f".{name[:64]}.{_temp_suffix()}.tmp")
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
         try:
-            for attempt in range(8):
-                try:
-                    fd = os.open(tmp, flags, 0o666)
-                    break
-                except FileNotFoundError:
-                    # the directory is new (or a concurrent delete pruned it): make it
-                    if attempt == 7:
-                        raise
-                    os.makedirs(parent, exist_ok=True)
+            fd = _open_creating(tmp, os.O_EXCL)
             try:
                 try:
                     _write_all(fd, value)
@@ -326,13 +331,8 @@ class LocalStore(Store):
         """Blocking: write ``value`` straight into the target file: no temp file and rename,
         but not atomic (a reader may see it partly written); for keys no reader looks at yet."""
         path = self._path(key)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0)
         try:
-            try:
-                fd = os.open(path, flags, 0o666)
-            except FileNotFoundError:
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                fd = os.open(path, flags, 0o666)
+            fd = _open_creating(path, os.O_TRUNC)
             try:
                 _write_all(fd, value)
             finally:
