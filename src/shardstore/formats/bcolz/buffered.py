@@ -25,7 +25,7 @@ import threading
 import warnings
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
@@ -354,3 +354,20 @@ class BcolzArray(AsyncArray):
             if isinstance(r, BaseException):
                 raise r
         return sum(done)  # type: ignore[arg-type]
+
+
+class FlushOnClose:
+    """``close()`` and ``with`` exit flush what appends left in memory, as in bcolz (the
+    handle stays usable); shared by carrays and ctables, which define ``flush``."""
+
+    flush: Callable[[], None]
+
+    def close(self) -> None:
+        """Flush (the handle stays usable)."""
+        self.flush()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.flush()

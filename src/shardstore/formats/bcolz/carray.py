@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterator
-from typing import Any, Self
+from typing import Any
 
 import numpy as np
 
@@ -22,7 +22,7 @@ from ...errors import CodecError, ContainsNodeError, ShardStoreError
 from ...store.base import RangeBR, Store
 from ...store.memory import MemoryStore
 from ...store.registry import store_from_url
-from .buffered import BcolzArray
+from .buffered import BcolzArray, FlushOnClose
 from .driver import BcolzDriver, read_driver
 from .metadata import SIZES_KEY, CParams, Sizes, Storage, calc_chunklen, dflt_from_json
 
@@ -44,7 +44,7 @@ def _is_fancy(selection: Any) -> bool:
     return any(isinstance(s, (list, np.ndarray)) and not (isinstance(s, np.ndarray) and s.ndim == 0) for s in items)
 
 
-class CArray(Array):
+class CArray(FlushOnClose, Array):
     """A bcolz carray on disk (or in memory): ``ca[sel]``, ``ca[sel] = v``, ``append``,
     ``resize``, ``trim``, ``flush``, ``attrs``, ``iterblocks``."""
 
@@ -205,16 +205,6 @@ class CArray(Array):
         if not self.read_only:
             with self._lock:
                 self._async.flush_now(measure=True)
-
-    def close(self) -> None:
-        """Flush (the handle stays usable)."""
-        self.flush()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.flush()
 
     def iterblocks(self, blen: int | None = None, start: int = 0, stop: int | None = None) -> Iterator[np.ndarray]:
         """Rows ``start:stop`` as NumPy blocks of ``blen`` rows (default: ``chunklen``)."""

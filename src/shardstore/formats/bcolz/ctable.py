@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections.abc import Iterator, Mapping
-from typing import Any, Self
+from typing import Any
 
 import numpy as np
 
@@ -16,7 +16,7 @@ from ..._sync import sync
 from ...core.array import Attributes
 from ...errors import ContainsNodeError, MetadataError, ReadOnlyError, ShardStoreError
 from ...store.base import Store
-from .buffered import BcolzArray
+from .buffered import BcolzArray, FlushOnClose
 from .carray import CArray, RootDir, _exists, _is_fancy, create_carray, iterblocks, open_carray, resolve_store
 from .driver import describe_file
 from .metadata import ATTRS_KEY, ROOTDIRS_KEY, CParams, calc_chunklen, dflt_from_json, dump_json, parse_json_object, parse_rootdirs, validate_column_name
@@ -60,7 +60,7 @@ def _columns_of(columns: Any, names: list[str] | None) -> tuple[list[str], list[
     raise ValueError(f"ctable columns must be a structured array, a dict or a list of arrays, got {type(columns).__name__}")
 
 
-class CTable:
+class CTable(FlushOnClose):
     """A bcolz ctable: ``t["col"]`` (a carray), ``t[10:20]`` (a structured array), ``append``,
     ``addcol``, ``delcol``, ``names``, ``dtype``, ``len``, ``attrs``."""
 
@@ -249,16 +249,6 @@ class CTable:
         if not self.read_only:
             for c in self.cols.values():
                 c.flush()
-
-    def close(self) -> None:
-        """Flush (the table stays usable)."""
-        self.flush()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.flush()
 
     async def _save_rootdirs(self) -> None:
         await self.store.set(_key(self.path, ROOTDIRS_KEY), dump_json({"names": self._names}))
