@@ -189,6 +189,13 @@ class ArrayBytesCodec(Codec):
         having written nothing, when the caller should ``decode`` and copy instead."""
         return False
 
+    def raw_layout(self) -> tuple[bytes, np.dtype] | None:
+        """``(header, stored dtype)`` when every full-size chunk this bound codec writes is
+        ``header`` followed by the elements uncompressed in C order (so a native reader may
+        copy boxes straight out of the file), else None. Other chunks (edge blocks of
+        another size, say) must still decode through ``decode``."""
+        return None
+
     def encoded_size(self, spec: ChunkSpec) -> int | None:
         """Size of the encoding when it does not depend on the data, else None."""
         return None

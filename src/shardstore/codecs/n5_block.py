@@ -185,7 +185,13 @@ class N5BlockCodec(ArrayBytesCodec):
         # the header of a full block, to skip parsing in the common case
         full = _header_bytes(MODE_DEFAULT, bound.block_shape)
         bound._full_header = BlockHeader(MODE_DEFAULT, bound.block_shape[::-1], math.prod(spec.shape), len(full)), full
+        bound._dtype = np.dtype(spec.dtype)
         return bound
+
+    def raw_layout(self) -> tuple[bytes, np.dtype] | None:
+        if not self._raw or self._full_header is None or self._dtype is None:
+            return None
+        return self._full_header[1], self._dtype.newbyteorder(">")
 
     def validate(self, spec: ChunkSpec) -> None:
         dtype = np.dtype(spec.dtype)
@@ -243,6 +249,7 @@ class N5BlockCodec(ArrayBytesCodec):
             )
 
     _full_header: tuple[BlockHeader, bytes] | None = None
+    _dtype: np.dtype | None = None
 
     def decode(self, data: bytes, spec: ChunkSpec) -> np.ndarray:
         full = self._full_header

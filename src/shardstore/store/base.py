@@ -313,6 +313,12 @@ class Store(abc.ABC):
         reading many values of one shard in a worker thread (``get_many``) use it."""
         return None
 
+    def blocking_file_path(self) -> Callable[[str], str] | None:
+        """``path(key)``: the local file that holds ``key``'s value, for native readers that
+        open chunk files themselves (``shardstore._rawio``), or None (not a plain file store).
+        Offered with ``blocking_reader``; keys given to the function must already be valid."""
+        return None
+
     def blocking_generation(self) -> Callable[[str], Hashable | None] | None:
         """``generation`` as a synchronous function callable from any thread, or None.
 

@@ -259,6 +259,12 @@ class LocalStore(Store):
 
         return read
 
+    def blocking_file_path(self) -> Callable[[str], str] | None:
+        root = self._fast_root
+        if not root:  # (Windows: keys are not paths as they stand)
+            return None
+        return lambda key: root + key
+
     def blocking_writer(self) -> BlockingWriter | None:
         if self.read_only:
             return None

@@ -85,6 +85,13 @@ class PrefixStore(_Wrapper):
         pre = self._pre
         return lambda key: gen(pre + key)
 
+    def blocking_file_path(self) -> Callable[[str], str] | None:
+        path = self.base.blocking_file_path()
+        if path is None:
+            return None
+        pre = self._pre
+        return lambda key: path(pre + key)
+
     def blocking_writer(self) -> BlockingWriter | None:
         write = None if self.read_only else self.base.blocking_writer()
         if write is None:
@@ -141,6 +148,9 @@ class ReadOnlyStore(_Wrapper):
 
     def blocking_generation(self) -> Callable[[str], Hashable | None] | None:
         return self.base.blocking_generation()
+
+    def blocking_file_path(self) -> Callable[[str], str] | None:
+        return self.base.blocking_file_path()
 
     async def _get(self, key: str, byte_range: ByteRange | None) -> bytes | None:
         return await self.base.get(key, byte_range)

@@ -1,0 +1,91 @@
+"""Reads of uncompressed chunk files through the native ``shardstore._rawio`` module.
+
+For arrays whose chunks are stored uncompressed at a fixed layout (``CodecPipeline.raw_layout``:
+N5 raw blocks) in plain files (``Store.blocking_file_path``), one native call reads a whole
+batch of chunk boxes with the GIL released: two threads then really run in parallel, and the
+per-chunk Python of the generic path (read, decode, scatter) drops out. Chunks it cannot take
+(missing files, edge blocks of another size, damaged files, fancy indexing) go back to the
+generic path, which fills, decodes or raises exactly as before.
+
+Set ``SHARDSTORE_NATIVE=0`` to read everything through the generic path (A/B comparisons).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import numpy as np
+
+from .indexing import ChunkProjection
+from .layout import ChunkLayout
+
+try:
+    from .. import _rawio
+except ImportError:  # built without a C compiler: everything takes the generic path
+    _rawio = None
+
+__all__ = ["available", "raw_reader"]
+
+Items = list[tuple[ChunkProjection, str]]
+
+
+def available() -> bool:
+    """Whether the native reader is built and enabled."""
+    return _rawio is not None and os.environ.get("SHARDSTORE_NATIVE", "1") != "0"
+
+
+def raw_reader(layout: ChunkLayout, out: np.ndarray) -> Callable[[Items], Items] | None:
+    """``read(items) -> items left``: copies what it can of each chunk's box into ``out``
+    natively and returns the items the caller must read itself; None when nothing of this
+    read can go native (compressed chunks, a store of no local files, another dtype)."""
+    raw = layout.pipeline.raw_layout
+    if raw is None or not available():
+        return None
+    path_of = layout.store.blocking_file_path()
+    if path_of is None:
+        return None
+    header, stored = raw
+    if out.dtype != stored.newbyteorder("=") or not out.flags.writeable or out.ndim > len(layout.grid.chunk_shape):
+        return None
+    chunk_shape = tuple(layout.grid.chunk_shape)
+    swap = not stored.isnative
+    read_boxes = _rawio.read_boxes
+    slice_ = slice
+
+    def read(items: Items) -> Items:
+        jobs, taken, rest = [], [], []
+        out_dims: list[int] | None = None
+        for item in items:
+            p = item[0]
+            box: list[int] = []
+            dims: list[int] = []
+            outs = iter(p.out_selection)
+            n = 0
+            for s in p.chunk_selection:
+                if type(s) is slice_:
+                    o = next(outs, None)
+                    if type(o) is not slice_ or o.step not in (None, 1) or s.step is None or s.step < 1:
+                        break
+                    box += (s.start, s.step, o.stop - o.start, o.start)
+                    dims.append(n)
+                    n += 1
+                elif type(s) is int:
+                    box += (s, 1, 1, 0)
+                    dims.append(-1)
+                else:
+                    break  # index arrays (oindex): the generic path
+            else:
+                if out_dims is None:
+                    out_dims = dims
+                if dims == out_dims and n == out.ndim:
+                    jobs.append((path_of(item[1]), box))
+                    taken.append(item)
+                    continue
+            rest.append(item)
+        if jobs:
+            status = read_boxes(out, chunk_shape, out_dims, header, stored.itemsize, swap, jobs)
+            rest += [item for item, s in zip(taken, status) if s]
+        return rest
+
+    return read
