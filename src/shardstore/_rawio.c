@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #define MAXDIM 32
+#define AHEAD 4 /* files opened (and their reads started) ahead of the one being copied */
 
 enum { ST_OK = 0, ST_MISSING = 1, ST_FALLBACK = 2 };
 
@@ -69,17 +70,37 @@ typedef struct {
     char *out;
 } plan_t;
 
-static int run_job(const plan_t *pl, const job_t *job, char *scratch, char *hbuf) {
-    int nd = pl->ndim;
-    Py_ssize_t first = 0, last = 0;
-    for (int d = 0; d < nd; d++) {
-        if (job->count[d] == 0) return ST_OK; /* nothing to copy */
-        first += job->start[d] * pl->chunk_strides[d];
-        last += (job->start[d] + (job->count[d] - 1) * job->step[d]) * pl->chunk_strides[d];
+/* The element range [first, last) of the chunk a job reads; false when it reads nothing. */
+static int job_span(const plan_t *pl, const job_t *job, Py_ssize_t *first, Py_ssize_t *last) {
+    *first = *last = 0;
+    for (int d = 0; d < pl->ndim; d++) {
+        if (job->count[d] == 0) return 0;
+        *first += job->start[d] * pl->chunk_strides[d];
+        *last += (job->start[d] + (job->count[d] - 1) * job->step[d]) * pl->chunk_strides[d];
     }
-    last += 1;
+    *last += 1;
+    return 1;
+}
+
+/* Open a job's file and ask the kernel to start reading its bytes (-errno when it cannot be
+ * opened): the next few jobs' reads then overlap on a cold disk instead of queueing one by one. */
+static int open_ahead(const plan_t *pl, const job_t *job) {
+    Py_ssize_t first, last;
+    if (!job_span(pl, job, &first, &last)) return -ENOENT - 1000; /* nothing to read */
     int fd = open(PyBytes_AS_STRING(job->path), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return (errno == ENOENT || errno == ENOTDIR) ? ST_MISSING : ST_FALLBACK;
+    if (fd < 0) return -errno;
+#ifdef POSIX_FADV_WILLNEED
+    posix_fadvise(fd, first == 0 ? 0 : (off_t)(pl->header_len + first * pl->itemsize),
+                  (off_t)(pl->header_len + last * pl->itemsize), POSIX_FADV_WILLNEED);
+#endif
+    return fd;
+}
+
+static int run_job(const plan_t *pl, const job_t *job, int fd, char *scratch, char *hbuf) {
+    int nd = pl->ndim;
+    Py_ssize_t first, last;
+    if (fd == -ENOENT - 1000 || !job_span(pl, job, &first, &last)) return ST_OK; /* nothing to copy */
+    if (fd < 0) return (fd == -ENOENT || fd == -ENOTDIR) ? ST_MISSING : ST_FALLBACK;
     int status = ST_OK;
     const char *payload = scratch; /* element ``first`` */
     struct stat st;
@@ -249,7 +270,12 @@ static PyObject *read_boxes(PyObject *self, PyObject *args) {
         goto done;
     }
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < njobs; i++) status[i] = (char)run_job(&pl, &jobs[i], scratch, hbuf);
+    int fds[AHEAD];
+    for (Py_ssize_t i = 0; i < njobs && i < AHEAD; i++) fds[i] = open_ahead(&pl, &jobs[i]);
+    for (Py_ssize_t i = 0; i < njobs; i++) {
+        status[i] = (char)run_job(&pl, &jobs[i], fds[i % AHEAD], scratch, hbuf);
+        if (i + AHEAD < njobs) fds[i % AHEAD] = open_ahead(&pl, &jobs[i + AHEAD]);
+    }
     Py_END_ALLOW_THREADS
 
 done:
