@@ -19,12 +19,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #define MAXDIM 32
+#define NOTHING_TO_READ INT_MIN /* open_ahead of a job with an empty box */
 #define AHEAD 4 /* files opened (and their reads started) ahead of the one being copied */
 
 enum { ST_OK = 0, ST_MISSING = 1, ST_FALLBACK = 2 };
@@ -86,7 +88,7 @@ static int job_span(const plan_t *pl, const job_t *job, Py_ssize_t *first, Py_ss
  * opened): the next few jobs' reads then overlap on a cold disk instead of queueing one by one. */
 static int open_ahead(const plan_t *pl, const job_t *job) {
     Py_ssize_t first, last;
-    if (!job_span(pl, job, &first, &last)) return -ENOENT - 1000; /* nothing to read */
+    if (!job_span(pl, job, &first, &last)) return NOTHING_TO_READ;
     int fd = open(PyBytes_AS_STRING(job->path), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return -errno;
 #ifdef POSIX_FADV_WILLNEED
@@ -99,7 +101,7 @@ static int open_ahead(const plan_t *pl, const job_t *job) {
 static int run_job(const plan_t *pl, const job_t *job, int fd, char *scratch, char *hbuf) {
     int nd = pl->ndim;
     Py_ssize_t first, last;
-    if (fd == -ENOENT - 1000 || !job_span(pl, job, &first, &last)) return ST_OK; /* nothing to copy */
+    if (fd == NOTHING_TO_READ || !job_span(pl, job, &first, &last)) return ST_OK; /* nothing to copy */
     if (fd < 0) return (fd == -ENOENT || fd == -ENOTDIR) ? ST_MISSING : ST_FALLBACK;
     int status = ST_OK;
     const char *payload = scratch; /* element ``first`` */
@@ -205,9 +207,11 @@ static PyObject *read_boxes(PyObject *self, PyObject *args) {
     pl.out = view.buf;
     Py_ssize_t elements = 1;
     int used[MAXDIM] = {0};
+    Py_ssize_t out_dim[MAXDIM];
     for (int d = 0; d < nd; d++) {
         Py_ssize_t od;
         if (as_ssize(shape, d, &pl.chunk_shape[d]) || as_ssize(dims, d, &od)) goto done;
+        out_dim[d] = od;
         if (pl.chunk_shape[d] < 1 || od < -1 || od >= view.ndim || (od >= 0 && used[od]++)) {
             PyErr_SetString(PyExc_ValueError, "bad chunk_shape or out_dims");
             goto done;
@@ -246,8 +250,7 @@ static PyObject *read_boxes(PyObject *self, PyObject *args) {
                 Py_DECREF(b);
                 goto done;
             }
-            Py_ssize_t od = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(dims, d));
-            Py_ssize_t n = j->count[d];
+            Py_ssize_t od = out_dim[d], n = j->count[d];
             /* every element read must lie in the chunk, every element written in out */
             bad = j->start[d] < 0 || j->step[d] < 1 || n < 0 ||
                   (n > 0 && (j->start[d] + (n - 1) * j->step[d] >= pl.chunk_shape[d])) ||
