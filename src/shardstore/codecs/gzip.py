@@ -6,6 +6,10 @@ Zarr levels map 1-3 -> 1, 4-6 -> 2, 7-9 -> 3 (compression ratios measured within
 of zlib's at the same Zarr level); Zarr level 0 means "stored" and stays with zlib, whose level 0
 does exactly that (ISA-L's level 0 still compresses). Without isal everything uses zlib.
 
+Decoding into a buffer of known size (``decode_to``: chunk reads) uses libdeflate through
+imagecodecs instead, about 20 % faster than ISA-L here and writing straight into the caller's
+buffer; ``decode`` (unknown sizes, several gzip members, error messages) stays with ISA-L.
+
 Also N5 ``{"type": "gzip", "level", "useZlib"}`` (namespace "n5"): ``useZlib`` writes a zlib
 (RFC 1950) stream instead; N5 readers accept either header, since writers disagree on it.
 """
@@ -14,6 +18,8 @@ from __future__ import annotations
 
 import zlib
 from typing import Any
+
+import numpy as np
 
 from ..errors import CodecError, MetadataError
 from .base import BytesBytesCodec, ChunkSpec, N5Compression
@@ -30,6 +36,21 @@ _GZIP_WBITS = 31  # 16 + MAX_WBITS: gzip header and trailer
 _ZLIB_WBITS = 15  # MAX_WBITS: zlib header and trailer
 _DEFAULT_LEVEL = 6
 _ERRORS: tuple[type[BaseException], ...] = (zlib.error,) + ((_isal.error,) if _isal else ())
+
+
+_libdeflate: tuple[Any, Any] | None = None  # (gzip_decode, zlib-format decode), on first use
+
+
+def _libdeflate_decoders() -> tuple[Any, Any] | None:
+    global _libdeflate
+    if _libdeflate is None:
+        try:
+            from imagecodecs import deflate_decode, gzip_decode
+        except ImportError:  # pragma: no cover - imagecodecs is a dependency
+            _libdeflate = (None, None)
+        else:
+            _libdeflate = (gzip_decode, deflate_decode)
+    return _libdeflate
 
 
 def _isal_level(level: int) -> int:
@@ -116,6 +137,24 @@ class GzipCodec(N5Compression, BytesBytesCodec):
         if self.level == 0 or _isal is None:
             return zlib.compress(data, self.level, wbits)
         return _isal.compress(data, _isal_level(self.level), wbits)
+
+    def decode_to(self, data: bytes | memoryview, spec: ChunkSpec, out: np.ndarray) -> bool:
+        gz = memoryview(data)[:2] == b"\x1f\x8b"
+        if gz:
+            # libdeflate decodes only the first member: the last member's trailer (ISIZE)
+            # must be this one's, so several members or zero padding take ``decode``
+            if int.from_bytes(memoryview(data)[-4:], "little") != out.nbytes & 0xFFFFFFFF:
+                return False
+        elif not (self._n5_source is not None or self.use_zlib):
+            return False  # Zarr gzip is a gzip stream: ``decode`` words the error
+        decoder = _libdeflate_decoders()[0 if gz else 1]
+        if decoder is None:
+            return False
+        try:
+            got = decoder(data, out=out)
+        except Exception:  # imagecodecs.DeflateError: corrupt or too long; ``decode`` says which
+            return False
+        return len(got) == out.nbytes
 
     def decode(self, data: bytes, spec: ChunkSpec, max_size: int) -> bytes:
         if self._n5_source is not None or self.use_zlib:

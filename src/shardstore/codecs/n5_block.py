@@ -34,7 +34,7 @@ from . import gzip as _gzip  # noqa: F401
 from . import lz4 as _lz4  # noqa: F401
 from . import xz as _xz  # noqa: F401
 from . import zstd as _zstd  # noqa: F401
-from .base import ArrayBytesCodec, BytesBytesCodec, ChunkSpec, N5Compression
+from .base import ArrayBytesCodec, BytesBytesCodec, ChunkSpec, N5Compression, scratch_buffer
 from .registry import get_codec_class, register_codec
 
 __all__ = [
@@ -275,6 +275,24 @@ class N5BlockCodec(ArrayBytesCodec):
         common = tuple(slice(0, min(a, b)) for a, b in zip(shape, spec.shape))
         out[common] = block[common]
         return out
+
+    def decode_transient(self, data: bytes, spec: ChunkSpec) -> np.ndarray:
+        """A full-size block decompressed into this thread's scratch buffer, as the stored
+        big-endian dtype (the caller's copy swaps the bytes); anything else via ``decode``."""
+        full = self._full_header
+        if (
+            self._raw
+            or full is None
+            or self._dtype is None
+            or spec.shape != self.block_shape
+            or data[: full[0].offset] != full[1]
+        ):
+            return self.decode(data, spec)
+        stored = self._dtype.newbyteorder(">")
+        buf = scratch_buffer(full[0].num_elements * stored.itemsize)
+        if not self.compression.decode_to(memoryview(data)[full[0].offset :], spec, buf):
+            return self.decode(data, spec)  # several gzip members, corrupt data: worded there
+        return buf.view(stored).reshape(spec.shape)
 
     def decode_varlength(
         self, data: bytes, spec: ChunkSpec, max_nbytes: int = DEFAULT_MAX_VARLENGTH_NBYTES

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import CodecError, MetadataError
-from .base import ArrayArrayCodec, ArrayBytesCodec, BytesBytesCodec, ChunkSpec, Codec
+from .base import ArrayArrayCodec, ArrayBytesCodec, BytesBytesCodec, ChunkSpec, Codec, scratch_buffer
 from .registry import codec_from_config
 
 __all__ = ["CodecPipeline"]
@@ -179,11 +179,41 @@ class CodecPipeline:
             return False
         return self.array_bytes.decode_into(data, spec, out)
 
+    @functools.cached_property
+    def _innermost_decodes_to(self) -> bool:
+        """Whether the last bytes->bytes decoder to run can decode into a scratch buffer."""
+        return bool(self.bytes_bytes) and (
+            type(self.bytes_bytes[0]).decode_to is not BytesBytesCodec.decode_to
+        )
+
+    def _decode_to_scratch(self, data: bytes, ab_spec: ChunkSpec, codec: BytesBytesCodec, limit: int) -> Any:
+        size = self.array_bytes.encoded_size(ab_spec)
+        if size is not None:
+            buf = scratch_buffer(size)
+            if codec.decode_to(data, ab_spec, buf):
+                return buf
+        return codec.decode(data, ab_spec, limit)
+
+    def decode_transient(self, data: bytes, spec: ChunkSpec) -> np.ndarray:
+        """``decode`` for callers that copy the result out at once (see
+        ``ArrayBytesCodec.decode_transient``): the innermost decompression may go into this
+        thread's scratch buffer instead of a fresh one."""
+        if not self.array_array and not self.bytes_bytes:
+            return self.array_bytes.decode_transient(data, spec)
+        return self._decode(data, spec, self._innermost_decodes_to)
+
     def decode(self, data: bytes, spec: ChunkSpec) -> np.ndarray:
+        return self._decode(data, spec, False)
+
+    def _decode(self, data: bytes, spec: ChunkSpec, transient: bool) -> np.ndarray:
         specs, caps = self._plan(spec)
         ab_spec = specs[-1]
-        for codec, limit in zip(reversed(self.bytes_bytes), reversed(caps)):
+        steps = list(zip(self.bytes_bytes, caps))[::-1]  # in decoding order
+        innermost = steps.pop() if transient else None
+        for codec, limit in steps:
             data = codec.decode(data, ab_spec, limit)
+        if innermost is not None:
+            data = self._decode_to_scratch(data, ab_spec, *innermost)
         array = self.array_bytes.decode(data, ab_spec)
         for codec, s in zip(reversed(self.array_array), reversed(specs[:-1])):
             array = codec.decode(array, s)

@@ -109,17 +109,23 @@ async def _bounded(limit: int, jobs: list) -> None:
         raise
 
 
-def _decode(layout: ChunkLayout, key: str, coords: tuple[int, ...], data: bytes) -> np.ndarray:
+def _decode(layout: ChunkLayout, key: str, coords: tuple[int, ...], data: bytes, transient: bool = False) -> np.ndarray:
+    """The decoded chunk; ``transient``: the caller copies it out before this thread decodes
+    again, so it may live in a scratch buffer (``CodecPipeline.decode_transient``)."""
+    pipeline = layout.pipeline
     try:
-        return layout.pipeline.decode(data, layout.spec_for(coords))
+        if transient:
+            return pipeline.decode_transient(data, layout.spec_for(coords))
+        return pipeline.decode(data, layout.spec_for(coords))
     except CodecError as e:
         raise type(e)(f"{layout.describe_key(key)}: {e}") from e
 
 
 # -- reads -----------------------------------------------------------------------------------
 def _selected(layout: ChunkLayout, p: ChunkProjection, key: str, data: bytes) -> np.ndarray:
-    """``decoded chunk[p.chunk_selection]``; a partial selection first asks the pipeline for a
-    partial decode (e.g. only the blosc blocks it needs), else the whole chunk is decoded."""
+    """``decoded chunk[p.chunk_selection]``, to be copied out at once; a partial selection
+    first asks the pipeline for a partial decode (e.g. only the blosc blocks it needs), else
+    the whole chunk is decoded."""
     if not p.is_complete and layout.pipeline.decodes_partially:
         try:
             part = layout.pipeline.decode_region(data, layout.spec_for(p.coords), p.chunk_selection)
@@ -127,7 +133,7 @@ def _selected(layout: ChunkLayout, p: ChunkProjection, key: str, data: bytes) ->
             raise type(e)(f"{layout.describe_key(key)}: {e}") from e
         if part is not None:
             return part
-    return _decode(layout, key, p.coords, data)[p.chunk_selection]
+    return _decode(layout, key, p.coords, data, transient=True)[p.chunk_selection]
 
 
 def _selected_from(layout: ChunkLayout, p: ChunkProjection, key: str, read: Callable[..., bytes | None]) -> np.ndarray | None:

@@ -1,0 +1,126 @@
+"""Chunk decodes into per-thread scratch buffers (``decode_transient`` / ``decode_to``) and
+the remembered threading choice of blocking reads (``_share_now``'s ``memo``).
+
+Reads of gzip chunks decompress with libdeflate straight into a buffer each thread reuses,
+then copy out; anything that buffer cannot hold exactly (several gzip members, padding,
+corrupt data) must still read as before through ``decode``. Spies make the tests fail when
+the fast path silently stops being used.
+"""
+
+from __future__ import annotations
+
+import gzip
+import threading
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import shardstore
+from shardstore import n5
+from shardstore.codecs import gzip as gzip_codec
+from shardstore.codecs.n5_block import MODE_DEFAULT, _header_bytes
+from shardstore.errors import CodecError
+
+
+class DecodeToSpy:
+    """Counts ``GzipCodec.decode_to`` calls that decoded in place and those that declined."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.done = self.declined = 0
+        real = gzip_codec.GzipCodec.decode_to
+        lock = threading.Lock()
+
+        def spy(codec, data, spec, out):
+            ok = real(codec, data, spec, out)
+            with lock:
+                if ok:
+                    self.done += 1
+                else:
+                    self.declined += 1
+            return ok
+
+        monkeypatch.setattr(gzip_codec.GzipCodec, "decode_to", spy)
+
+
+def _volume(shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    return np.random.default_rng(5).integers(0, 200, size=shape).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int16", "float64"])
+def test_n5_gzip_reads_decode_in_place_and_match_numpy(tmp_path: Path, monkeypatch, dtype: str) -> None:
+    vol = _volume((40, 33, 50), dtype)
+    a = n5.create(str(tmp_path / "c.n5"), "d", shape=vol.shape, dtype=dtype, block_size=(16, 16, 16),
+                  compression={"type": "gzip", "level": 1})
+    a[...] = vol
+    spy = DecodeToSpy(monkeypatch)
+    np.testing.assert_array_equal(np.asarray(a), vol)
+    np.testing.assert_array_equal(a[3:37, 5:30, 7:45], vol[3:37, 5:30, 7:45])
+    np.testing.assert_array_equal(a[::5, 20, ::-3], vol[::5, 20, ::-3])
+    assert spy.done > 0  # full-size blocks (edge blocks are smaller: the usual decode)
+    assert spy.declined == 0
+
+
+def test_zarr3_gzip_reads_decode_in_place(tmp_path: Path, monkeypatch) -> None:
+    vol = _volume((30, 20, 25), "uint16")
+    z = shardstore.create(str(tmp_path / "a.zarr"), shape=vol.shape, dtype=vol.dtype, chunks=(8, 8, 8),
+                          codecs=[{"name": "bytes", "configuration": {"endian": "big"}},
+                                  {"name": "gzip", "configuration": {"level": 1}}])
+    z[...] = vol
+    spy = DecodeToSpy(monkeypatch)
+    np.testing.assert_array_equal(np.asarray(z), vol)
+    np.testing.assert_array_equal(z[1:29, 3:17, 2:24], vol[1:29, 3:17, 2:24])
+    assert spy.done > 0 and spy.declined == 0
+
+
+def _write_block(root: Path, key: str, payload: bytes, shape_c: tuple[int, ...]) -> None:
+    path = root / "d" / key
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(_header_bytes(MODE_DEFAULT, shape_c) + payload)
+
+
+def test_streams_the_scratch_path_declines_still_read(tmp_path: Path, monkeypatch) -> None:
+    """Several gzip members, zero padding and a zlib stream go back to ``decode``."""
+    root = tmp_path / "c.n5"
+    a = n5.create(str(root), "d", shape=(8, 8), dtype="uint8", block_size=(4, 4),
+                  compression={"type": "gzip", "level": 1})
+    blocks = {(y, x): np.arange(16, dtype=np.uint8).reshape(4, 4) + 16 * (2 * y + x) for y in range(2) for x in range(2)}
+    raw = {k: v.tobytes() for k, v in blocks.items()}
+    _write_block(root, "0/0", gzip.compress(raw[0, 0][:7]) + gzip.compress(raw[0, 0][7:]), (4, 4))  # 2 members
+    _write_block(root, "1/0", gzip.compress(raw[0, 1]) + b"\0" * 9, (4, 4))  # N5 key: x first
+    _write_block(root, "0/1", zlib.compress(raw[1, 0]), (4, 4))  # zlib framing
+    _write_block(root, "1/1", gzip.compress(raw[1, 1]), (4, 4))  # the plain case
+    spy = DecodeToSpy(monkeypatch)
+    expected = np.block([[blocks[0, 0], blocks[0, 1]], [blocks[1, 0], blocks[1, 1]]])
+    np.testing.assert_array_equal(np.asarray(a), expected)
+    assert spy.done == 2  # the zlib stream and the plain one (libdeflate reads zlib too)
+    assert spy.declined == 2  # several members; padding
+
+
+def test_corrupt_gzip_still_raises_naming_the_block(tmp_path: Path, monkeypatch) -> None:
+    root = tmp_path / "c.n5"
+    a = n5.create(str(root), "d", shape=(8, 8), dtype="uint8", block_size=(8, 8),
+                  compression={"type": "gzip", "level": 1})
+    a[...] = _volume((8, 8), "uint8")
+    path = root / "d" / "0" / "0"
+    data = bytearray(path.read_bytes())
+    data[-6] ^= 0xFF  # the CRC of the uncompressed data
+    path.write_bytes(bytes(data))
+    spy = DecodeToSpy(monkeypatch)
+    with pytest.raises(CodecError, match=r"0/0.*gzip"):
+        np.asarray(a)
+    assert spy.declined == 1
+
+
+def test_threads_reading_at_once_keep_their_own_scratch(tmp_path: Path) -> None:
+    vol = _volume((64, 64, 64), "uint16")
+    a = n5.create(str(tmp_path / "c.n5"), "d", shape=vol.shape, dtype=vol.dtype, block_size=(16, 16, 16),
+                  compression={"type": "gzip", "level": 1})
+    a[...] = vol
+    boxes = [tuple(slice(s, s + 20) for s in o) for o in np.random.default_rng(1).integers(0, 44, (40, 3))]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda b: a[b], boxes))
+    for b, r in zip(boxes, results):
+        np.testing.assert_array_equal(r, vol[b])
