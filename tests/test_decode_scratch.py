@@ -22,6 +22,7 @@ import shardstore
 from shardstore import n5
 from shardstore.codecs import gzip as gzip_codec
 from shardstore.codecs.n5_block import MODE_DEFAULT, _header_bytes
+from shardstore.core import io
 from shardstore.errors import CodecError
 
 
@@ -124,3 +125,47 @@ def test_threads_reading_at_once_keep_their_own_scratch(tmp_path: Path) -> None:
         results = list(pool.map(lambda b: a[b], boxes))
     for b, r in zip(boxes, results):
         np.testing.assert_array_equal(r, vol[b])
+
+
+def _items(n: int) -> list[int]:
+    return list(range(n))
+
+
+def test_memo_starts_the_codec_threads_at_once_and_updates(monkeypatch) -> None:
+    """A read whose last call chose the codec threads hands work to them before timing an
+    item; cheap items then set the memo back to "inline"."""
+    done: list[int] = []
+    lock = threading.Lock()
+    slow = {"on": True}
+
+    def fn(batch: list[int], sink: list[int]) -> None:
+        if slow["on"]:
+            threading.Event().wait(0.002)  # off the GIL, like a decode
+        with lock:
+            sink.extend(batch)
+
+    monkeypatch.setattr(io, "WAITING_ITEM_SECONDS", 1.0)  # the sleeps are "CPU work" here
+    memo: dict = {}
+    io._share_now(fn, _items(40), done, memo=memo)
+    assert sorted(done) == _items(40) and memo[fn] == "codec"
+    submitted = []
+    pool = io.codec_pool()
+    real_submit = pool.submit
+    monkeypatch.setattr(pool, "submit", lambda *a, **k: submitted.append(1) or real_submit(*a, **k))
+    slow["on"] = False
+    done.clear()
+    io._share_now(fn, _items(40), done, memo=memo)
+    assert sorted(done) == _items(40)
+    assert submitted  # started at once, from the memo
+    assert memo[fn] == "inline"  # ... and re-measured: the items are cheap now
+
+
+def test_memo_path_raises_the_first_error(monkeypatch) -> None:
+    def fn(batch: list[int]) -> None:
+        threading.Event().wait(0.001)
+        if 17 in batch:
+            raise ValueError("item 17")
+
+    memo = {fn: "codec"}
+    with pytest.raises(ValueError, match="item 17"):
+        io._share_now(fn, _items(40), memo=memo)
