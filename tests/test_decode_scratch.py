@@ -169,3 +169,26 @@ def test_memo_path_raises_the_first_error(monkeypatch) -> None:
     memo = {fn: "codec"}
     with pytest.raises(ValueError, match="item 17"):
         io._share_now(fn, _items(40), memo=memo)
+
+
+def test_memo_path_adds_io_threads_when_the_data_went_cold(monkeypatch) -> None:
+    """A read that starts on the codec threads from the memo but finds its items waiting
+    (a cold disk) gets the I/O threads for the rest of this very read."""
+    done: list[int] = []
+    lock = threading.Lock()
+
+    def fn(batch: list[int]) -> None:
+        threading.Event().wait(0.002 * len(batch))  # off the CPU: looks like disk reads
+        with lock:
+            done.extend(batch)
+
+    monkeypatch.setattr(io, "WAITING_ITEM_SECONDS", 0.001)
+    submitted = []
+    pool = io.io_pool()
+    real_submit = pool.submit
+    monkeypatch.setattr(pool, "submit", lambda *a, **k: submitted.append(1) or real_submit(*a, **k))
+    memo = {fn: "codec"}
+    io._share_now(fn, _items(64), memo=memo)
+    assert sorted(done) == _items(64)
+    assert memo[fn] == "io"
+    assert len(submitted) == io.IO_READS_IN_FLIGHT - min(io.codec_pool_size(), 64)

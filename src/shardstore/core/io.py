@@ -320,7 +320,9 @@ def _run_shared(fn: Callable[..., Any], items: list, args: tuple, how: str, memo
             fn(first, *args)
             took = (time.perf_counter() - started) / len(first)
             waited = took - (time.thread_time() - cpu) / len(first)
-            memo[fn] = _threads_for(took, waited, len(items) - 1, writes, free)
+            memo[fn] = now = _threads_for(took, waited, len(items) - 1, writes, free)
+            if now == "io" and not waiting:  # the data went cold since: more reads in flight
+                futures += [io_pool().submit(feed.drain, fn, *args) for _ in range(IO_READS_IN_FLIGHT - workers)]
         feed.drain(fn, *args)
     finally:
         # a helper that has not started has nothing left to do: cancelled, it cannot keep
