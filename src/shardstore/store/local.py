@@ -84,6 +84,14 @@ def _temp_suffix() -> str:
     return f"{state[2]}{next(state[1]) & (1 << 64) - 1:016x}"
 
 
+def temp_path(path: str) -> str:
+    """A fresh temp file path beside ``path`` for an atomic write of it (matches ``_TEMP_RE``,
+    so it is never listed as a key); also used by the native writer (``core/rawwrite.py``)."""
+    parent, name = os.path.split(path)
+    # the name is shortened so that a long key still gives a legal temp file name
+    return os.path.join(parent, f".{name[:64]}.{_temp_suffix()}.tmp")
+
+
 def _is_temp(name: str) -> bool:
     return name.startswith(".") and name.endswith(".tmp") and _TEMP_RE.match(name) is not None
 
@@ -313,9 +321,7 @@ class LocalStore(Store):
         only when missing (``_open_creating``) and the value goes out with ``os.write``.
         """
         path = self._path(key)
-        parent, name = os.path.split(path)
-        # the name is shortened so that a long key still gives a legal temp file name
-        tmp = os.path.join(parent, f".{name[:64]}.{_temp_suffix()}.tmp")
+        tmp = temp_path(path)
         try:
             fd = _open_creating(tmp, os.O_EXCL)
             try:
