@@ -1,4 +1,5 @@
-/* Native reads of uncompressed chunk files into a strided result, many chunks per call.
+/* Native reads of uncompressed chunk files into a strided result, many chunks per call, and
+ * the mirror image: writes of chunk files from a strided source (write_boxes, further down).
  *
  * Why by hand: reading a chunk from a local file is a handful of system calls (open, fstat,
  * pread, close) and a strided copy. From Python each of them drops and retakes the GIL, and
@@ -296,14 +297,316 @@ done:
     return result;
 }
 
+/* -- writes ---------------------------------------------------------------------------------
+ *
+ * The mirror of read_boxes, hand-written for the same reason (see the comment at the top):
+ * writing a raw block from Python is a strided copy plus open, write, close and rename, each
+ * dropping and retaking the GIL, so threads writing blocks mostly hand the GIL around. Here a
+ * whole batch of blocks is gathered, checked and written with the GIL released once.
+ *
+ * A job gathers the chunk-shaped box of ``src`` at an origin into one buffer (header, then
+ * the elements in C order, byte-swapped when ``swap``) and writes it atomically: to a fresh
+ * temp file beside the target, renamed over it, so a reader sees the old block or the new one
+ * and a failed write leaves the old one in place. A payload of zero bytes only is not written
+ * (ST_FILL: the caller deletes the key, as for any chunk equal to a zero fill value). Failures
+ * are reported, not raised: a missing directory (ST_NODIR: the caller makes it and retries),
+ * anything else (ST_WFALLBACK: the caller's Python path writes that block and words the error).
+ */
+enum { ST_WOK = 0, ST_WFALLBACK = 2, ST_FILL = 3, ST_NODIR = 4 };
+
+typedef struct {
+    PyObject *tmp, *path; /* bytes (file system encoding), owned */
+    Py_ssize_t offset;    /* bytes from src's first element to the box's first element */
+} wjob_t;
+
+typedef struct {
+    int ndim; /* after merging dimensions that are contiguous with the next one */
+    Py_ssize_t shape[MAXDIM], stride[MAXDIM]; /* the box as runs of src: elements, bytes */
+    Py_ssize_t itemsize;
+    int swap;
+    const char *src;
+    Py_ssize_t header_len, payload_len;
+} wplan_t;
+
+#if defined(__GNUC__) || defined(__clang__)
+#define BSWAP16 __builtin_bswap16
+#define BSWAP32 __builtin_bswap32
+#define BSWAP64 __builtin_bswap64
+#else
+static uint16_t BSWAP16(uint16_t v) { return (uint16_t)((v >> 8) | (v << 8)); }
+static uint32_t BSWAP32(uint32_t v) { return ((uint32_t)BSWAP16((uint16_t)v) << 16) | BSWAP16((uint16_t)(v >> 16)); }
+static uint64_t BSWAP64(uint64_t v) { return ((uint64_t)BSWAP32((uint32_t)v) << 32) | BSWAP32((uint32_t)(v >> 32)); }
+#endif
+
+/* n items ``stride`` bytes apart (any sign, or 0: a broadcast value) to contiguous ``dst``;
+ * memcpy of a fixed size compiles to one load and store, without alignment assumptions. */
+static void gather_run(char *dst, const char *src, Py_ssize_t n, Py_ssize_t stride, Py_ssize_t isz, int swap) {
+    Py_ssize_t i;
+    if (!swap || isz == 1) {
+        if (stride == isz) {
+            memcpy(dst, src, (size_t)(n * isz));
+        } else if (isz == 1) {
+            for (i = 0; i < n; i++) dst[i] = src[i * stride];
+        } else {
+            for (i = 0; i < n; i++) memcpy(dst + i * isz, src + i * stride, (size_t)isz);
+        }
+        return;
+    }
+    switch (isz) {
+    case 2:
+        for (i = 0; i < n; i++) {
+            uint16_t v;
+            memcpy(&v, src + i * stride, 2);
+            v = BSWAP16(v);
+            memcpy(dst + 2 * i, &v, 2);
+        }
+        break;
+    case 4:
+        for (i = 0; i < n; i++) {
+            uint32_t v;
+            memcpy(&v, src + i * stride, 4);
+            v = BSWAP32(v);
+            memcpy(dst + 4 * i, &v, 4);
+        }
+        break;
+    case 8:
+        for (i = 0; i < n; i++) {
+            uint64_t v;
+            memcpy(&v, src + i * stride, 8);
+            v = BSWAP64(v);
+            memcpy(dst + 8 * i, &v, 8);
+        }
+        break;
+    default:
+        for (i = 0; i < n; i++) copy_item(dst + i * isz, src + i * stride, isz, 1);
+    }
+}
+
+/* The box at ``first`` into ``dst`` in C order: an odometer over every dimension but the last. */
+static void gather(const wplan_t *pl, const char *first, char *dst) {
+    Py_ssize_t idx[MAXDIM] = {0};
+    int inner = pl->ndim - 1;
+    Py_ssize_t run = pl->shape[inner] * pl->itemsize;
+    const char *src = first;
+    for (;;) {
+        gather_run(dst, src, pl->shape[inner], pl->stride[inner], pl->itemsize, pl->swap);
+        dst += run;
+        int d = inner - 1;
+        for (; d >= 0; d--) {
+            src += pl->stride[d];
+            if (++idx[d] < pl->shape[d]) break;
+            src -= pl->stride[d] * pl->shape[d];
+            idx[d] = 0;
+        }
+        if (d < 0) return;
+    }
+}
+
+static int zero_bytes(const char *p, size_t n) {
+    /* the first byte is zero and every byte equals the next one */
+    return n == 0 || (p[0] == 0 && memcmp(p, p + 1, n - 1) == 0);
+}
+
+/* Whether the box at ``first`` holds zero bytes only, read where it lies in src: a block of
+ * data answers at its first nonzero byte, and a block about to be written is gathered once,
+ * after its temp file opened (a missing directory costs no copy). */
+static int box_is_zero(const wplan_t *pl, const char *first) {
+    Py_ssize_t idx[MAXDIM] = {0};
+    int inner = pl->ndim - 1;
+    Py_ssize_t n = pl->shape[inner], stride = pl->stride[inner], isz = pl->itemsize;
+    const char *src = first;
+    for (;;) {
+        if (stride == isz || stride == 0) {
+            if (!zero_bytes(src, (size_t)(stride ? n * isz : isz))) return 0;
+        } else {
+            for (Py_ssize_t i = 0; i < n; i++)
+                if (!zero_bytes(src + i * stride, (size_t)isz)) return 0;
+        }
+        int d = inner - 1;
+        for (; d >= 0; d--) {
+            src += pl->stride[d];
+            if (++idx[d] < pl->shape[d]) break;
+            src -= pl->stride[d] * pl->shape[d];
+            idx[d] = 0;
+        }
+        if (d < 0) return 1;
+    }
+}
+
+static int write_full(int fd, const char *buf, size_t n) {
+    while (n > 0) {
+        ssize_t put = write(fd, buf, n);
+        if (put < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (put == 0) return -1; /* (a regular file never takes nothing; do not spin) */
+        buf += put;
+        n -= (size_t)put;
+    }
+    return 0;
+}
+
+static int run_wjob(const wplan_t *pl, const wjob_t *job, char *buf) {
+    const char *first = pl->src + job->offset;
+    if (box_is_zero(pl, first)) return ST_FILL;
+    const char *tmp = PyBytes_AS_STRING(job->tmp);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0) return errno == ENOENT ? ST_NODIR : ST_WFALLBACK;
+    gather(pl, first, buf + pl->header_len);
+    int ok = write_full(fd, buf, (size_t)(pl->header_len + pl->payload_len)) == 0;
+    if (close(fd) != 0) ok = 0; /* (a deferred write error: the file may be incomplete) */
+    if (ok && rename(tmp, PyBytes_AS_STRING(job->path)) == 0) return ST_WOK;
+    unlink(tmp);
+    return ST_WFALLBACK;
+}
+
+PyDoc_STRVAR(write_boxes_doc,
+"write_boxes(src, chunk_shape, header, itemsize, swap, jobs) -> bytes\n\n"
+"Write chunk-shaped boxes of ``src`` as uncompressed chunk files with the GIL released.\n\n"
+"``src``: any array-like of native byte order, any strides. ``chunk_shape``: the box shape\n"
+"(one entry per dimension of ``src``). Each file is ``header`` followed by the box's elements\n"
+"in C order, of ``itemsize`` bytes each (byte-swapped when ``swap``). ``jobs``: a list of\n"
+"``(temp_path, path, origin)``, ``origin`` the box's first element in ``src``; the file is\n"
+"written to ``temp_path`` (created exclusively) and renamed to ``path``. Returns one status\n"
+"byte per job: 0 written, 3 all zero bytes (nothing written), 4 no such directory for\n"
+"``temp_path``, 2 not written (any other error): write that chunk another way.");
+
+static PyObject *write_boxes(PyObject *self, PyObject *args) {
+    PyObject *src_obj, *shape_obj, *jobs_obj;
+    Py_buffer header, view;
+    Py_ssize_t itemsize;
+    int swap;
+    if (!PyArg_ParseTuple(args, "OOy*npO", &src_obj, &shape_obj, &header, &itemsize, &swap, &jobs_obj)) return NULL;
+    wplan_t pl;
+    wjob_t *jobs = NULL;
+    Py_ssize_t njobs = 0;
+    char *buf = NULL;
+    PyObject *shape = NULL, *jl = NULL, *result = NULL;
+    int have_view = 0;
+    Py_ssize_t chunk_shape[MAXDIM];
+
+    /* read-only sources are fine (a broadcast scalar is one) */
+    if (PyObject_GetBuffer(src_obj, &view, PyBUF_RECORDS_RO) != 0) goto done;
+    have_view = 1;
+    if (!(shape = PySequence_Fast(shape_obj, "chunk_shape must be a sequence"))) goto done;
+    if (!(jl = PySequence_Fast(jobs_obj, "jobs must be a sequence"))) goto done;
+    int nd = (int)PySequence_Fast_GET_SIZE(shape);
+    if (nd < 1 || nd > MAXDIM || nd != view.ndim) {
+        PyErr_SetString(PyExc_ValueError, "chunk_shape must have one entry per dimension of src, 1 to 32");
+        goto done;
+    }
+    if (itemsize < 1 || itemsize != view.itemsize) {
+        PyErr_SetString(PyExc_ValueError, "itemsize must match the item size of src");
+        goto done;
+    }
+    Py_ssize_t elements = 1;
+    for (int d = 0; d < nd; d++) {
+        if (as_ssize(shape, d, &chunk_shape[d])) goto done;
+        if (chunk_shape[d] < 1) {
+            PyErr_SetString(PyExc_ValueError, "bad chunk_shape");
+            goto done;
+        }
+        if (elements > (PY_SSIZE_T_MAX - header.len) / chunk_shape[d] / itemsize) {
+            PyErr_SetString(PyExc_OverflowError, "chunk too large");
+            goto done;
+        }
+        elements *= chunk_shape[d];
+    }
+    pl.itemsize = itemsize;
+    pl.swap = swap && itemsize > 1;
+    pl.src = view.buf;
+    pl.header_len = header.len;
+    pl.payload_len = elements * itemsize;
+    /* a dimension whose run continues the next one's (a box spanning whole rows of a
+     * contiguous source) merges with it: fewer, longer runs to copy */
+    pl.ndim = 1;
+    pl.shape[0] = chunk_shape[nd - 1];
+    pl.stride[0] = view.strides[nd - 1];
+    for (int d = nd - 2; d >= 0; d--) {
+        if (view.strides[d] == pl.stride[0] * pl.shape[0]) {
+            pl.shape[0] *= chunk_shape[d];
+        } else {
+            memmove(pl.shape + 1, pl.shape, (size_t)pl.ndim * sizeof(Py_ssize_t));
+            memmove(pl.stride + 1, pl.stride, (size_t)pl.ndim * sizeof(Py_ssize_t));
+            pl.shape[0] = chunk_shape[d];
+            pl.stride[0] = view.strides[d];
+            pl.ndim++;
+        }
+    }
+
+    njobs = PySequence_Fast_GET_SIZE(jl);
+    jobs = PyMem_Calloc(njobs ? (size_t)njobs : 1, sizeof(wjob_t));
+    if (!jobs) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < njobs; i++) {
+        PyObject *job = PySequence_Fast_GET_ITEM(jl, i), *origin_obj = NULL, *tmp = NULL, *path = NULL;
+        wjob_t *j = &jobs[i];
+        if (!PyArg_ParseTuple(job, "O&O&O;a job is (temp_path, path, origin)", PyUnicode_FSConverter, &tmp,
+                              PyUnicode_FSConverter, &path, &origin_obj))
+            goto done;
+        j->tmp = tmp;
+        j->path = path;
+        PyObject *o = PySequence_Fast(origin_obj, "a job's origin must be a sequence");
+        if (!o) goto done;
+        int bad = PySequence_Fast_GET_SIZE(o) != nd;
+        j->offset = 0;
+        for (int d = 0; d < nd && !bad; d++) {
+            Py_ssize_t start;
+            if (as_ssize(o, d, &start)) {
+                Py_DECREF(o);
+                goto done;
+            }
+            /* every element gathered must lie in src */
+            bad = start < 0 || start > view.shape[d] - chunk_shape[d];
+            j->offset += start * view.strides[d];
+        }
+        Py_DECREF(o);
+        if (bad) {
+            PyErr_SetString(PyExc_ValueError, "a job's box lies outside src");
+            goto done;
+        }
+    }
+    if (!(result = PyBytes_FromStringAndSize(NULL, njobs))) goto done;
+    char *status = PyBytes_AS_STRING(result);
+    buf = PyMem_RawMalloc((size_t)(header.len + pl.payload_len) + 1);
+    if (!buf) {
+        Py_CLEAR(result);
+        PyErr_NoMemory();
+        goto done;
+    }
+    memcpy(buf, header.buf, (size_t)header.len); /* the same header for every job */
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < njobs; i++) status[i] = (char)run_wjob(&pl, &jobs[i], buf);
+    Py_END_ALLOW_THREADS
+
+done:
+    if (jobs) {
+        for (Py_ssize_t i = 0; i < njobs; i++) {
+            Py_XDECREF(jobs[i].tmp);
+            Py_XDECREF(jobs[i].path);
+        }
+        PyMem_Free(jobs);
+    }
+    PyMem_RawFree(buf);
+    Py_XDECREF(shape);
+    Py_XDECREF(jl);
+    if (have_view) PyBuffer_Release(&view);
+    PyBuffer_Release(&header);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"read_boxes", read_boxes, METH_VARARGS, read_boxes_doc},
+    {"write_boxes", write_boxes, METH_VARARGS, write_boxes_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "shardstore._rawio",
-    "Native batch reads of uncompressed chunk files (see read_boxes).", -1, methods,
+    "Native batch reads and writes of uncompressed chunk files (see read_boxes, write_boxes).", -1, methods,
 };
 
 PyMODINIT_FUNC PyInit__rawio(void) { return PyModule_Create(&module); }

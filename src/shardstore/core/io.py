@@ -26,6 +26,7 @@ from ..store.base import RangeBR
 from .indexing import ChunkProjection
 from .layout import ChunkLayout, fill_mask
 from .rawread import raw_reader
+from .rawwrite import raw_writer
 
 __all__ = ["read_into", "read_into_now", "write_from", "write_from_now", "writes_now", "reshape_chunks", "UnitLocks"]
 
@@ -489,8 +490,23 @@ def write_from_now(layout: ChunkLayout, projections: Iterable[ChunkProjection], 
         return False
     read, write = layout.store.blocking_reader(), layout.store.blocking_writer()
     items = [(p, layout.chunk_key(p.coords)) for p in projections]
-    _share_now(_encode_write, items, layout, value, read, write, writes=True)
+    native = raw_writer(layout, value)
+    if native is not None:
+        # ``free``, not ``writes``: the native batches hold no GIL, so one thread per core
+        # keeps both cores in the kernel's page-cache writes; eight threads (as the Python
+        # path wants, to hide its GIL hand-offs) only contend (measured on 512^3 raw N5:
+        # ~1000 MB/s on 2 threads, ~850 on 8); a first block that waits on the disk still
+        # gets the I/O threads (``_threads_for``)
+        _share_now(_native_encode_write, items, native, layout, value, read, write, free=True)
+    else:
+        _share_now(_encode_write, items, layout, value, read, write, writes=True)
     return True
+
+
+def _native_encode_write(batch: list[tuple[ChunkProjection, str]], native: Callable, *args: Any) -> list:
+    """``_encode_write`` for the chunks the native writer leaves (see ``core/rawwrite.py``)."""
+    rest = native(batch)
+    return _encode_write(rest, *args) if rest else []
 
 
 #: one lock per write unit, shared by every write through one array handle
