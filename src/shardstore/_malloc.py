@@ -14,7 +14,6 @@ Set ``SHARDSTORE_MALLOC_TUNING=0`` to leave the allocator alone (it is process-w
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import sys
 
@@ -34,8 +33,9 @@ def tune_malloc() -> bool:
         return False
     _done = True
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
+        # the process's own symbols (dlopen(NULL)) include the C library's: no lookup of
+        # libc by name, which runs ``ldconfig -p`` in a subprocess (milliseconds per start)
+        mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):  # musl and others have no mallopt: nothing to tune
         return False
     return bool(mallopt(_M_MMAP_THRESHOLD, MMAP)) and bool(mallopt(_M_TRIM_THRESHOLD, TRIM))
