@@ -7,6 +7,7 @@ copied for it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import ChecksumError, CodecError, MetadataError
@@ -15,20 +16,29 @@ from .registry import register_codec
 
 __all__ = ["Crc32cCodec", "crc32c"]
 
-try:
-    from crc32c import crc32c as _crc_buffer
+Hash = Callable[[bytes | memoryview], int]
+_hash: Hash | None = None
 
-    def crc32c(data: bytes | memoryview) -> int:
-        """CRC-32C (Castagnoli) of ``data``."""
-        return _crc_buffer(data)
 
-except ImportError:  # pragma: no cover - depends on the optional package
-    import google_crc32c
+def _load_hash() -> Hash:
+    """The hash function, imported on first use: importing the ``crc32c`` package also loads
+    its command line (argparse, email), ~9 ms that every first array open would pay."""
+    try:
+        from crc32c import crc32c as hash_buffer
 
-    def crc32c(data: bytes | memoryview) -> int:
-        """CRC-32C (Castagnoli) of ``data``."""
-        return google_crc32c.value(data if isinstance(data, bytes) else bytes(data))
+        return hash_buffer
+    except ImportError:  # pragma: no cover - depends on the optional package
+        import google_crc32c
 
+        return lambda data: google_crc32c.value(data if isinstance(data, bytes) else bytes(data))
+
+
+def crc32c(data: bytes | memoryview) -> int:
+    """CRC-32C (Castagnoli) of ``data``."""
+    global _hash
+    if _hash is None:
+        _hash = _load_hash()
+    return _hash(data)
 
 
 @register_codec("crc32c")
