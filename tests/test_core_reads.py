@@ -166,3 +166,28 @@ def test_share_now_threads_only_when_it_pays(n: int, work: str, expect: str) -> 
 
     io._share_now(fn, list(range(n)))
     assert (threads == {here}) == (expect == "here")
+
+
+def test_feed_hands_out_shrinking_batches_each_item_once() -> None:
+    """Large batches first, single items at the end (a slowed thread holds the others up by
+    one item at most); every item exactly once; nothing more after a failure."""
+    from shardstore.core.io import FEED_TAKES, _Feed
+
+    items = list(range(500))
+    feed = _Feed(items, 2)
+    batches = []
+    while batch := feed.take():
+        batches.append(batch)
+    assert [x for b in batches for x in b] == items
+    sizes = [len(b) for b in batches]
+    assert sizes[0] == 500 // (FEED_TAKES * 2)
+    assert sizes == sorted(sizes, reverse=True) and sizes[-FEED_TAKES * 2 :] == [1] * FEED_TAKES * 2
+
+    failing = _Feed(items, 2)
+
+    def boom(batch: list) -> None:
+        raise ValueError("decode failed")
+
+    with pytest.raises(ValueError):
+        failing.drain(boom)
+    assert failing.take() == []

@@ -224,11 +224,14 @@ def _native_scatter(batch: list[tuple[ChunkProjection, str]], native: Callable, 
 
 
 class _Feed:
-    """Items handed out a few at a time to the threads of one read (a slow thread, or one
-    that starts late, then takes fewer); stops everyone after the first error."""
+    """Items handed out to the threads of one call, a share of what is left at each take
+    (``FEED_TAKES`` shares per worker): large batches while much is left, single items at
+    the end, so that a thread slowed down (by another process on this shared machine, say)
+    holds up the others by one item at most, not by a fixed eighth of the call. A slow thread,
+    or one that starts late, takes fewer. Stops everyone after the first error."""
 
-    def __init__(self, items: list, step: int) -> None:
-        self._items, self._step, self._next = items, step, 0
+    def __init__(self, items: list, workers: int) -> None:
+        self._items, self._shares, self._next = items, FEED_TAKES * max(1, workers), 0
         self._lock = threading.Lock()
         self.failed = False
 
@@ -237,8 +240,9 @@ class _Feed:
             if self.failed:
                 return []
             i = self._next
-            self._next = i + self._step
-        return self._items[i : i + self._step]
+            n = max(1, (len(self._items) - i) // self._shares)
+            self._next = i + n
+        return self._items[i : i + n]
 
     def drain(self, fn: Callable[..., Any], *args: Any) -> None:
         try:
@@ -313,7 +317,7 @@ def _run_shared(fn: Callable[..., Any], items: list, args: tuple, how: str, memo
     waiting = how == "io"
     workers = min(IO_READS_IN_FLIGHT if waiting else codec_pool_size(), len(items))
     pool = io_pool() if waiting else codec_pool()
-    feed = _Feed(items, max(1, len(items) // (FEED_TAKES * workers)))
+    feed = _Feed(items, workers)
     futures = [pool.submit(feed.drain, fn, *args) for _ in range(workers - 1)]
     try:
         if memo is not None and (first := feed.take()):
