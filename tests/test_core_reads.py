@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import shardstore
-from shardstore.core import io
+from shardstore.core import threads
 from shardstore.errors import ChunkNotFoundError, CodecError, ShardStoreError
 
 # (THREAD_ITEM_SECONDS, WAITING_ITEM_SECONDS): inline only, codec pool, I/O pool
@@ -22,9 +22,9 @@ MODES = {"inline": (1e9, 1e9), "codec-pool": (0.0, 1e9), "io-pool": (0.0, 0.0)}
 @pytest.fixture(params=sorted(MODES))
 def mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     thread, waiting = MODES[request.param]
-    monkeypatch.setattr(io, "THREAD_ITEM_SECONDS", thread)
-    monkeypatch.setattr(io, "THREAD_WORK_SECONDS", 0.0)
-    monkeypatch.setattr(io, "WAITING_ITEM_SECONDS", waiting)
+    monkeypatch.setattr(threads, "THREAD_ITEM_SECONDS", thread)
+    monkeypatch.setattr(threads, "THREAD_WORK_SECONDS", 0.0)
+    monkeypatch.setattr(threads, "WAITING_ITEM_SECONDS", waiting)
     return request.param
 
 
@@ -92,7 +92,7 @@ def test_local_reads_do_not_use_the_event_loop(tmp_path: Path, monkeypatch: pyte
 
 
 def test_errors_from_pool_threads_are_shardstore_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(io, "THREAD_ITEM_SECONDS", 0.0)
+    monkeypatch.setattr(threads, "THREAD_ITEM_SECONDS", 0.0)
     vol = _volume((32, 32, 32))
     a = _arrays(tmp_path, vol)["zarr3"]
     for key in ("c/3/3/3", "c/0/2/1"):
@@ -154,27 +154,27 @@ def _busy(seconds: float) -> None:
 )
 def test_share_now_threads_only_when_it_pays(n: int, work: str, expect: str) -> None:
     here = threading.current_thread()
-    threads: set[threading.Thread] = set()
+    seen: set[threading.Thread] = set()
 
     def fn(batch: list) -> None:
         for _ in batch:
-            threads.add(threading.current_thread())
+            seen.add(threading.current_thread())
             if work == "cpu":
                 _busy(300e-6)
             else:
                 time.sleep(2e-3)
 
-    io._share_now(fn, list(range(n)))
-    assert (threads == {here}) == (expect == "here")
+    threads.share_now(fn, list(range(n)))
+    assert (seen == {here}) == (expect == "here")
 
 
 def test_feed_hands_out_shrinking_batches_each_item_once() -> None:
     """Large batches first, single items at the end (a slowed thread holds the others up by
     one item at most); every item exactly once; nothing more after a failure."""
-    from shardstore.core.io import FEED_TAKES, _Feed
+    from shardstore.core.threads import FEED_TAKES, Feed
 
     items = list(range(500))
-    feed = _Feed(items, 2)
+    feed = Feed(items, 2)
     batches = []
     while batch := feed.take():
         batches.append(batch)
@@ -183,7 +183,7 @@ def test_feed_hands_out_shrinking_batches_each_item_once() -> None:
     assert sizes[0] == 500 // (FEED_TAKES * 2)
     assert sizes == sorted(sizes, reverse=True) and sizes[-FEED_TAKES * 2 :] == [1] * FEED_TAKES * 2
 
-    failing = _Feed(items, 2)
+    failing = Feed(items, 2)
 
     def boom(batch: list) -> None:
         raise ValueError("decode failed")

@@ -16,7 +16,7 @@ import pytest
 
 import shardstore
 from shardstore._assign import assign
-from shardstore.core import io
+from shardstore.core import io, threads
 from shardstore.errors import StoreError
 from shardstore.store.memory import MemoryStore
 
@@ -26,8 +26,8 @@ MODES = {"inline": 1e9, "threads": 0.0}
 
 @pytest.fixture(params=sorted(MODES))
 def mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setattr(io, "THREAD_ITEM_SECONDS", MODES[request.param])
-    monkeypatch.setattr(io, "THREAD_WORK_SECONDS", 0.0)
+    monkeypatch.setattr(threads, "THREAD_ITEM_SECONDS", MODES[request.param])
+    monkeypatch.setattr(threads, "THREAD_WORK_SECONDS", 0.0)
     return request.param
 
 

@@ -22,7 +22,7 @@ import shardstore
 from shardstore import n5
 from shardstore.codecs import gzip as gzip_codec
 from shardstore.codecs.n5_block import MODE_DEFAULT, _header_bytes
-from shardstore.core import io
+from shardstore.core import io, threads
 from shardstore.errors import CodecError
 
 
@@ -144,9 +144,9 @@ def test_memo_starts_the_codec_threads_at_once_and_updates(monkeypatch) -> None:
         with lock:
             sink.extend(batch)
 
-    monkeypatch.setattr(io, "WAITING_ITEM_SECONDS", 1.0)  # the sleeps are "CPU work" here
+    monkeypatch.setattr(threads, "WAITING_ITEM_SECONDS", 1.0)  # the sleeps are "CPU work" here
     memo: dict = {}
-    io._share_now(fn, _items(40), done, memo=memo)
+    threads.share_now(fn, _items(40), done, memo=memo)
     assert sorted(done) == _items(40) and memo[fn] == "codec"
     submitted = []
     pool = io.codec_pool()
@@ -154,7 +154,7 @@ def test_memo_starts_the_codec_threads_at_once_and_updates(monkeypatch) -> None:
     monkeypatch.setattr(pool, "submit", lambda *a, **k: submitted.append(1) or real_submit(*a, **k))
     slow["on"] = False
     done.clear()
-    io._share_now(fn, _items(40), done, memo=memo)
+    threads.share_now(fn, _items(40), done, memo=memo)
     assert sorted(done) == _items(40)
     assert submitted  # started at once, from the memo
     assert memo[fn] == "inline"  # ... and re-measured: the items are cheap now
@@ -168,7 +168,7 @@ def test_memo_path_raises_the_first_error(monkeypatch) -> None:
 
     memo = {fn: "codec"}
     with pytest.raises(ValueError, match="item 17"):
-        io._share_now(fn, _items(40), memo=memo)
+        threads.share_now(fn, _items(40), memo=memo)
 
 
 def test_memo_path_adds_io_threads_when_the_data_went_cold(monkeypatch) -> None:
@@ -182,13 +182,13 @@ def test_memo_path_adds_io_threads_when_the_data_went_cold(monkeypatch) -> None:
         with lock:
             done.extend(batch)
 
-    monkeypatch.setattr(io, "WAITING_ITEM_SECONDS", 0.001)
+    monkeypatch.setattr(threads, "WAITING_ITEM_SECONDS", 0.001)
     submitted = []
     pool = io.io_pool()
     real_submit = pool.submit
     monkeypatch.setattr(pool, "submit", lambda *a, **k: submitted.append(1) or real_submit(*a, **k))
     memo = {fn: "codec"}
-    io._share_now(fn, _items(64), memo=memo)
+    threads.share_now(fn, _items(64), memo=memo)
     assert sorted(done) == _items(64)
     assert memo[fn] == "io"
-    assert len(submitted) == io.IO_READS_IN_FLIGHT - min(io.codec_pool_size(), 64)
+    assert len(submitted) == threads.IO_READS_IN_FLIGHT - min(io.codec_pool_size(), 64)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
-import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -27,6 +26,7 @@ from .indexing import ChunkProjection
 from .layout import ChunkLayout, fill_mask
 from .rawread import raw_reader
 from .rawwrite import raw_writer
+from .threads import share_now
 
 __all__ = ["read_into", "read_into_now", "write_from", "write_from_now", "writes_now", "reshape_chunks", "UnitLocks"]
 
@@ -40,22 +40,6 @@ READ_GROUPS_IN_FLIGHT = 8
 SMALL_READ_CHUNKS = 64
 #: items faster than this stay on the calling thread (a pool hand-off costs about as much)
 INLINE_ITEM_SECONDS = 100e-6
-#: reads whose chunks take longer than this each (read + decode + copy) use the codec pool
-#: too in ``read_into_now``; cheaper ones stay on the calling thread
-THREAD_ITEM_SECONDS = 150e-6
-#: ... and only when the rest of them adds up to more than this (measured: the ~17 partial
-#: chunks of a 100^3 read, ~250 us each, ran at 0.7x on two threads)
-THREAD_WORK_SECONDS = 8e-3
-#: an item that waits longer than this (a disk read) makes ``read_into_now`` use ``IO_READS_IN_FLIGHT``
-#: threads; a cold 256 KiB file read on this VM waits well under 1 ms, so with 1 ms cold N5 reads
-#: stayed on two threads (measured: 410 -> 620 MB/s, tensorstore 650)
-WAITING_ITEM_SECONDS = 0.2e-3
-#: reads of at least this much work whose batches run without the GIL (``core/rawread.py``)
-#: use a second thread (measured: 100^3 reads of raw N5, ~0.8 ms, gain from it)
-FREE_THREAD_WORK_SECONDS = 0.3e-3
-IO_READS_IN_FLIGHT = 8
-#: how many takes each thread of a ``read_into_now`` gets (smaller takes balance the end better)
-FEED_TAKES = 4
 #: (kept for callers that bounded their ``read_into_now`` reads; any size is fine now)
 INLINE_READ_CHUNKS = 2
 
@@ -211,9 +195,9 @@ def read_into_now(
     strict = strict or layout.missing_chunks == "error"
     native = raw_reader(layout, out)
     if native is not None:
-        _share_now(_native_scatter, items, native, layout, out, read, strict, free=True, memo=layout.threads_memo)
+        share_now(_native_scatter, items, native, layout, out, read, strict, free=True, memo=layout.threads_memo)
     else:
-        _share_now(_read_scatter, items, layout, out, read, strict, memo=layout.threads_memo)
+        share_now(_read_scatter, items, layout, out, read, strict, memo=layout.threads_memo)
     return True
 
 
@@ -221,124 +205,6 @@ def _native_scatter(batch: list[tuple[ChunkProjection, str]], native: Callable, 
     """``_read_scatter`` for the chunks the native reader leaves (see ``core/rawread.py``)."""
     rest = native(batch)
     return _read_scatter(rest, *args) if rest else []
-
-
-class _Feed:
-    """Items handed out to the threads of one call, a share of what is left at each take
-    (``FEED_TAKES`` shares per worker): large batches while much is left, single items at
-    the end, so that a thread slowed down (by another process on this shared machine, say)
-    holds up the others by one item at most, not by a fixed eighth of the call. A slow thread,
-    or one that starts late, takes fewer. Stops everyone after the first error."""
-
-    def __init__(self, items: list, workers: int) -> None:
-        self._items, self._shares, self._next = items, FEED_TAKES * max(1, workers), 0
-        self._lock = threading.Lock()
-        self.failed = False
-
-    def take(self) -> list:
-        with self._lock:
-            if self.failed:
-                return []
-            i = self._next
-            n = max(1, (len(self._items) - i) // self._shares)
-            self._next = i + n
-        return self._items[i : i + n]
-
-    def drain(self, fn: Callable[..., Any], *args: Any) -> None:
-        try:
-            while batch := self.take():
-                fn(batch, *args)
-        except BaseException:
-            self.failed = True
-            raise
-
-
-def _threads_for(took: float, waited: float, n_rest: int, writes: bool, free: bool) -> str:
-    """How to run ``n_rest`` more items like one that took ``took`` seconds, ``waited`` of
-    them off the CPU: "inline" (this thread alone), "codec" (one thread per core) or "io"
-    (``IO_READS_IN_FLIGHT`` threads)."""
-    # an item that spent long enough off the CPU to be a disk read (a cold cache) is mostly
-    # waiting: more reads in flight then overlap on the device, as tensorstore's file I/O
-    # threads do; a slow decoder (gzip) instead gets one thread per core, if there is enough
-    # of it: a thread that waits for the GIL behind one running Python can lose whole switch
-    # intervals, more than a few milliseconds of work gains
-    waiting = writes or waited > WAITING_ITEM_SECONDS
-    if free and not waiting:
-        inline = took * n_rest < FREE_THREAD_WORK_SECONDS
-    else:
-        inline = took < THREAD_ITEM_SECONDS or (not waiting and took * n_rest < THREAD_WORK_SECONDS)
-    if inline or n_rest < 2:
-        return "inline"
-    return "io" if waiting else "codec"
-
-
-def _share_now(
-    fn: Callable[..., Any],
-    items: list,
-    *args: Any,
-    writes: bool = False,
-    free: bool = False,
-    memo: dict | None = None,
-) -> None:
-    """``fn(batch, *args)`` over ``items`` on this thread and, when items are slow enough to be
-    worth a hand-off, the codec pool's threads too (file reads, numpy copies and the C codecs
-    release the GIL). The first item is timed here: a pool hop and the GIL hand-offs it causes
-    cost more than a memcpy-sized item. ``writes``: the items write files, which block on
-    the file system more than the CPU shows (measured: 8 threads beat 2 on N5 writes).
-    ``free``: ``fn`` holds the GIL only to start each batch (native reads): a second thread
-    pays off from ``FREE_THREAD_WORK_SECONDS`` of work on, as it would in C.
-
-    ``memo`` (kept per array by the caller) remembers the choice: when the last call chose
-    the codec threads, they start at once and the first item is timed while they work (for
-    the next call), instead of running alone first (measured: 7 % of a 100^3 gzip read).
-    """
-    if len(items) <= 1:
-        fn(items, *args)
-        return
-    if memo is not None and memo.get(fn) == "codec" and len(items) > 2:
-        _run_shared(fn, items, args, "codec", memo, writes, free)
-        return
-    started, cpu = time.perf_counter(), time.thread_time()
-    fn(items[:1], *args)
-    rest = items[1:]
-    took = time.perf_counter() - started
-    how = _threads_for(took, took - (time.thread_time() - cpu), len(rest), writes, free)
-    if memo is not None:
-        memo[fn] = how
-    if how == "inline":
-        fn(rest, *args)
-        return
-    _run_shared(fn, rest, args, how, None, writes, free)
-
-
-def _run_shared(fn: Callable[..., Any], items: list, args: tuple, how: str, memo: dict | None, writes: bool, free: bool) -> None:
-    """``fn`` over ``items`` on this thread and pool threads ("codec" or "io", see
-    ``_threads_for``); with ``memo``, this thread's first batch is timed to update it."""
-    waiting = how == "io"
-    workers = min(IO_READS_IN_FLIGHT if waiting else codec_pool_size(), len(items))
-    pool = io_pool() if waiting else codec_pool()
-    feed = _Feed(items, workers)
-    futures = [pool.submit(feed.drain, fn, *args) for _ in range(workers - 1)]
-    try:
-        if memo is not None and (first := feed.take()):
-            started, cpu = time.perf_counter(), time.thread_time()
-            fn(first, *args)
-            took = (time.perf_counter() - started) / len(first)
-            waited = took - (time.thread_time() - cpu) / len(first)
-            memo[fn] = now = _threads_for(took, waited, len(items) - 1, writes, free)
-            if now == "io" and not waiting:  # the data went cold since: more reads in flight
-                futures += [io_pool().submit(feed.drain, fn, *args) for _ in range(IO_READS_IN_FLIGHT - workers)]
-        feed.drain(fn, *args)
-    finally:
-        # a helper that has not started has nothing left to do: cancelled, it cannot keep
-        # this thread waiting for a free pool thread (a busy pool of such waiters would hang)
-        for f in futures:
-            f.cancel()
-        # waits for the running ones: none writes into ``out`` later
-        errors = [f.exception() for f in futures if not f.cancelled()]
-    for e in errors:
-        if e is not None:
-            raise e
 
 
 async def _spread(fn: Callable[..., list], items: list, *args: Any, light: bool = False) -> list:
@@ -500,10 +366,10 @@ def write_from_now(layout: ChunkLayout, projections: Iterable[ChunkProjection], 
         # keeps both cores in the kernel's page-cache writes; eight threads (as the Python
         # path wants, to hide its GIL hand-offs) only contend (measured on 512^3 raw N5:
         # ~1000 MB/s on 2 threads, ~850 on 8); a first block that waits on the disk still
-        # gets the I/O threads (``_threads_for``)
-        _share_now(_native_encode_write, items, native, layout, value, read, write, free=True)
+        # gets the I/O threads (``threads.threads_for``)
+        share_now(_native_encode_write, items, native, layout, value, read, write, free=True)
     else:
-        _share_now(_encode_write, items, layout, value, read, write, writes=True)
+        share_now(_encode_write, items, layout, value, read, write, writes=True)
     return True
 
 

@@ -81,7 +81,7 @@ class ChunkLayout:
     #: chosen by hash, as in sharded precomputed); overrides ``write_ratio``
     write_unit_of: Callable[[tuple[int, ...]], tuple[int, ...]] | None = None
     _specs: dict[tuple[int, ...], ChunkSpec] = field(default_factory=dict, repr=False)
-    #: how the last blocking reads ran their chunks (``core/io.py`` ``_share_now``)
+    #: how the last blocking reads ran their chunks (``core/threads.py`` ``share_now``)
     threads_memo: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
