@@ -28,6 +28,7 @@ __all__ = [
     "parse_named_config",
     "expansion_bound",
     "scratch_buffer",
+    "decode_to_scratch",
 ]
 
 CodecKind = Literal["array_array", "array_bytes", "bytes_bytes"]
@@ -48,6 +49,14 @@ def scratch_buffer(nbytes: int) -> np.ndarray:
     if buf is None or buf.nbytes < nbytes:
         buf = _scratch.buf = np.empty(nbytes, np.uint8)
     return buf[:nbytes]
+
+
+def decode_to_scratch(codec: BytesBytesCodec, data: bytes | memoryview, spec: ChunkSpec, nbytes: int) -> np.ndarray | None:
+    """``codec``'s decoding of ``data`` in this thread's ``scratch_buffer`` when it is exactly
+    ``nbytes`` long and the codec decodes in place; None otherwise (the caller then uses
+    ``decode``, which also words any error)."""
+    buf = scratch_buffer(nbytes)
+    return buf if codec.decode_to(data, spec, buf) else None
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from . import gzip as _gzip  # noqa: F401
 from . import lz4 as _lz4  # noqa: F401
 from . import xz as _xz  # noqa: F401
 from . import zstd as _zstd  # noqa: F401
-from .base import ArrayBytesCodec, BytesBytesCodec, ChunkSpec, N5Compression, scratch_buffer
+from .base import ArrayBytesCodec, BytesBytesCodec, ChunkSpec, N5Compression, decode_to_scratch
 from .registry import get_codec_class, register_codec
 
 __all__ = [
@@ -289,8 +289,8 @@ class N5BlockCodec(ArrayBytesCodec):
         ):
             return self.decode(data, spec)
         stored = self._dtype.newbyteorder(">")
-        buf = scratch_buffer(full[0].num_elements * stored.itemsize)
-        if not self.compression.decode_to(memoryview(data)[full[0].offset :], spec, buf):
+        buf = decode_to_scratch(self.compression, memoryview(data)[full[0].offset :], spec, full[0].num_elements * stored.itemsize)
+        if buf is None:
             return self.decode(data, spec)  # several gzip members, corrupt data: worded there
         return buf.view(stored).reshape(spec.shape)
 

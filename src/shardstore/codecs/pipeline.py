@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import CodecError, MetadataError
-from .base import ArrayArrayCodec, ArrayBytesCodec, BytesBytesCodec, ChunkSpec, Codec, scratch_buffer
+from .base import ArrayArrayCodec, ArrayBytesCodec, BytesBytesCodec, ChunkSpec, Codec, decode_to_scratch
 from .registry import codec_from_config
 
 __all__ = ["CodecPipeline"]
@@ -188,11 +188,8 @@ class CodecPipeline:
 
     def _decode_to_scratch(self, data: bytes, ab_spec: ChunkSpec, codec: BytesBytesCodec, limit: int) -> Any:
         size = self.array_bytes.encoded_size(ab_spec)
-        if size is not None:
-            buf = scratch_buffer(size)
-            if codec.decode_to(data, ab_spec, buf):
-                return buf
-        return codec.decode(data, ab_spec, limit)
+        buf = None if size is None else decode_to_scratch(codec, data, ab_spec, size)
+        return codec.decode(data, ab_spec, limit) if buf is None else buf
 
     def decode_transient(self, data: bytes, spec: ChunkSpec) -> np.ndarray:
         """``decode`` for callers that copy the result out at once (see

@@ -195,16 +195,17 @@ def read_into_now(
     strict = strict or layout.missing_chunks == "error"
     native = raw_reader(layout, out)
     if native is not None:
-        share_now(_native_scatter, items, native, layout, out, read, strict, free=True, memo=layout.threads_memo)
+        share_now(_native_then, items, native, _read_scatter, layout, out, read, strict, free=True, memo=layout.threads_memo)
     else:
         share_now(_read_scatter, items, layout, out, read, strict, memo=layout.threads_memo)
     return True
 
 
-def _native_scatter(batch: list[tuple[ChunkProjection, str]], native: Callable, *args: Any) -> list:
-    """``_read_scatter`` for the chunks the native reader leaves (see ``core/rawread.py``)."""
+def _native_then(batch: list[tuple[ChunkProjection, str]], native: Callable, generic: Callable, *args: Any) -> Any:
+    """``native(batch)`` (``core/rawread.py``, ``core/rawwrite.py``), then ``generic(rest,
+    *args)`` for the chunks it leaves."""
     rest = native(batch)
-    return _read_scatter(rest, *args) if rest else []
+    return generic(rest, *args) if rest else []
 
 
 async def _spread(fn: Callable[..., list], items: list, *args: Any, light: bool = False) -> list:
@@ -367,16 +368,10 @@ def write_from_now(layout: ChunkLayout, projections: Iterable[ChunkProjection], 
         # path wants, to hide its GIL hand-offs) only contend (measured on 512^3 raw N5:
         # ~1000 MB/s on 2 threads, ~850 on 8); a first block that waits on the disk still
         # gets the I/O threads (``threads.threads_for``)
-        share_now(_native_encode_write, items, native, layout, value, read, write, free=True)
+        share_now(_native_then, items, native, _encode_write, layout, value, read, write, free=True)
     else:
         share_now(_encode_write, items, layout, value, read, write, writes=True)
     return True
-
-
-def _native_encode_write(batch: list[tuple[ChunkProjection, str]], native: Callable, *args: Any) -> list:
-    """``_encode_write`` for the chunks the native writer leaves (see ``core/rawwrite.py``)."""
-    rest = native(batch)
-    return _encode_write(rest, *args) if rest else []
 
 
 #: one lock per write unit, shared by every write through one array handle
