@@ -13,7 +13,9 @@ origins, 256 reads of 100^3 boxes at random origins. Timings are the best of ``-
 (default 3, the write included); the libraries take turns at every repetition of every phase
 (``_common.bench_volumes``), so that a slow spell of the shared machine hits them alike.
 The ratio column divides shardstore's figure by the best of tensorstore and z5py in the run
-(> 1 is better for MB/s and reads/s; < 1 is better for size and RSS).
+(> 1 is better for MB/s and reads/s; < 1 is better for size and RSS). The median ratio
+does the same with each library's median repetition: best-of-N favours a library whose
+repetitions scatter widely, and the two columns together show when a ratio is a coin flip.
 
 Usage: python benchmarks/bench_n5.py [--quick] [--libs shardstore,tensorstore,z5py]
        [--variants raw,gzip] [--size 512] [--reads 256] [--repeat N] [--out-dir DIR]
@@ -228,10 +230,14 @@ def main(argv: list[str] | None = None) -> None:
                 if "shardstore" in values and best:
                     values["best other"] = best
                     values["ratio"] = values["shardstore"] / best
+                    medians = {n: results[variant][n].get(f"{key}_median") for n in args.libs}
+                    if None not in medians.values() and (best_median := best_other(medians, higher)):
+                        values["median ratio"] = medians["shardstore"] / best_median
                 rows.append((label, values))
             title = (f"\nN5, {args.size}^3 uint8, block {BLOCK}^3, compression "
-                     f"{json.dumps(COMPRESSIONS[variant])} (ratio = shardstore / best of the others)")
-            print(format_table(title, rows, [*args.libs, "best other", "ratio"]), flush=True)
+                     f"{json.dumps(COMPRESSIONS[variant])} (ratio = shardstore / best of the others, "
+                     f"best repetitions; median ratio: the same of the median repetitions)")
+            print(format_table(title, rows, [*args.libs, "best other", "ratio", "median ratio"]), flush=True)
     finally:
         if not args.keep:
             npy.unlink(missing_ok=True)
