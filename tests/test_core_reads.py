@@ -4,6 +4,7 @@ exactly what NumPy gives, and errors must still name the chunk."""
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from pathlib import Path
@@ -138,17 +139,23 @@ def test_async_reads_of_local_arrays_take_the_same_path(tmp_path: Path) -> None:
         np.testing.assert_array_equal(got, vol[sel])
 
 
+_HASHED = bytes(16 << 10)
+
+
 def _busy(seconds: float) -> None:
-    end = time.thread_time() + seconds  # on the CPU the whole time: not a disk wait
+    """On the CPU the whole time (not a disk wait) and, like a C codec, mostly without the
+    GIL: hashlib hashes buffers this size with the GIL released."""
+    end = time.thread_time() + seconds
     while time.thread_time() < end:
-        pass
+        hashlib.sha256(_HASHED)
 
 
 @pytest.mark.parametrize(
     "n, work, expect",
     [
-        (10, "cpu", "here"),  # ~3 ms in all: threads would cost more than they gain
-        (60, "cpu", "pool"),  # ~18 ms: the codec pool helps
+        (3, "cpu", "here"),  # ~1 ms in all: a hand-off would cost more than it gains
+        (10, "cpu", "pool"),  # ~3 ms: the codec pool helps (a gzip read of ~8 blocks)
+        (60, "cpu", "pool"),
         (10, "wait", "pool"),  # a cold disk: reads in flight overlap even for a few items
     ],
 )
@@ -166,6 +173,20 @@ def test_share_now_threads_only_when_it_pays(n: int, work: str, expect: str) -> 
 
     threads.share_now(fn, list(range(n)))
     assert (seen == {here}) == (expect == "here")
+
+
+@pytest.mark.parametrize(
+    "took, n_rest, expect",
+    [
+        (0.6e-3, 7, "codec"),  # a 64^3 gzip read: 8 blocks of ~0.6 ms (1.6x faster on two threads)
+        (0.25e-3, 7, "codec"),  # zstd blocks of ~0.25 ms: 1.4x
+        (0.3e-3, 2, "inline"),  # 0.6 ms left: not worth waking a thread
+        (0.1e-3, 200, "inline"),  # memcpy-sized items: the hand-offs cost more than the copies
+        (3e-3, 1, "inline"),  # one item left: nothing to share
+    ],
+)
+def test_threads_for_cpu_items(took: float, n_rest: int, expect: str) -> None:
+    assert threads.threads_for(took, 0.0, n_rest, writes=False, free=False) == expect
 
 
 def test_feed_hands_out_shrinking_batches_each_item_once() -> None:

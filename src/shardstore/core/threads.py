@@ -21,9 +21,12 @@ __all__ = ["share_now", "Feed", "threads_for"]
 #: reads whose chunks take longer than this each (read + decode + copy) use the codec pool
 #: too in ``read_into_now``; cheaper ones stay on the calling thread
 THREAD_ITEM_SECONDS = 150e-6
-#: ... and only when the rest of them adds up to more than this (measured: the ~17 partial
-#: chunks of a 100^3 read, ~250 us each, ran at 0.7x on two threads)
-THREAD_WORK_SECONDS = 8e-3
+#: ... and only when the rest of them adds up to more than this. It was 8 ms (in session 4 the
+#: ~17 partial chunks of a 100^3 read, ~250 us each, ran at 0.7x on two threads), which kept
+#: reads of a few slow chunks on one thread: measured since (N5, 64^3 blocks, unaligned reads,
+#: median ms per read, 8 ms -> 1 ms): gzip 64^3 4.7 -> 2.9, 100^3 5.9 -> 4.4; zstd 64^3
+#: 1.9 -> 1.3, 100^3 3.2 -> 1.9; reads of cheaper chunks (raw, blosc) unchanged
+THREAD_WORK_SECONDS = 1e-3
 #: an item that waits longer than this (a disk read) makes ``read_into_now`` use ``IO_READS_IN_FLIGHT``
 #: threads; a cold 256 KiB file read on this VM waits well under 1 ms, so with 1 ms cold N5 reads
 #: stayed on two threads (measured: 410 -> 620 MB/s, tensorstore 650)
