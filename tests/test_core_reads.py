@@ -151,15 +151,16 @@ def _busy(seconds: float) -> None:
 
 
 @pytest.mark.parametrize(
-    "n, work, expect",
+    "n, work, slow, expect",
     [
-        (3, "cpu", "here"),  # ~1 ms in all: a hand-off would cost more than it gains
-        (10, "cpu", "pool"),  # ~3 ms: the codec pool helps (a gzip read of ~8 blocks)
-        (60, "cpu", "pool"),
-        (10, "wait", "pool"),  # a cold disk: reads in flight overlap even for a few items
+        (10, "cpu", False, "here"),  # ~3 ms in all: threads would cost more in GIL hand-offs
+        (60, "cpu", False, "pool"),  # ~18 ms: the codec pool helps
+        (3, "cpu", True, "here"),  # a slow decoder, ~1 ms in all: a hand-off costs more
+        (10, "cpu", True, "pool"),  # a slow decoder, ~3 ms (a gzip read of ~8 blocks)
+        (10, "wait", False, "pool"),  # a cold disk: reads in flight overlap even for a few items
     ],
 )
-def test_share_now_threads_only_when_it_pays(n: int, work: str, expect: str) -> None:
+def test_share_now_threads_only_when_it_pays(n: int, work: str, slow: bool, expect: str) -> None:
     here = threading.current_thread()
     seen: set[threading.Thread] = set()
 
@@ -171,22 +172,53 @@ def test_share_now_threads_only_when_it_pays(n: int, work: str, expect: str) -> 
             else:
                 time.sleep(2e-3)
 
-    threads.share_now(fn, list(range(n)))
+    threads.share_now(fn, list(range(n)), slow=slow)
     assert (seen == {here}) == (expect == "here")
 
 
 @pytest.mark.parametrize(
-    "took, n_rest, expect",
+    "took, n_rest, slow, expect",
     [
-        (0.6e-3, 7, "codec"),  # a 64^3 gzip read: 8 blocks of ~0.6 ms (1.6x faster on two threads)
-        (0.25e-3, 7, "codec"),  # zstd blocks of ~0.25 ms: 1.4x
-        (0.3e-3, 2, "inline"),  # 0.6 ms left: not worth waking a thread
-        (0.1e-3, 200, "inline"),  # memcpy-sized items: the hand-offs cost more than the copies
-        (3e-3, 1, "inline"),  # one item left: nothing to share
+        (0.6e-3, 7, True, "codec"),  # a 64^3 gzip read: 8 blocks of ~0.6 ms (1.6x faster on two threads)
+        (0.25e-3, 7, True, "codec"),  # zstd blocks of ~0.25 ms: 1.4x
+        (0.25e-3, 16, False, "inline"),  # chunks of syscalls and copies (Zarr v3 blosc): 0.9x on two
+        (0.3e-3, 40, False, "codec"),  # ... unless there are many
+        (0.3e-3, 2, True, "inline"),  # 0.6 ms left: not worth waking a thread
+        (0.1e-3, 200, True, "inline"),  # memcpy-sized items: the hand-offs cost more than the copies
+        (3e-3, 1, True, "inline"),  # one item left: nothing to share
     ],
 )
-def test_threads_for_cpu_items(took: float, n_rest: int, expect: str) -> None:
-    assert threads.threads_for(took, 0.0, n_rest, writes=False, free=False) == expect
+def test_threads_for_cpu_items(took: float, n_rest: int, slow: bool, expect: str) -> None:
+    assert threads.threads_for(took, 0.0, n_rest, writes=False, free=False, slow=slow) == expect
+
+
+@pytest.mark.parametrize(
+    "compression, slow",
+    [
+        ({"type": "gzip", "level": 1}, True),
+        ({"type": "zstd", "level": 1}, True),
+        ({"type": "bzip2", "blockSize": 9}, True),
+        ({"type": "xz", "preset": 1}, True),
+        ({"type": "raw"}, False),
+        ({"type": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1, "blocksize": 0}, False),
+        ({"type": "lz4", "blockSize": 65536}, False),
+    ],
+)
+def test_slow_decoders_are_known_to_the_core(tmp_path: Path, compression: dict, slow: bool) -> None:
+    """N5 (the codec inside the block codec) and Zarr v3 (inner chunks of a shard) alike."""
+    a = shardstore.n5.create(str(tmp_path / "c.n5"), "d", shape=(8, 8), dtype="uint8", block_size=(4, 4), compression=compression)
+    assert a.driver.layout.pipeline.slow_decode is slow
+    if compression["type"] in ("gzip", "zstd"):
+        z = shardstore.zarr3.create(
+            str(tmp_path / "z.zarr"), shape=(8, 8), dtype="uint8", chunks=(4, 4), shards=(8, 8),
+            codecs=[{"name": "bytes"}, {"name": compression["type"], "configuration": {"level": 1}}],
+        )
+        assert z.driver.layout.pipeline.slow_decode
+    blosc = {"name": "blosc", "configuration": {"cname": "lz4", "clevel": 5, "shuffle": "shuffle", "typesize": 1, "blocksize": 0}}
+    b = shardstore.zarr3.create(
+        str(tmp_path / "b.zarr"), shape=(8, 8), dtype="uint8", chunks=(4, 4), shards=(8, 8), codecs=[{"name": "bytes"}, blosc]
+    )
+    assert not b.driver.layout.pipeline.slow_decode
 
 
 def test_feed_hands_out_shrinking_batches_each_item_once() -> None:

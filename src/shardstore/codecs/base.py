@@ -120,6 +120,10 @@ class Codec(abc.ABC):
     #: on the calling thread, because handing such work to threads costs more in GIL
     #: hand-offs than it saves (measured: 1.6x slower random reads of raw chunks)
     light: ClassVar[bool] = False
+    #: decoding is one long call without the GIL that costs far more than reading and copying
+    #: the chunk (gzip, zstd, bzip2, xz): the core then shares even a few such chunks among
+    #: threads (``core/threads.py`` ``SLOW_DECODE_WORK_SECONDS``)
+    slow_decode: ClassVar[bool] = False
     #: ``encode`` takes arrays in any memory layout (it lays them out itself, in one copy):
     #: the core then hands it a view of the user's data instead of a C-ordered copy first
     accepts_strided: ClassVar[bool] = False

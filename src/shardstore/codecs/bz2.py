@@ -54,6 +54,7 @@ class Bz2Codec(N5Compression, BytesBytesCodec):
     """``bzip2``: ``block_size`` 1-9 (x 100 kB; the compression level)."""
 
     name = "bzip2"
+    slow_decode = True
 
     def __init__(self, block_size: int = _DEFAULT_BLOCK_SIZE) -> None:
         if not isinstance(block_size, int) or isinstance(block_size, bool) or not 1 <= block_size <= 9:

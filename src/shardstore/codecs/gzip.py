@@ -101,6 +101,7 @@ class GzipCodec(N5Compression, BytesBytesCodec):
     """``gzip``: ``level`` 0 (stored) to 9 (smallest); ``use_zlib`` (N5 only): zlib framing."""
 
     name = "gzip"
+    slow_decode = True
 
     def __init__(self, level: int = _DEFAULT_LEVEL, use_zlib: bool = False) -> None:
         if not isinstance(level, int) or isinstance(level, bool) or not 0 <= level <= 9:

@@ -188,6 +188,10 @@ class N5BlockCodec(ArrayBytesCodec):
         bound._dtype = np.dtype(spec.dtype)
         return bound
 
+    @property
+    def slow_decode(self) -> bool:  # type: ignore[override]
+        return self.compression.slow_decode
+
     def raw_layout(self) -> tuple[bytes, np.dtype] | None:
         if not self._raw or self._full_header is None or self._dtype is None:
             return None

@@ -68,6 +68,11 @@ class CodecPipeline:
         """Whether every codec is light (see ``Codec.light``): decode inline, not in threads."""
         return all(c.light for c in self.codecs)
 
+    @property
+    def slow_decode(self) -> bool:
+        """Whether a codec's decode dominates a chunk read (see ``Codec.slow_decode``)."""
+        return any(c.slow_decode for c in self.codecs)
+
     def specs(self, spec: ChunkSpec) -> list[ChunkSpec]:
         """The spec each codec receives, for the array->array codecs and the array->bytes one."""
         out = []

@@ -56,6 +56,7 @@ class XzCodec(N5Compression, BytesBytesCodec):
     """``xz``: ``preset`` 0 (fast) to 9 (smallest), CRC64 check, as n5-java and z5 write."""
 
     name = "xz"
+    slow_decode = True
 
     def __init__(self, preset: int = _DEFAULT_PRESET) -> None:
         if not isinstance(preset, int) or isinstance(preset, bool) or not 0 <= preset <= 9:

@@ -116,6 +116,7 @@ class ZstdCodec(N5Compression, BytesBytesCodec):
     """``zstd``: ``level`` -131072..22 (0 = library default, 3), ``checksum`` (XXH64 in frame)."""
 
     name = "zstd"
+    slow_decode = True
 
     def __init__(self, level: int = 0, checksum: bool = False) -> None:
         if (

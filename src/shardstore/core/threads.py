@@ -21,12 +21,17 @@ __all__ = ["share_now", "Feed", "threads_for"]
 #: reads whose chunks take longer than this each (read + decode + copy) use the codec pool
 #: too in ``read_into_now``; cheaper ones stay on the calling thread
 THREAD_ITEM_SECONDS = 150e-6
-#: ... and only when the rest of them adds up to more than this. It was 8 ms (in session 4 the
-#: ~17 partial chunks of a 100^3 read, ~250 us each, ran at 0.7x on two threads), which kept
-#: reads of a few slow chunks on one thread: measured since (N5, 64^3 blocks, unaligned reads,
-#: median ms per read, 8 ms -> 1 ms): gzip 64^3 4.7 -> 2.9, 100^3 5.9 -> 4.4; zstd 64^3
-#: 1.9 -> 1.3, 100^3 3.2 -> 1.9; reads of cheaper chunks (raw, blosc) unchanged
-THREAD_WORK_SECONDS = 1e-3
+#: ... and only when the rest of them adds up to more than this: chunks whose time goes to
+#: many short calls (file syscalls, copies, a fast decoder) hand the GIL back and forth, and
+#: a second thread gains only on large reads (measured: the ~17 partial chunks of a 100^3
+#: read, ~250 us each, ran at 0.7x on two threads; sharded Zarr v3 blosc-lz4 100^3 reads,
+#: 2.1 ms on one thread, took 2.4 ms on two)
+THREAD_WORK_SECONDS = 8e-3
+#: ... or this, when the decode is one long call without the GIL (``Codec.slow_decode``:
+#: gzip, zstd, ...): measured (N5, 64^3 blocks, median ms per unaligned read, 8 ms -> 1 ms):
+#: gzip 64^3 4.7 -> 2.9, 100^3 5.9 -> 4.4; zstd 64^3 1.9 -> 1.3, 100^3 3.2 -> 1.9; sharded
+#: Zarr v3 zstd 100^3 6.1 -> 5.5
+SLOW_DECODE_WORK_SECONDS = 1e-3
 #: an item that waits longer than this (a disk read) makes ``read_into_now`` use ``IO_READS_IN_FLIGHT``
 #: threads; a cold 256 KiB file read on this VM waits well under 1 ms, so with 1 ms cold N5 reads
 #: stayed on two threads (measured: 410 -> 620 MB/s, tensorstore 650)
@@ -69,10 +74,11 @@ class Feed:
             raise
 
 
-def threads_for(took: float, waited: float, n_rest: int, writes: bool, free: bool) -> str:
+def threads_for(took: float, waited: float, n_rest: int, writes: bool, free: bool, slow: bool = False) -> str:
     """How to run ``n_rest`` more items like one that took ``took`` seconds, ``waited`` of
     them off the CPU: "inline" (this thread alone), "codec" (one thread per core) or "io"
-    (``IO_READS_IN_FLIGHT`` threads)."""
+    (``IO_READS_IN_FLIGHT`` threads). ``slow``: the items are mostly a slow decode without
+    the GIL (``SLOW_DECODE_WORK_SECONDS``)."""
     # an item that spent long enough off the CPU to be a disk read (a cold cache) is mostly
     # waiting: more reads in flight then overlap on the device, as tensorstore's file I/O
     # threads do; a slow decoder (gzip) instead gets one thread per core, if there is enough
@@ -82,7 +88,8 @@ def threads_for(took: float, waited: float, n_rest: int, writes: bool, free: boo
     if free and not waiting:
         inline = took * n_rest < FREE_THREAD_WORK_SECONDS
     else:
-        inline = took < THREAD_ITEM_SECONDS or (not waiting and took * n_rest < THREAD_WORK_SECONDS)
+        work = SLOW_DECODE_WORK_SECONDS if slow else THREAD_WORK_SECONDS
+        inline = took < THREAD_ITEM_SECONDS or (not waiting and took * n_rest < work)
     if inline or n_rest < 2:
         return "inline"
     return "io" if waiting else "codec"
@@ -94,6 +101,7 @@ def share_now(
     *args: Any,
     writes: bool = False,
     free: bool = False,
+    slow: bool = False,
     memo: dict | None = None,
 ) -> None:
     """``fn(batch, *args)`` over ``items`` on this thread and, when items are slow enough to be
@@ -102,7 +110,9 @@ def share_now(
     cost more than a memcpy-sized item. ``writes``: the items write files, which block on
     the file system more than the CPU shows (measured: 8 threads beat 2 on N5 writes).
     ``free``: ``fn`` holds the GIL only to start each batch (native reads): a second thread
-    pays off from ``FREE_THREAD_WORK_SECONDS`` of work on, as it would in C.
+    pays off from ``FREE_THREAD_WORK_SECONDS`` of work on, as it would in C. ``slow``: the
+    items are mostly a slow decode that runs without the GIL (``Codec.slow_decode``): a
+    second thread pays off from ``SLOW_DECODE_WORK_SECONDS`` on.
 
     ``memo`` (kept per array by the caller) remembers the choice: when the last call chose
     the codec threads, they start at once and the first item is timed while they work (for
@@ -111,25 +121,27 @@ def share_now(
     if len(items) <= 1:
         fn(items, *args)
         return
+    kinds = (writes, free, slow)
     if memo is not None and memo.get(fn) == "codec" and len(items) > 2:
-        run_shared(fn, items, args, "codec", memo, writes, free)
+        run_shared(fn, items, args, "codec", memo, kinds)
         return
     started, cpu = time.perf_counter(), time.thread_time()
     fn(items[:1], *args)
     rest = items[1:]
     took = time.perf_counter() - started
-    how = threads_for(took, took - (time.thread_time() - cpu), len(rest), writes, free)
+    how = threads_for(took, took - (time.thread_time() - cpu), len(rest), *kinds)
     if memo is not None:
         memo[fn] = how
     if how == "inline":
         fn(rest, *args)
         return
-    run_shared(fn, rest, args, how, None, writes, free)
+    run_shared(fn, rest, args, how, None, kinds)
 
 
-def run_shared(fn: Callable[..., Any], items: list, args: tuple, how: str, memo: dict | None, writes: bool, free: bool) -> None:
+def run_shared(fn: Callable[..., Any], items: list, args: tuple, how: str, memo: dict | None, kinds: tuple[bool, bool, bool]) -> None:
     """``fn`` over ``items`` on this thread and pool threads ("codec" or "io", see
-    ``threads_for``); with ``memo``, this thread's first batch is timed to update it."""
+    ``threads_for``); with ``memo``, this thread's first batch is timed to update it.
+    ``kinds``: ``(writes, free, slow)`` as given to ``share_now``."""
     waiting = how == "io"
     workers = min(IO_READS_IN_FLIGHT if waiting else codec_pool_size(), len(items))
     pool = io_pool() if waiting else codec_pool()
@@ -141,7 +153,7 @@ def run_shared(fn: Callable[..., Any], items: list, args: tuple, how: str, memo:
             fn(first, *args)
             took = (time.perf_counter() - started) / len(first)
             waited = took - (time.thread_time() - cpu) / len(first)
-            memo[fn] = now = threads_for(took, waited, len(items) - 1, writes, free)
+            memo[fn] = now = threads_for(took, waited, len(items) - 1, *kinds)
             if now == "io" and not waiting:  # the data went cold since: more reads in flight
                 futures += [io_pool().submit(feed.drain, fn, *args) for _ in range(IO_READS_IN_FLIGHT - workers)]
         feed.drain(fn, *args)
