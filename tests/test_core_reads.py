@@ -192,6 +192,17 @@ def test_threads_for_cpu_items(took: float, n_rest: int, slow: bool, expect: str
     assert threads.threads_for(took, 0.0, n_rest, writes=False, free=False, slow=slow) == expect
 
 
+def test_precomputed_jpeg_is_a_slow_decoder_and_raw_is_not(tmp_path: Path) -> None:
+    for encoding, slow in (("jpeg", True), ("raw", False), ("compressed_segmentation", False)):
+        scale = {"key": "s0", "size": [8, 8, 8], "resolution": [1, 1, 1], "voxel_offset": [0, 0, 0],
+                 "chunk_sizes": [[8, 8, 8]], "encoding": encoding}
+        dtype = "uint64" if encoding == "compressed_segmentation" else "uint8"
+        if encoding == "compressed_segmentation":
+            scale["compressed_segmentation_block_size"] = [8, 8, 8]
+        a = shardstore.precomputed.create(str(tmp_path / encoding), data_type=dtype, scales=[scale])
+        assert a.driver.layout.pipeline.slow_decode is slow, encoding
+
+
 @pytest.mark.parametrize(
     "compression, slow",
     [

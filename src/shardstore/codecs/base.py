@@ -121,7 +121,7 @@ class Codec(abc.ABC):
     #: hand-offs than it saves (measured: 1.6x slower random reads of raw chunks)
     light: ClassVar[bool] = False
     #: decoding is one long call without the GIL that costs far more than reading and copying
-    #: the chunk (gzip, zstd, bzip2, xz): the core then shares even a few such chunks among
+    #: the chunk (gzip, zstd, bzip2, xz, jpeg): the core then shares even a few such chunks among
     #: threads (``core/threads.py`` ``SLOW_DECODE_WORK_SECONDS``)
     slow_decode: ClassVar[bool] = False
     #: ``encode`` takes arrays in any memory layout (it lays them out itself, in one copy):

@@ -61,6 +61,9 @@ class JpegCodec(ArrayBytesCodec):
     """``jpeg``: ``quality`` 1-100 (writer option; tensorstore's default is 75)."""
 
     name = "jpeg"
+    # libjpeg-turbo decodes without the GIL: 64^3 / 100^3 reads of a 64^3-chunk volume took
+    # 3.2 / 4.8 ms on one thread, 2.2 / 3.2 ms sharing their chunks with a second one
+    slow_decode = True
 
     def __init__(self, quality: int = 75) -> None:
         if not isinstance(quality, int) or isinstance(quality, bool) or not 1 <= quality <= 100:
