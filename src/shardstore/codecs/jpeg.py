@@ -62,7 +62,7 @@ class JpegCodec(ArrayBytesCodec):
 
     name = "jpeg"
     # libjpeg-turbo decodes without the GIL: 64^3 / 100^3 reads of a 64^3-chunk volume took
-    # 3.2 / 4.8 ms on one thread, 2.2 / 3.2 ms sharing their chunks with a second one
+    # 3.2 / 5.1 ms on one thread, 2.4 / 4.0 ms sharing their chunks with a second one
     slow_decode = True
 
     def __init__(self, quality: int = 75) -> None:
