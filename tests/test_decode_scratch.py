@@ -27,9 +27,12 @@ from shardstore.errors import CodecError
 
 
 class DecodeToSpy:
-    """Counts ``GzipCodec.decode_to`` calls that decoded in place and those that declined."""
+    """Counts ``GzipCodec.decode_to`` calls that decoded in place and those that declined.
+    Switches the native reader off: it takes N5 gzip blocks in local files before this path
+    sees them (``tests/test_native_read.py``), and this path serves every other store."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv("SHARDSTORE_NATIVE", "0")
         self.done = self.declined = 0
         real = gzip_codec.GzipCodec.decode_to
         lock = threading.Lock()

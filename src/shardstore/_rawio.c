@@ -14,6 +14,13 @@
  * another size, another header, an I/O error) is reported back, not raised: the caller's
  * Python path then reads that chunk and words any error. Nothing of ``out`` is written for a
  * chunk that is not reported OK.
+ *
+ * With ``inflate``, the payload after the header is instead one gzip or zlib stream (N5 gzip
+ * blocks), inflated by libdeflate into a buffer of the chunk's size and copied out from there.
+ * libdeflate comes from the process (the copy imagecodecs ships, found by Python: see
+ * ``set_libdeflate``), so building this module needs no libdeflate headers; its API is a few
+ * plain C functions, declared below. Only streams that fill the chunk exactly and end at the
+ * file's end are taken, and their CRC is checked; anything else is reported as not read.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -31,6 +38,14 @@
 #define AHEAD 4 /* files opened (and their reads started) ahead of the one being copied */
 
 enum { ST_OK = 0, ST_MISSING = 1, ST_FALLBACK = 2 };
+
+/* libdeflate's decompression API (libdeflate.h, stable since 1.0; the _ex forms since 1.5) */
+typedef void *(*ld_alloc_t)(void);
+typedef void (*ld_free_t)(void *);
+typedef int (*ld_decompress_ex_t)(void *, const void *, size_t, void *, size_t, size_t *, size_t *);
+static ld_alloc_t ld_alloc;
+static ld_free_t ld_free;
+static ld_decompress_ex_t ld_gzip, ld_zlib;
 
 typedef struct {
     PyObject *path; /* bytes (file system encoding), owned */
@@ -69,9 +84,18 @@ typedef struct {
     int swap;
     const char *header;
     Py_ssize_t header_len;
-    Py_ssize_t file_size;
+    Py_ssize_t file_size; /* raw: every full chunk file's size; inflate: the largest taken */
+    Py_ssize_t chunk_nbytes;
+    int inflate;
     char *out;
 } plan_t;
+
+/* What one call of read_boxes owns for inflating: the decompressor and the file buffer. */
+typedef struct {
+    void *d;
+    char *in;
+    size_t cap;
+} inflater_t;
 
 /* The element range [first, last) of the chunk a job reads; false when it reads nothing. */
 static int job_span(const plan_t *pl, const job_t *job, Py_ssize_t *first, Py_ssize_t *last) {
@@ -93,13 +117,37 @@ static int open_ahead(const plan_t *pl, const job_t *job) {
     int fd = open(PyBytes_AS_STRING(job->path), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return -errno;
 #ifdef POSIX_FADV_WILLNEED
-    posix_fadvise(fd, first == 0 ? 0 : (off_t)(pl->header_len + first * pl->itemsize),
-                  (off_t)(pl->header_len + last * pl->itemsize), POSIX_FADV_WILLNEED);
+    if (pl->inflate)
+        posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED); /* the whole stream */
+    else
+        posix_fadvise(fd, first == 0 ? 0 : (off_t)(pl->header_len + first * pl->itemsize),
+                      (off_t)(pl->header_len + last * pl->itemsize), POSIX_FADV_WILLNEED);
 #endif
     return fd;
 }
 
-static int run_job(const plan_t *pl, const job_t *job, int fd, char *scratch, char *hbuf) {
+/* Read a whole compressed chunk file and inflate its payload into ``scratch`` (the chunk's
+ * elements): ST_OK only for a stream that decodes to exactly the chunk's bytes, CRC checked,
+ * and ends where the file does (several members, padding, damage: the Python path). */
+static int inflate_file(const plan_t *pl, inflater_t *inf, int fd, Py_ssize_t size, char *scratch) {
+    if (size <= pl->header_len || size > pl->file_size) return ST_FALLBACK;
+    if ((size_t)size > inf->cap) {
+        char *grown = PyMem_RawRealloc(inf->in, (size_t)size);
+        if (!grown) return ST_FALLBACK;
+        inf->in = grown;
+        inf->cap = (size_t)size;
+    }
+    if (read_full(fd, inf->in, (size_t)size, 0) != 0 || memcmp(inf->in, pl->header, (size_t)pl->header_len) != 0)
+        return ST_FALLBACK;
+    const unsigned char *z = (const unsigned char *)inf->in + pl->header_len;
+    size_t zlen = (size_t)(size - pl->header_len), used = 0, got = 0;
+    size_t nbytes = (size_t)pl->chunk_nbytes;
+    ld_decompress_ex_t fn = (zlen >= 2 && z[0] == 0x1f && z[1] == 0x8b) ? ld_gzip : ld_zlib;
+    if (fn(inf->d, z, zlen, scratch, nbytes, &used, &got) != 0 || got != nbytes || used != zlen) return ST_FALLBACK;
+    return ST_OK;
+}
+
+static int run_job(const plan_t *pl, inflater_t *inf, const job_t *job, int fd, char *scratch, char *hbuf) {
     int nd = pl->ndim;
     Py_ssize_t first, last;
     if (fd == NOTHING_TO_READ || !job_span(pl, job, &first, &last)) return ST_OK; /* nothing to copy */
@@ -111,6 +159,9 @@ static int run_job(const plan_t *pl, const job_t *job, int fd, char *scratch, ch
         status = ST_FALLBACK;
     } else if (!S_ISREG(st.st_mode)) {
         status = ST_MISSING; /* as the Python reader: a directory is no chunk */
+    } else if (pl->inflate) {
+        status = inflate_file(pl, inf, fd, (Py_ssize_t)st.st_size, scratch);
+        first = 0; /* the payload is the whole chunk */
     } else if (st.st_size != pl->file_size) {
         status = ST_FALLBACK; /* an edge block, a varlength block, a damaged file */
     } else if (first == 0) {
@@ -170,15 +221,23 @@ PyDoc_STRVAR(read_boxes_doc,
 "``header``: the bytes every full chunk file starts with; the payload follows. ``jobs``: a\n"
 "list of ``(path, box)`` with ``box`` = (start, step, count, out_start) for each chunk\n"
 "dimension, flattened. Returns one status byte per job: 0 done, 1 no such file, 2 not read\n"
-"(another size or header, an I/O error): read that chunk another way.");
+"(another size or header, an I/O error): read that chunk another way. ``inflate``: the payload\n"
+"is a gzip or zlib stream (needs ``set_libdeflate``).");
 
 static PyObject *read_boxes(PyObject *self, PyObject *args) {
     PyObject *out_obj, *shape_obj, *dims_obj, *jobs_obj;
     Py_buffer header, view;
     Py_ssize_t itemsize;
-    int swap;
-    if (!PyArg_ParseTuple(args, "OOOy*npO", &out_obj, &shape_obj, &dims_obj, &header, &itemsize, &swap, &jobs_obj))
+    int swap, inflate = 0;
+    if (!PyArg_ParseTuple(args, "OOOy*npO|p", &out_obj, &shape_obj, &dims_obj, &header, &itemsize, &swap, &jobs_obj,
+                          &inflate))
         return NULL;
+    if (inflate && !ld_gzip) {
+        PyBuffer_Release(&header);
+        PyErr_SetString(PyExc_RuntimeError, "inflate needs set_libdeflate first");
+        return NULL;
+    }
+    inflater_t inf = {NULL, NULL, 0};
     plan_t pl;
     job_t *jobs = NULL;
     Py_ssize_t njobs = 0, parsed = 0;
@@ -229,7 +288,11 @@ static PyObject *read_boxes(PyObject *self, PyObject *args) {
         pl.chunk_strides[d] = s;
         s *= pl.chunk_shape[d];
     }
-    pl.file_size = header.len + elements * itemsize;
+    pl.chunk_nbytes = elements * itemsize;
+    pl.inflate = inflate;
+    /* raw: the exact size; inflate: a bound past any sane stream for the chunk (deflate's
+     * stored blocks add 5 bytes per 64 KiB), so a huge file is never read into memory here */
+    pl.file_size = header.len + pl.chunk_nbytes + (inflate ? pl.chunk_nbytes / 8 + 4096 : 0);
 
     njobs = PySequence_Fast_GET_SIZE(jl);
     jobs = PyMem_Calloc(njobs ? (size_t)njobs : 1, sizeof(job_t));
@@ -268,7 +331,8 @@ static PyObject *read_boxes(PyObject *self, PyObject *args) {
     char *status = PyBytes_AS_STRING(result);
     scratch = PyMem_RawMalloc((size_t)(header.len + elements * itemsize));
     hbuf = PyMem_RawMalloc(header.len ? (size_t)header.len : 1);
-    if (!scratch || !hbuf) {
+    if (inflate) inf.d = ld_alloc();
+    if (!scratch || !hbuf || (inflate && !inf.d)) {
         Py_CLEAR(result);
         PyErr_NoMemory();
         goto done;
@@ -277,7 +341,7 @@ static PyObject *read_boxes(PyObject *self, PyObject *args) {
     int fds[AHEAD];
     for (Py_ssize_t i = 0; i < njobs && i < AHEAD; i++) fds[i] = open_ahead(&pl, &jobs[i]);
     for (Py_ssize_t i = 0; i < njobs; i++) {
-        status[i] = (char)run_job(&pl, &jobs[i], fds[i % AHEAD], scratch, hbuf);
+        status[i] = (char)run_job(&pl, &inf, &jobs[i], fds[i % AHEAD], scratch, hbuf);
         if (i + AHEAD < njobs) fds[i % AHEAD] = open_ahead(&pl, &jobs[i + AHEAD]);
     }
     Py_END_ALLOW_THREADS
@@ -289,6 +353,8 @@ done:
     }
     PyMem_RawFree(scratch);
     PyMem_RawFree(hbuf);
+    PyMem_RawFree(inf.in);
+    if (inf.d) ld_free(inf.d);
     Py_XDECREF(shape);
     Py_XDECREF(dims);
     Py_XDECREF(jl);
@@ -598,8 +664,28 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(set_libdeflate_doc,
+"set_libdeflate(alloc_decompressor, free_decompressor, gzip_decompress_ex, zlib_decompress_ex)\n\n"
+"The addresses of libdeflate's functions (from ctypes), for ``read_boxes(..., inflate=True)``.\n"
+"The library must stay loaded for the life of the process.");
+
+static PyObject *set_libdeflate(PyObject *self, PyObject *args) {
+    unsigned long long a, f, g, z;
+    if (!PyArg_ParseTuple(args, "KKKK", &a, &f, &g, &z)) return NULL;
+    if (!a || !f || !g || !z) {
+        PyErr_SetString(PyExc_ValueError, "null function address");
+        return NULL;
+    }
+    ld_alloc = (ld_alloc_t)(uintptr_t)a;
+    ld_free = (ld_free_t)(uintptr_t)f;
+    ld_zlib = (ld_decompress_ex_t)(uintptr_t)z;
+    ld_gzip = (ld_decompress_ex_t)(uintptr_t)g; /* last: read_boxes checks this one */
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"read_boxes", read_boxes, METH_VARARGS, read_boxes_doc},
+    {"set_libdeflate", set_libdeflate, METH_VARARGS, set_libdeflate_doc},
     {"write_boxes", write_boxes, METH_VARARGS, write_boxes_doc},
     {NULL, NULL, 0, NULL},
 };

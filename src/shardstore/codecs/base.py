@@ -234,6 +234,11 @@ class ArrayBytesCodec(Codec):
         another size, say) must still decode through ``decode``."""
         return None
 
+    def inflate_layout(self) -> tuple[bytes, np.dtype] | None:
+        """As ``raw_layout``, for chunks that are ``header`` followed by one gzip or zlib
+        stream of the elements in C order (N5 gzip blocks), else None."""
+        return None
+
     def encoded_size(self, spec: ChunkSpec) -> int | None:
         """Size of the encoding when it does not depend on the data, else None."""
         return None

@@ -197,6 +197,12 @@ class N5BlockCodec(ArrayBytesCodec):
             return None
         return self._full_header[1], self._dtype.newbyteorder(">")
 
+    def inflate_layout(self) -> tuple[bytes, np.dtype] | None:
+        # gzip blocks hold a gzip or a zlib stream (``useZlib``; readers take either)
+        if not isinstance(self.compression, _gzip.GzipCodec) or self._full_header is None or self._dtype is None:
+            return None
+        return self._full_header[1], self._dtype.newbyteorder(">")
+
     def validate(self, spec: ChunkSpec) -> None:
         dtype = np.dtype(spec.dtype)
         if dtype.kind not in "iuf" or dtype.fields is not None:

@@ -173,6 +173,13 @@ class CodecPipeline:
         return self.array_bytes.raw_layout()
 
     @functools.cached_property
+    def inflate_layout(self) -> tuple[bytes, np.dtype] | None:
+        """The lone array->bytes codec's ``inflate_layout`` (bound pipelines only), else None."""
+        if self.array_array or self.bytes_bytes:
+            return None
+        return self.array_bytes.inflate_layout()
+
+    @functools.cached_property
     def decodes_into(self) -> bool:
         """Whether ``decode_into`` can ever write a chunk straight into the caller's array."""
         return self._lone_override("decode_into")
