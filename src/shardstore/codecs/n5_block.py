@@ -192,16 +192,18 @@ class N5BlockCodec(ArrayBytesCodec):
     def slow_decode(self) -> bool:  # type: ignore[override]
         return self.compression.slow_decode
 
-    def raw_layout(self) -> tuple[bytes, np.dtype] | None:
-        if not self._raw or self._full_header is None or self._dtype is None:
+    def _full_block_layout(self, applies: bool) -> tuple[bytes, np.dtype] | None:
+        """``(full block header, big-endian dtype)`` of a bound codec when ``applies``."""
+        if not applies or self._full_header is None or self._dtype is None:
             return None
         return self._full_header[1], self._dtype.newbyteorder(">")
 
+    def raw_layout(self) -> tuple[bytes, np.dtype] | None:
+        return self._full_block_layout(self._raw)
+
     def inflate_layout(self) -> tuple[bytes, np.dtype] | None:
         # gzip blocks hold a gzip or a zlib stream (``useZlib``; readers take either)
-        if not isinstance(self.compression, _gzip.GzipCodec) or self._full_header is None or self._dtype is None:
-            return None
-        return self._full_header[1], self._dtype.newbyteorder(">")
+        return self._full_block_layout(isinstance(self.compression, _gzip.GzipCodec))
 
     def validate(self, spec: ChunkSpec) -> None:
         dtype = np.dtype(spec.dtype)

@@ -168,16 +168,12 @@ class CodecPipeline:
     @functools.cached_property
     def raw_layout(self) -> tuple[bytes, np.dtype] | None:
         """The lone array->bytes codec's ``raw_layout`` (bound pipelines only), else None."""
-        if self.array_array or self.bytes_bytes:
-            return None
-        return self.array_bytes.raw_layout()
+        return None if self.array_array or self.bytes_bytes else self.array_bytes.raw_layout()
 
     @functools.cached_property
     def inflate_layout(self) -> tuple[bytes, np.dtype] | None:
         """The lone array->bytes codec's ``inflate_layout`` (bound pipelines only), else None."""
-        if self.array_array or self.bytes_bytes:
-            return None
-        return self.array_bytes.inflate_layout()
+        return None if self.array_array or self.bytes_bytes else self.array_bytes.inflate_layout()
 
     @functools.cached_property
     def decodes_into(self) -> bool:
