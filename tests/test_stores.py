@@ -401,3 +401,47 @@ def test_local_temp_names_are_unique_across_threads() -> None:
     flat = [n for out in names for n in out]
     assert len(set(flat)) == len(flat) == 16000
     assert all(local_module._is_temp(n) for n in flat)
+
+
+@pytest.mark.parametrize("files", [5, 300])
+def test_local_delete_prefix_removes_large_trees_without_following_symlinks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: int) -> None:
+    """Trees of ``PARALLEL_UNLINK_FILES`` files or more are unlinked by several threads: every
+    file and directory goes, a symlinked directory is removed as a link, its target stays."""
+    store = LocalStore(tmp_path / "root")
+    run(store.set_many([(f"ds/{i % 7}/{i % 3}/{i}", b"x" * 10) for i in range(files)]))
+    run(store.set("keep/a", b"1"))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "f").write_bytes(b"precious")
+    os.symlink(outside, tmp_path / "root" / "ds" / "0" / "link")
+    threads_used: set[str] = set()
+    real = local_module._unlink_all
+
+    def spy(paths):
+        threads_used.add(threading.current_thread().name)
+        return real(paths)
+
+    monkeypatch.setattr(local_module, "_unlink_all", spy)
+    run(store.delete_prefix("ds/"))
+    assert not (tmp_path / "root" / "ds").exists()
+    assert (outside / "f").read_bytes() == b"precious"
+    assert run(store.get("keep/a")) == b"1"
+    assert (len(threads_used) > 1) == (files >= local_module.PARALLEL_UNLINK_FILES)
+
+
+def test_local_remove_tree_raises_after_every_batch_finished(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = LocalStore(tmp_path / "root")
+    run(store.set_many([(f"ds/{i}", b"x") for i in range(200)]))
+    real = local_module._unlink_all
+    done: list[int] = []
+
+    def failing(paths):
+        if any(p.endswith("/ds/0") for p in paths):
+            raise PermissionError("no")
+        real(paths)
+        done.append(len(paths))
+
+    monkeypatch.setattr(local_module, "_unlink_all", failing)
+    with pytest.raises(StoreError, match="ds/"):
+        run(store.delete_prefix("ds/"))
+    assert sum(done) == 200 - 50  # the three other batches of 50 all ran
