@@ -39,7 +39,8 @@
 
 enum { ST_OK = 0, ST_MISSING = 1, ST_FALLBACK = 2 };
 
-/* libdeflate's decompression API (libdeflate.h, stable since 1.0; the _ex forms since 1.5) */
+/* libdeflate's decompression API, as libdeflate.h declares it (the _ex forms also report the
+ * input bytes consumed, so a stream followed by more data is told apart) */
 typedef void *(*ld_alloc_t)(void);
 typedef void (*ld_free_t)(void *);
 typedef int (*ld_decompress_ex_t)(void *, const void *, size_t, void *, size_t, size_t *, size_t *);
