@@ -203,6 +203,45 @@ def test_precomputed_jpeg_is_a_slow_decoder_and_raw_is_not(tmp_path: Path) -> No
         assert a.driver.layout.pipeline.slow_decode is slow, encoding
 
 
+def test_decoders_that_hold_the_gil_keep_warm_reads_on_one_thread() -> None:
+    """compressed_segmentation's decode holds the GIL: however much work a warm read has, it
+    stays inline; a cold one (items waiting on the disk) still gets the I/O threads."""
+    for took, n_rest in ((0.5e-3, 16), (0.5e-3, 4000), (20e-3, 100)):
+        assert threads.threads_for(took, 0.0, n_rest, writes=False, free=False, gil=True) == "inline"
+        assert threads.threads_for(took, 0.0, n_rest, writes=False, free=False, gil=False) == "codec"
+    assert threads.threads_for(2e-3, 1.5e-3, 16, writes=False, free=False, gil=True) == "io"
+
+
+def test_precomputed_compressed_segmentation_holds_the_gil_and_its_reads_stay_inline(tmp_path: Path, monkeypatch) -> None:
+    for encoding, gil in (("jpeg", False), ("raw", False), ("compressed_segmentation", True)):
+        scale = {"key": "s0", "size": [8, 8, 8], "resolution": [1, 1, 1], "voxel_offset": [0, 0, 0],
+                 "chunk_sizes": [[8, 8, 8]], "encoding": encoding}
+        dtype = "uint64" if encoding == "compressed_segmentation" else "uint8"
+        if encoding == "compressed_segmentation":
+            scale["compressed_segmentation_block_size"] = [8, 8, 8]
+        a = shardstore.precomputed.create(str(tmp_path / encoding), data_type=dtype, scales=[scale])
+        assert a.driver.layout.pipeline.holds_gil is gil, encoding
+    # a read of 64 chunks, each made to look slow (as real 64^3 chunks are): no pool threads
+    scale = {"key": "s0", "size": [32, 32, 32], "resolution": [1, 1, 1], "voxel_offset": [0, 0, 0],
+             "chunk_sizes": [[8, 8, 8]], "encoding": "compressed_segmentation",
+             "compressed_segmentation_block_size": [8, 8, 8]}
+    a = shardstore.precomputed.create(str(tmp_path / "big"), data_type="uint64", scales=[scale])
+    data = np.random.default_rng(3).integers(0, 5, size=a.shape, dtype=np.uint64)
+    a[...] = data
+    kinds_seen = []
+    real_for = threads.threads_for
+
+    def spy(took, waited, n_rest, *kinds):
+        kinds_seen.append(kinds)
+        return real_for(0.5e-3, 0.0, n_rest, *kinds)  # a warm 0.5 ms chunk
+
+    monkeypatch.setattr(threads, "threads_for", spy)
+    shared = []
+    monkeypatch.setattr(threads, "run_shared", lambda *args: shared.append(args))
+    np.testing.assert_array_equal(a[...], data)
+    assert kinds_seen and all(k[-1] is True for k in kinds_seen) and not shared
+
+
 @pytest.mark.parametrize(
     "compression, slow",
     [

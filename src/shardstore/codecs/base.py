@@ -124,6 +124,10 @@ class Codec(abc.ABC):
     #: the chunk (gzip, zstd, bzip2, xz, jpeg): the core then shares even a few such chunks among
     #: threads (``core/threads.py`` ``SLOW_DECODE_WORK_SECONDS``)
     slow_decode: ClassVar[bool] = False
+    #: decoding holds the GIL for most of its time (a C++ decoder called without releasing it:
+    #: compressed_segmentation): a second thread would only queue behind it, so reads of warm
+    #: chunks stay on the calling thread (``core/threads.py``)
+    holds_gil: ClassVar[bool] = False
     #: ``encode`` takes arrays in any memory layout (it lays them out itself, in one copy):
     #: the core then hands it a view of the user's data instead of a C-ordered copy first
     accepts_strided: ClassVar[bool] = False

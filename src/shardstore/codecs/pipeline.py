@@ -73,6 +73,11 @@ class CodecPipeline:
         """Whether a codec's decode dominates a chunk read (see ``Codec.slow_decode``)."""
         return any(c.slow_decode for c in self.codecs)
 
+    @property
+    def holds_gil(self) -> bool:
+        """Whether a codec's decode holds the GIL (see ``Codec.holds_gil``)."""
+        return any(c.holds_gil for c in self.codecs)
+
     def specs(self, spec: ChunkSpec) -> list[ChunkSpec]:
         """The spec each codec receives, for the array->array codecs and the array->bytes one."""
         out = []

@@ -197,7 +197,9 @@ def read_into_now(
     if native is not None:
         share_now(_native_then, items, native, _read_scatter, layout, out, read, strict, free=True, memo=layout.threads_memo)
     else:
-        share_now(_read_scatter, items, layout, out, read, strict, slow=layout.pipeline.slow_decode, memo=layout.threads_memo)
+        pipeline = layout.pipeline
+        share_now(_read_scatter, items, layout, out, read, strict, slow=pipeline.slow_decode, gil=pipeline.holds_gil,
+                  memo=layout.threads_memo)
     return True
 
 

@@ -74,17 +74,22 @@ class Feed:
             raise
 
 
-def threads_for(took: float, waited: float, n_rest: int, writes: bool, free: bool, slow: bool = False) -> str:
+def threads_for(took: float, waited: float, n_rest: int, writes: bool, free: bool, slow: bool = False, gil: bool = False) -> str:
     """How to run ``n_rest`` more items like one that took ``took`` seconds, ``waited`` of
     them off the CPU: "inline" (this thread alone), "codec" (one thread per core) or "io"
     (``IO_READS_IN_FLIGHT`` threads). ``slow``: the items are mostly a slow decode without
-    the GIL (``SLOW_DECODE_WORK_SECONDS``)."""
+    the GIL (``SLOW_DECODE_WORK_SECONDS``). ``gil``: the decode holds the GIL
+    (``Codec.holds_gil``): threads only pay off while the items wait on the disk."""
     # an item that spent long enough off the CPU to be a disk read (a cold cache) is mostly
     # waiting: more reads in flight then overlap on the device, as tensorstore's file I/O
     # threads do; a slow decoder (gzip) instead gets one thread per core, if there is enough
     # of it: a thread that waits for the GIL behind one running Python can lose whole switch
     # intervals, more than a few milliseconds of work gains
     waiting = writes or waited > WAITING_ITEM_SECONDS
+    if gil and not waiting:
+        # measured (precomputed compressed_segmentation, 64^3 uint64 chunks): 100^3 reads
+        # 13.5 ms on two threads, 10.3 ms on one; whole 256^3 reads level (79 / 78 ms)
+        return "inline"
     if free and not waiting:
         inline = took * n_rest < FREE_THREAD_WORK_SECONDS
     else:
@@ -102,6 +107,7 @@ def share_now(
     writes: bool = False,
     free: bool = False,
     slow: bool = False,
+    gil: bool = False,
     memo: dict | None = None,
 ) -> None:
     """``fn(batch, *args)`` over ``items`` on this thread and, when items are slow enough to be
@@ -112,7 +118,8 @@ def share_now(
     ``free``: ``fn`` holds the GIL only to start each batch (native reads): a second thread
     pays off from ``FREE_THREAD_WORK_SECONDS`` of work on, as it would in C. ``slow``: the
     items are mostly a slow decode that runs without the GIL (``Codec.slow_decode``): a
-    second thread pays off from ``SLOW_DECODE_WORK_SECONDS`` on.
+    second thread pays off from ``SLOW_DECODE_WORK_SECONDS`` on. ``gil``: the decode holds
+    the GIL (``Codec.holds_gil``): only a cold disk makes threads worth it.
 
     ``memo`` (kept per array by the caller) remembers the choice: when the last call chose
     the codec threads, they start at once and the first item is timed while they work (for
@@ -121,7 +128,7 @@ def share_now(
     if len(items) <= 1:
         fn(items, *args)
         return
-    kinds = (writes, free, slow)
+    kinds = (writes, free, slow, gil)
     if memo is not None and memo.get(fn) == "codec" and len(items) > 2:
         run_shared(fn, items, args, "codec", memo, kinds)
         return
@@ -138,10 +145,10 @@ def share_now(
     run_shared(fn, rest, args, how, None, kinds)
 
 
-def run_shared(fn: Callable[..., Any], items: list, args: tuple, how: str, memo: dict | None, kinds: tuple[bool, bool, bool]) -> None:
+def run_shared(fn: Callable[..., Any], items: list, args: tuple, how: str, memo: dict | None, kinds: tuple[bool, ...]) -> None:
     """``fn`` over ``items`` on this thread and pool threads ("codec" or "io", see
     ``threads_for``); with ``memo``, this thread's first batch is timed to update it.
-    ``kinds``: ``(writes, free, slow)`` as given to ``share_now``."""
+    ``kinds``: ``(writes, free, slow, gil)`` as given to ``share_now``."""
     waiting = how == "io"
     workers = min(IO_READS_IN_FLIGHT if waiting else codec_pool_size(), len(items))
     pool = io_pool() if waiting else codec_pool()
