@@ -192,14 +192,20 @@ def test_threads_for_cpu_items(took: float, n_rest: int, slow: bool, expect: str
     assert threads.threads_for(took, 0.0, n_rest, writes=False, free=False, slow=slow) == expect
 
 
+def _precomputed(path: Path, encoding: str, size: int = 8):
+    """A one-scale precomputed volume of ``size``^3 in 8^3 chunks (uint64 for
+    compressed_segmentation, uint8 otherwise)."""
+    scale = {"key": "s0", "size": [size] * 3, "resolution": [1, 1, 1], "voxel_offset": [0, 0, 0],
+             "chunk_sizes": [[8, 8, 8]], "encoding": encoding}
+    dtype = "uint64" if encoding == "compressed_segmentation" else "uint8"
+    if encoding == "compressed_segmentation":
+        scale["compressed_segmentation_block_size"] = [8, 8, 8]
+    return shardstore.precomputed.create(str(path), data_type=dtype, scales=[scale])
+
+
 def test_precomputed_jpeg_is_a_slow_decoder_and_raw_is_not(tmp_path: Path) -> None:
     for encoding, slow in (("jpeg", True), ("raw", False), ("compressed_segmentation", False)):
-        scale = {"key": "s0", "size": [8, 8, 8], "resolution": [1, 1, 1], "voxel_offset": [0, 0, 0],
-                 "chunk_sizes": [[8, 8, 8]], "encoding": encoding}
-        dtype = "uint64" if encoding == "compressed_segmentation" else "uint8"
-        if encoding == "compressed_segmentation":
-            scale["compressed_segmentation_block_size"] = [8, 8, 8]
-        a = shardstore.precomputed.create(str(tmp_path / encoding), data_type=dtype, scales=[scale])
+        a = _precomputed(tmp_path / encoding, encoding)
         assert a.driver.layout.pipeline.slow_decode is slow, encoding
 
 
@@ -214,18 +220,10 @@ def test_decoders_that_hold_the_gil_keep_warm_reads_on_one_thread() -> None:
 
 def test_precomputed_compressed_segmentation_holds_the_gil_and_its_reads_stay_inline(tmp_path: Path, monkeypatch) -> None:
     for encoding, gil in (("jpeg", False), ("raw", False), ("compressed_segmentation", True)):
-        scale = {"key": "s0", "size": [8, 8, 8], "resolution": [1, 1, 1], "voxel_offset": [0, 0, 0],
-                 "chunk_sizes": [[8, 8, 8]], "encoding": encoding}
-        dtype = "uint64" if encoding == "compressed_segmentation" else "uint8"
-        if encoding == "compressed_segmentation":
-            scale["compressed_segmentation_block_size"] = [8, 8, 8]
-        a = shardstore.precomputed.create(str(tmp_path / encoding), data_type=dtype, scales=[scale])
+        a = _precomputed(tmp_path / encoding, encoding)
         assert a.driver.layout.pipeline.holds_gil is gil, encoding
     # a read of 64 chunks, each made to look slow (as real 64^3 chunks are): no pool threads
-    scale = {"key": "s0", "size": [32, 32, 32], "resolution": [1, 1, 1], "voxel_offset": [0, 0, 0],
-             "chunk_sizes": [[8, 8, 8]], "encoding": "compressed_segmentation",
-             "compressed_segmentation_block_size": [8, 8, 8]}
-    a = shardstore.precomputed.create(str(tmp_path / "big"), data_type="uint64", scales=[scale])
+    a = _precomputed(tmp_path / "big", "compressed_segmentation", size=32)
     data = np.random.default_rng(3).integers(0, 5, size=a.shape, dtype=np.uint64)
     a[...] = data
     kinds_seen = []
