@@ -295,3 +295,16 @@ def test_readme_has_two_setup_commands_and_ci_runs_the_test_command() -> None:
     assert test_command in ci_lines, f"{test_command!r} is not a line of .ci/run"
     assert shlex.split(commands[1])  # valid shell quoting
     assert os.access(REPO / ".ci" / "run", os.R_OK)
+
+
+def test_global_options_before_or_after_the_subcommand(capsys, tmp_path):
+    """``--no-progress`` and ``--debug`` are accepted on either side of the subcommand, by every
+    subcommand (``info`` and ``ls`` included)."""
+    d = tmp_path / "demo"
+    assert run(capsys, "--no-progress", "demo", d, "--size", "16")[0] == 0
+    target = d / DEMO_ARRAY
+    for argv in (["--no-progress", "info", target], ["info", target, "--no-progress"],
+                 ["ls", target, "--no-progress"], ["--debug", "--no-progress", "verify", target]):
+        code, out, err = run(capsys, *argv)
+        assert code == 0, (argv, err)
+        assert out

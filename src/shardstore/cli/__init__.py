@@ -45,7 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"shardstore {__version__}")
+    # global options work before or after the subcommand: the subcommand's copy defaults to
+    # SUPPRESS so that it does not reset a value given before the subcommand
     parser.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -53,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=description)
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                        help="show tracebacks instead of one-line errors")
+        p.add_argument("--no-progress", action="store_true", default=argparse.SUPPRESS,
+                       help="no progress bars")
         return p
 
     for command in COMMANDS:

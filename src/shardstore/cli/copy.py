@@ -82,5 +82,4 @@ def add_parser(add: AddCommand) -> None:
                    help="inner codec list in Zarr v3 JSON, or @file.json; a list of compressors alone "
                         "gets the bytes codec added")
     p.add_argument("--overwrite", action="store_true", help="replace DST if it exists")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)

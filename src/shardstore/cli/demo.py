@@ -27,5 +27,4 @@ def add_parser(add: AddCommand) -> None:
     p.add_argument("--format", default="all", choices=["all", *DEMO_FORMATS],
                    help="which format to demonstrate (default: all)")
     p.add_argument("--seed", type=int, default=0, help="random seed of the volume (default: 0)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)

@@ -77,5 +77,4 @@ def add_parser(add: AddCommand) -> None:
             "Decode every chunk of an array (or of every array below a group) and report each "
             "failure with the key concerned. Exit code 1 when anything is unreadable.")
     p.add_argument("path", metavar="PATH", help="array or group (directory or file:// URL)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
