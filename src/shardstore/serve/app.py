@@ -15,6 +15,7 @@ import html
 import os
 import threading
 from collections.abc import Callable, Mapping
+from email.utils import format_datetime
 from pathlib import Path
 from typing import Any, Self
 
@@ -86,6 +87,8 @@ async def _answer(request: web.Request, source: Source, key: str) -> web.StreamR
                "Cache-Control": "no-cache"}
     if blob.etag:
         headers["ETag"] = blob.etag
+    if blob.modified is not None:
+        headers["Last-Modified"] = format_datetime(blob.modified, usegmt=True)
     status = 200
     if byte_range is not None:
         status = 206

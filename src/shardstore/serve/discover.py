@@ -9,6 +9,7 @@ are leaves; groups are descended into, except multiscale groups (OME-Zarr ``mult
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -51,10 +52,12 @@ class Dataset:
     units: tuple[str, ...]
     shape: tuple[int, ...]
     levels: int = 1
+    #: a name for the root dataset (whose path is "")
+    title: str = ""
 
     @property
     def name(self) -> str:
-        return self.path.rstrip("/").rsplit("/", 1)[-1] or "data"
+        return self.path.rstrip("/").rsplit("/", 1)[-1] or self.title or "data"
 
     @property
     def viewable(self) -> bool:
@@ -272,6 +275,8 @@ def find_datasets(source: Source, max_depth: int = 4) -> list[Dataset]:
         except (ShardStoreError, KeyError, ValueError, TypeError):
             continue
         if dataset is not None:
+            if not path:
+                dataset = dataclasses.replace(dataset, title=source.where.rstrip("/").rsplit("/", 1)[-1])
             found.append(dataset)
             taken.append(path)
     return sorted(found, key=lambda d: d.path)

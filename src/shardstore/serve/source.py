@@ -12,6 +12,7 @@ import os
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +29,15 @@ __all__ = ["Blob", "LocalSource", "Source", "StoreSource", "open_source"]
 
 @dataclass(frozen=True)
 class Blob:
-    """``data`` is bytes ``[start, end)`` of a value of ``size`` bytes."""
+    """``data`` is bytes ``[start, end)`` of a value of ``size`` bytes; ``modified`` is the
+    value's modification time (HTTP clients such as object_store require ``Last-Modified``)."""
 
     data: bytes
     start: int
     end: int
     size: int
     etag: str | None
+    modified: datetime | None = None
 
 
 class Source:
@@ -90,7 +93,8 @@ class LocalSource(Source):
             raise StoreError(f"cannot read {key!r} in {self._root!r}: {e.strerror or e}") from e
         finally:
             os.close(fd)
-        return Blob(data, start, end, size, f'"{st.st_mtime_ns:x}-{size:x}"')
+        modified = datetime.fromtimestamp(st.st_mtime, UTC)
+        return Blob(data, start, end, size, f'"{st.st_mtime_ns:x}-{size:x}"', modified)
 
     async def read(self, key: str, byte_range: ByteRange | None, head: bool = False) -> Blob | None:
         return await asyncio.get_running_loop().run_in_executor(io_pool(), self._read, key, byte_range, head)
@@ -114,7 +118,7 @@ class StoreSource(Source):
                 return None
             size = int(meta["size"])
             start, end = satisfiable(byte_range, size) if byte_range is not None else (0, size)
-            return Blob(b"", start, end, size, meta.get("e_tag"))
+            return Blob(b"", start, end, size, meta.get("e_tag"), meta.get("last_modified"))
         if isinstance(store, ObjectStoreBase):
             # one GET gives the bytes and the object's size and ETag (its reply metadata)
             value, meta = await store._fetch(validate_key(key), byte_range)
@@ -126,7 +130,7 @@ class StoreSource(Source):
                     return None
             size = int(meta["size"])
             start, _ = satisfiable(byte_range, size) if byte_range is not None else (0, size)
-            return Blob(bytes(value), start, start + len(value), size, meta.get("e_tag"))
+            return Blob(bytes(value), start, start + len(value), size, meta.get("e_tag"), meta.get("last_modified"))
         whole = await store.get(key)
         if whole is None:
             return None

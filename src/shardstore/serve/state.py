@@ -56,9 +56,14 @@ def _layer(dataset: Dataset, source: str) -> dict[str, Any]:
 
 
 def neuroglancer_state(
-    datasets: Sequence[Dataset], base_url: str, *, layout: str = "xy", extra: dict[str, Any] | None = None
+    datasets: Sequence[Dataset],
+    base_url: str | Sequence[str],
+    *,
+    layout: str = "xy",
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The viewer state showing every viewable dataset served at ``base_url``.
+    """The viewer state showing every viewable dataset served at ``base_url`` (one URL for
+    all, or one per dataset).
 
     Layer names are the datasets' last path segments (made unique); ``extra`` members
     (``position``, ``crossSectionScale``, ...) are merged in last.
@@ -66,8 +71,11 @@ def neuroglancer_state(
     layers: list[dict[str, Any]] = []
     dimensions: dict[str, list[Any]] = {}
     used: set[str] = set()
-    for d in datasets:
-        source = d.source(base_url)
+    urls = [base_url] * len(datasets) if isinstance(base_url, str) else list(base_url)
+    if len(urls) != len(datasets):
+        raise ValueError(f"got {len(urls)} base URLs for {len(datasets)} datasets")
+    for d, url in zip(datasets, urls):
+        source = d.source(url)
         if source is None:
             continue
         layer = _layer(d, source)
