@@ -32,6 +32,9 @@ __all__ = ["CLIENT_MOUNT", "Server", "content_type", "make_app", "neuroglancer_c
 
 #: where ``view`` serves the Neuroglancer client
 CLIENT_MOUNT = "/v/ng/"
+#: where the client bundled in the ``neuroglancer`` package looks for its Python server (its
+#: token is the path segment after ``/v/``); answered only when the client is served
+_CLIENT_API = tuple(f"/{name}/ng" for name in ("events", "state", "action", "socket", "volume_response", "credentials"))
 CORS_HEADERS = {
     "Access-Control-Allow-Origin": "*",
     "Access-Control-Expose-Headers": "Content-Range, Content-Length, Accept-Ranges, ETag",
@@ -101,6 +104,17 @@ async def _answer(request: web.Request, source: Source, key: str) -> web.StreamR
     return web.Response(status=status, body=blob.data, headers=headers)
 
 
+async def _python_events(request: web.Request) -> web.StreamResponse:
+    """An event stream that stays open and sends nothing: the client bundled in the
+    ``neuroglancer`` package expects its Python server's ``/events/<token>`` stream and shows
+    "Disconnected from Python server" without one. The viewer state stays the link's."""
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await response.prepare(request)
+    while True:
+        await asyncio.sleep(15)
+        await response.write(b": keep-alive\n\n")
+
+
 def make_app(
     source: Source, *, client: Source | None = None, index: Callable[[], str] | None = None
 ) -> web.Application:
@@ -109,6 +123,11 @@ def make_app(
     async def handle(request: web.Request) -> web.StreamResponse:
         if request.method == "OPTIONS":
             return web.Response(status=204, headers=_PREFLIGHT)
+        if client is not None and request.raw_path.split("?", 1)[0] in _CLIENT_API:
+            if request.method == "GET" and request.raw_path.startswith("/events/"):
+                return await _python_events(request)
+            # the client's state and action notifications: 412 makes it keep its own state
+            return web.Response(status=412 if "/state/" in request.raw_path else 204)
         if request.method not in ("GET", "HEAD"):
             return web.Response(status=405, text="read-only server\n", headers={**CORS_HEADERS, "Allow": _ALLOW})
         raw = request.raw_path
@@ -194,7 +213,8 @@ class Server:
     async def _start(self) -> None:
         app = make_app(self.source, client=self._client,
                        index=lambda: _index_page(self.source.where, self.url, self.datasets))
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        # a short shutdown: the client's idle event streams must not hold up stop()
+        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await runner.setup()
         site = web.TCPSite(runner, self.bind, self.port, backlog=256)
         try:
@@ -229,6 +249,11 @@ class Server:
             loop.run_forever()
             if self._runner is not None:
                 loop.run_until_complete(self._runner.cleanup())
+            # what the shutdown left (idle event streams): cancel and wait, then close
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             loop.close()
 
         self._loop = loop

@@ -60,13 +60,16 @@ def neuroglancer_state(
     base_url: str | Sequence[str],
     *,
     layout: str = "xy",
+    viewport: int = 800,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The viewer state showing every viewable dataset served at ``base_url`` (one URL for
     all, or one per dataset).
 
-    Layer names are the datasets' last path segments (made unique); ``extra`` members
-    (``position``, ``crossSectionScale``, ...) are merged in last.
+    Layer names are the datasets' last path segments (made unique). The zoom
+    (``crossSectionScale``: global units per screen pixel) fits the largest dataset's first
+    two display axes into about ``viewport`` pixels. ``extra`` members (``position``,
+    ``crossSectionScale``, ...) are merged in last.
     """
     layers: list[dict[str, Any]] = []
     dimensions: dict[str, list[Any]] = {}
@@ -88,10 +91,26 @@ def neuroglancer_state(
         for dim, size, unit in zip(d.dims, d.voxel_size, d.units):
             dimensions.setdefault(dim, _dimension(size, unit))
     state: dict[str, Any] = {"dimensions": dimensions, "layers": layers, "layout": layout}
+    extent = _extent(datasets, dimensions)
+    if extent > 0:
+        state["crossSectionScale"] = extent / viewport
     if layers:
         state["selectedLayer"] = {"layer": layers[0]["name"], "visible": False}
     state.update(extra or {})
     return state
+
+
+def _extent(datasets: Sequence[Dataset], dimensions: dict[str, list[Any]]) -> float:
+    """The largest size of a viewable dataset along its first two display axes, in units of
+    the global dimensions (which may differ from its own voxel size)."""
+    extent = 0.0
+    for d in datasets:
+        if not d.viewable:
+            continue
+        for dim, n, size, unit in list(zip(d.dims, d.shape, d.voxel_size, d.units))[:2]:
+            own = _dimension(size, unit)[0]
+            extent = max(extent, n * own / dimensions[dim][0] if dimensions[dim][0] else n)
+    return extent
 
 
 def neuroglancer_link(state: dict[str, Any], client_url: str) -> str:
