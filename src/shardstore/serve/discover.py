@@ -28,6 +28,8 @@ SCHEMES = {"zarr3": "zarr3", "n5": "n5", "precomputed": "precomputed"}
 MARKERS = ("zarr.json", "attributes.json", "info", "meta/sizes", "__rootdirs__")
 #: dtypes shown as segmentations (Neuroglancer segmentations are uint32 / uint64 labels)
 LABEL_DTYPES = ("uint32", "uint64")
+#: Neuroglancer's names for N5 axes without an "axes" attribute
+N5_AXES = ("x", "y", "z", "t", "c")
 #: stop listing a remote root after this many keys (discovery must stay cheap)
 MAX_LISTED_KEYS = 200_000
 #: visit at most this many local directories
@@ -129,7 +131,8 @@ def _spatial(
 
 def _describe_zarr3(path: str, node: Any) -> Dataset | None:
     if isinstance(node, Array):
-        names = [n or f"d{i}" for i, n in enumerate(node.dimension_names or [None] * node.ndim)]
+        # unnamed axes: Neuroglancer's names for Zarr v3 ("dim_0", ...)
+        names = [n or f"dim_{i}" for i, n in enumerate(node.dimension_names or [None] * node.ndim)]
         # C order: the last axis varies fastest, Neuroglancer shows it horizontally
         rev = list(range(node.ndim))[::-1] if not any(n in ("x", "y", "z") for n in names) else list(range(node.ndim))
         return _spatial(path, "zarr3", node.dtype.name, _layer_type(node.dtype.name),
@@ -178,8 +181,10 @@ def _describe_n5(path: str, node: Any) -> Dataset | None:
     # N5 lists axes fastest first (x, y, z): the reverse of the array's C-order shape
     shape = list(array.shape)[::-1]
     axes = attrs.get("axes") if isinstance(attrs.get("axes"), list) and len(attrs["axes"]) == n else None
-    names = [str(a) for a in axes] if axes else [f"d{i}" for i in range(n)]
+    # without "axes" Neuroglancer names them x, y, z, t, c, d6, ...; without "units", nm
+    names = [str(a) for a in axes] if axes else [N5_AXES[i] if i < len(N5_AXES) else f"d{i + 1}" for i in range(n)]
     res, units = _n5_resolution(attrs, n)
+    units = units or ["nm"] * n
     return _spatial(path, "n5", array.dtype.name, _layer_type(array.dtype.name), names, shape, res, units, levels)
 
 
