@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import shardstore
-from shardstore.serve import Dataset, Server, neuroglancer_link, neuroglancer_state
+from shardstore.serve import Server, neuroglancer_link, neuroglancer_state
 
 pytest_plugins = ["_servers"]
 pytestmark = pytest.mark.timeout(240)
@@ -138,13 +138,16 @@ def shows(shot: np.ndarray, expected: tuple[Any, ...], offset: int, tolerance: i
 
 
 def render_until(browser: Any, link: str, expected: tuple[Any, ...], offset: int, timeout: float,
-                 save: Path | None = None) -> tuple[bool, np.ndarray]:
-    """Open ``link`` and take screenshots until the check passes or ``timeout`` seconds pass."""
+                 save: Path | None = None, responses: list[tuple[int, str]] | None = None) -> tuple[bool, np.ndarray]:
+    """Open ``link`` and take screenshots until the check passes or ``timeout`` seconds pass;
+    ``responses`` collects (status, URL) of every reply the page received."""
     from io import BytesIO
 
     from PIL import Image
 
     page = browser.new_page(viewport={"width": VIEWPORT, "height": VIEWPORT})
+    if responses is not None:
+        page.on("response", lambda r: responses.append((r.status, r.url)))
     try:
         page.goto(link)
         deadline = time.monotonic() + timeout
@@ -203,5 +206,8 @@ def test_negative_control_a_missing_source_fails_the_check(browser: Any, server:
     (dataset,) = [d for d in server.datasets if d.path == "img"]
     missing = dataclasses.replace(dataset, path="no-such-volume")
     link = neuroglancer_link(neuroglancer_state([missing], server.url), server.client_url)
-    ok, shot = render_until(browser, link, BASE, offset=120, timeout=NEGATIVE_TIMEOUT)
+    responses: list[tuple[int, str]] = []
+    ok, _ = render_until(browser, link, BASE, offset=120, timeout=NEGATIVE_TIMEOUT, responses=responses)
     assert not ok, "the check passed for a source that answers 404: it proves nothing"
+    # the client did run and ask: the check failed because the source is missing
+    assert (404, f"{server.url}no-such-volume/info") in responses, responses
