@@ -32,7 +32,7 @@ pytest_plugins = ["_servers"]
 pytestmark = pytest.mark.timeout(120)
 
 if TYPE_CHECKING:
-    from _servers import SeaweedFS
+    from _servers import Nginx, SeaweedFS
 
 SECRET = b"top-secret-outside-the-root"
 PAYLOAD = bytes(range(256)) * 4  # 1024 bytes, each position recognisable
@@ -323,6 +323,32 @@ def test_serve_s3(seaweedfs: SeaweedFS) -> None:
         assert request(s, "PUT", "/vol.zarr/zarr.json", body=b"{}")[0] == 405
         # and a real reader of sharded data through the server
         np.testing.assert_array_equal(shardstore.open(s.url + "vol.zarr")[...], data)
+
+
+# -- over HTTP ---------------------------------------------------------------------------------
+def test_serve_http_upstream(nginx: Nginx) -> None:
+    """An http:// location (here nginx) re-served with CORS; plain HTTP cannot list, so only
+    the root itself is looked at for a dataset."""
+    name = f"up-{uuid.uuid4().hex[:8]}"
+    data = np.arange(24 * 24, dtype=np.uint8).reshape(24, 24)
+    a = shardstore.zarr3.create(nginx.root / name, shape=data.shape, dtype="uint8", chunks=(8, 8),
+                                shards=(24, 24), mode="w")
+    a[...] = data
+    whole = (nginx.root / name / "c" / "0" / "0").read_bytes()
+    with Server(f"{nginx.url.rstrip('/')}/{name}", port=0) as s:
+        assert [(d.path, src) for d, src in s.sources()] == [("", f"zarr3://{s.url}")]
+        status, h, tail = request(s, "GET", "/c/0/0", {"Range": "bytes=-16"})
+        assert (status, tail, h["access-control-allow-origin"]) == (206, whole[-16:], "*")
+        assert h["content-range"] == f"bytes {len(whole) - 16}-{len(whole) - 1}/{len(whole)}"
+        assert request(s, "GET", "/c/9/9")[0] == 404
+        np.testing.assert_array_equal(shardstore.open(s.url)[...], data)
+
+
+def test_index_page_lists_sources(sharded: tuple[Path, np.ndarray]) -> None:
+    with Server(sharded[0], port=0) as s:
+        status, h, body = request(s, "GET", "/")
+    assert status == 200 and h["content-type"].startswith("text/html")
+    assert f"zarr3://{s.url}em.zarr/" in body.decode()
 
 
 # -- the command line --------------------------------------------------------------------------
