@@ -54,6 +54,8 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "out-link").symlink_to(top / "secret.txt")
     (root / "out-dir").symlink_to(top)
     (root / "in-link").symlink_to(root / "blob.bin")  # inside: allowed
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(root / "fifo")  # not a value: must answer 404 at once, not wait for a writer
     return root
 
 
@@ -153,7 +155,7 @@ def test_cors_preflight_for_range(server: Server) -> None:
 
 
 # -- status codes ------------------------------------------------------------------------------
-@pytest.mark.parametrize("path", ["/nope", "/sub/nope.json", "/sub", "/sub/", "/blob.bin/x"])
+@pytest.mark.parametrize("path", ["/nope", "/sub/nope.json", "/sub", "/sub/", "/blob.bin/x", "/fifo"])
 def test_missing_is_404(server: Server, path: str) -> None:
     status, h, _ = request(server, "GET", path)
     assert status == 404 and h["access-control-allow-origin"] == "*"

@@ -77,7 +77,8 @@ class LocalSource(Source):
         if path is None:
             return None
         try:
-            fd = os.open(path, os.O_RDONLY)
+            # O_NONBLOCK: opening a FIFO placed below the root must not wait for a writer
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError):
             return None
         try:
