@@ -85,6 +85,24 @@ def data_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     coarse = shardstore.precomputed.add_scale(root / "pyr", {"size": [256, 256, 4], "chunk_size": [128, 128, 4],
                                                              "resolution": [8, 8, 40]})
     coarse[...] = quadrants(256, 256, 4, COARSE)[..., None]
+    # the same pyramid as OME-Zarr 0.5 (one Zarr v3 array per level) and as an n5-viewer
+    # multiscale group (s0, s1 with downsamplingFactors)
+    axes = [{"name": n, "type": "space", "unit": "nanometer"} for n in ("z", "y", "x")]
+    levels = [{"path": str(i), "coordinateTransformations": [{"type": "scale", "scale": [40, 4 * 2**i, 4 * 2**i]}]}
+              for i in range(2)]
+    ome = shardstore.zarr3.create_group(root / "pyr.ome.zarr", mode="w", attributes={
+        "ome": {"version": "0.5", "multiscales": [{"axes": axes, "datasets": levels}]}})
+    n5 = shardstore.n5.create_group(root / "pyr.n5", mode="w", attributes={
+        "scales": [[1, 1, 1], [2, 2, 1]], "resolution": [4, 4, 40], "units": ["nm", "nm", "nm"]})
+    assert n5 is not None
+    for i, (size, values) in enumerate(((512, BASE), (256, COARSE))):
+        zyx = quadrants(size, size, 4, values).transpose(2, 1, 0)
+        level = ome.create_array(str(i), shape=zyx.shape, dtype="uint8", chunks=(4, 128, 128),
+                                 shards=(4, 256, 256), dimension_names=["z", "y", "x"])
+        level[...] = zyx
+        s = shardstore.n5.create(root / "pyr.n5", f"s{i}", shape=zyx.shape, dtype="uint8", block_size=(4, 128, 128),
+                                 mode="w", attributes={"downsamplingFactors": [2**i, 2**i, 1]})
+        s[...] = zyx
     return root
 
 
@@ -190,14 +208,18 @@ def test_neuroglancer_shows_the_pattern(browser: Any, server: Server, path: str,
     assert ok, f"{path}: quadrants show {quadrant_colours(shot, 120)}, expected {expected} (see {tmp_path / 'shot.png'})"
 
 
-def test_pyramid_base_level_zoomed_in_coarse_level_zoomed_out(browser: Any, server: Server, tmp_path: Path) -> None:
-    link, state = link_for(server, "pyr")
+@pytest.mark.parametrize("path", ["pyr", pytest.param("pyr.ome.zarr", marks=pytest.mark.slow),
+                                  pytest.param("pyr.n5", marks=pytest.mark.slow)])
+def test_pyramid_base_level_zoomed_in_coarse_level_zoomed_out(browser: Any, server: Server, path: str,
+                                                              tmp_path: Path) -> None:
+    link, state = link_for(server, path)
+    assert len(state["layers"]) == 1  # the pyramid is one layer, not one per level
     assert state["crossSectionScale"] < 1  # fitted: finer than one voxel per pixel -> base level
     ok, shot = render_until(browser, link, BASE, offset=120, timeout=RENDER_TIMEOUT, save=tmp_path / "in.png")
     assert ok, f"zoomed in: {quadrant_colours(shot, 120)}, expected the base level's {BASE}"
     # 3 base voxels per pixel: the 512-voxel volume spans ~170 px and Neuroglancer draws the
     # coarse level (2 base voxels each)
-    link, _ = link_for(server, "pyr", crossSectionScale=3)
+    link, _ = link_for(server, path, crossSectionScale=3)
     ok, shot = render_until(browser, link, COARSE, offset=40, timeout=RENDER_TIMEOUT, save=tmp_path / "out.png")
     assert ok, f"zoomed out: {quadrant_colours(shot, 40)}, expected the coarse level's {COARSE}"
 
