@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,19 +18,30 @@ from typing import Any
 
 from .._sync import io_pool
 from ..errors import StoreError
-from ..store.base import ByteRange, Store, validate_key
+from ..store.base import ByteRange, RangeBR, Store, SuffixBR, validate_key
 from ..store.http import ObjectStoreBase
 from ..store.local import LocalStore
 from ..store.registry import store_from_url
 from .ranges import satisfiable
 
-__all__ = ["Blob", "LocalSource", "Source", "StoreSource", "open_source"]
+__all__ = ["STREAM_BLOCK", "STREAM_THRESHOLD", "Blob", "LocalSource", "Source", "StoreSource", "open_source"]
+
+
+#: bodies longer than this are sent in ``STREAM_BLOCK`` pieces instead of read whole (a
+#: full GET of a multi-GiB shard must not be held in memory)
+STREAM_THRESHOLD = 8 << 20
+STREAM_BLOCK = 1 << 20
+
+#: ``read_more(start, end)``: bytes ``[start, end)`` of the value, for streamed bodies
+ReadMore = Callable[[int, int], Awaitable[bytes]]
 
 
 @dataclass(frozen=True)
 class Blob:
-    """``data`` is bytes ``[start, end)`` of a value of ``size`` bytes; ``modified`` is the
-    value's modification time (HTTP clients such as object_store require ``Last-Modified``)."""
+    """Bytes ``[start, end)`` of a value of ``size`` bytes: in ``data``, or, for long bodies,
+    read piece by piece with ``read_more`` (then ``close`` must be called when done).
+    ``modified`` is the value's modification time (HTTP clients such as object_store require
+    ``Last-Modified``)."""
 
     data: bytes
     start: int
@@ -38,6 +49,8 @@ class Blob:
     size: int
     etag: str | None
     modified: datetime | None = None
+    read_more: ReadMore | None = None
+    close: Callable[[], None] | None = None
 
 
 class Source:
@@ -81,31 +94,44 @@ class LocalSource(Source):
             fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError):
             return None
+        keep_open = False
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):  # a directory or device is not a key
                 return None
             size = st.st_size
             start, end = satisfiable(byte_range, size) if byte_range is not None else (0, size)
-            data = os.pread(fd, end - start, start) if end > start and not head else b""
-            if len(data) < end - start and not head:  # the file shrank meanwhile
-                end = start + len(data)
+            etag, modified = f'"{st.st_mtime_ns:x}-{size:x}"', datetime.fromtimestamp(st.st_mtime, UTC)
+            if head:
+                return Blob(b"", start, end, size, etag, modified)
+            if end - start > STREAM_THRESHOLD:
+                keep_open = True  # the streamed reply reads from this descriptor, then closes it
+
+                async def read_more(a: int, b: int) -> bytes:
+                    return await asyncio.get_running_loop().run_in_executor(io_pool(), os.pread, fd, b - a, a)
+
+                return Blob(b"", start, end, size, etag, modified, read_more, lambda: os.close(fd))
+            data = os.pread(fd, end - start, start) if end > start else b""
+            # a file that shrank meanwhile gives a shorter body, announced as such
+            return Blob(data, start, start + len(data), size, etag, modified)
         except OSError as e:
             raise StoreError(f"cannot read {key!r} in {self._root!r}: {e.strerror or e}") from e
         finally:
-            os.close(fd)
-        modified = datetime.fromtimestamp(st.st_mtime, UTC)
-        return Blob(data, start, end, size, f'"{st.st_mtime_ns:x}-{size:x}"', modified)
+            if not keep_open:
+                os.close(fd)
 
     async def read(self, key: str, byte_range: ByteRange | None, head: bool = False) -> Blob | None:
         return await asyncio.get_running_loop().run_in_executor(io_pool(), self._read, key, byte_range, head)
 
 
 class StoreSource(Source):
-    """Keys of a shardstore ``Store``. Object stores (S3, HTTP) answer each request with one
-    upstream request: their reply metadata carries the size and ETag (``_fetch`` / ``_head``
-    of ``ObjectStoreBase``, as the store's own versioned reads use them); other stores read
-    the whole value."""
+    """Keys of a shardstore ``Store``.
+
+    Object stores (S3, HTTP) answer a range request with one upstream request, whose reply
+    metadata carries the size and ETag (``_fetch`` / ``_head`` of ``ObjectStoreBase``, as
+    the store's own versioned reads use them). Whole values and long ranges ask for the size
+    first and are streamed in ranged pieces when long. Other stores read the whole value.
+    """
 
     def __init__(self, store: Store, where: str | None = None) -> None:
         self.store = store
@@ -113,16 +139,19 @@ class StoreSource(Source):
 
     async def read(self, key: str, byte_range: ByteRange | None, head: bool = False) -> Blob | None:
         store = self.store
-        if isinstance(store, ObjectStoreBase) and head:
-            meta = await store._head(validate_key(key))
-            if meta is None:
+        key = validate_key(key)
+        if not isinstance(store, ObjectStoreBase):
+            whole = await store.get(key)
+            if whole is None:
                 return None
-            size = int(meta["size"])
+            size = len(whole)
             start, end = satisfiable(byte_range, size) if byte_range is not None else (0, size)
-            return Blob(b"", start, end, size, meta.get("e_tag"), meta.get("last_modified"))
-        if isinstance(store, ObjectStoreBase):
+            return Blob(bytes(whole[start:end]), start, end, size, None)
+        short = (isinstance(byte_range, RangeBR) and byte_range.end - byte_range.start <= STREAM_THRESHOLD) or (
+            isinstance(byte_range, SuffixBR) and byte_range.n <= STREAM_THRESHOLD)
+        if short and not head:
             # one GET gives the bytes and the object's size and ETag (its reply metadata)
-            value, meta = await store._fetch(validate_key(key), byte_range)
+            value, meta = await store._fetch(key, byte_range)
             if value is None:
                 return None
             if meta is None:  # upstream's 416: the key exists, the range is past its end
@@ -132,12 +161,27 @@ class StoreSource(Source):
             size = int(meta["size"])
             start, _ = satisfiable(byte_range, size) if byte_range is not None else (0, size)
             return Blob(bytes(value), start, start + len(value), size, meta.get("e_tag"), meta.get("last_modified"))
-        whole = await store.get(key)
-        if whole is None:
+        meta = await store._head(key)
+        if meta is None:
             return None
-        size = len(whole)
+        size = int(meta["size"])
         start, end = satisfiable(byte_range, size) if byte_range is not None else (0, size)
-        return Blob(bytes(whole[start:end]), start, end, size, None)
+        etag, modified = meta.get("e_tag"), meta.get("last_modified")
+        if head:
+            return Blob(b"", start, end, size, etag, modified)
+        if end - start > STREAM_THRESHOLD:
+
+            async def read_more(a: int, b: int) -> bytes:
+                value = await store.get(key, RangeBR(a, b))
+                if value is None or len(value) != b - a:
+                    raise StoreError(f"{key!r} at {self.where} changed while it was being sent")
+                return bytes(value)
+
+            return Blob(b"", start, end, size, etag, modified, read_more)
+        value = await store.get(key, RangeBR(start, end)) if end > start else b""
+        if value is None:
+            return None
+        return Blob(bytes(value), start, start + len(value), size, etag, modified)
 
 
 def open_source(location: str | os.PathLike[str] | Store, storage_options: Mapping[str, Any] | None = None) -> Source:
