@@ -447,3 +447,23 @@ def test_cli_view_serves_client_and_prints_link(sharded: tuple[Path, np.ndarray]
         conn.close()
     finally:
         _stop_cli(proc)
+
+
+def test_cli_view_with_another_client(sharded: tuple[Path, np.ndarray], tmp_path: Path) -> None:
+    from urllib.parse import unquote, urlsplit
+
+    root, _ = sharded
+    proc, lines = _start_cli(["view", str(root), "--port", "0", "--no-browser",
+                              "--neuroglancer-url", "https://neuroglancer.example.org/"], tmp_path)
+    try:
+        (link,) = [line for line in lines if "#!" in line]
+        assert link.startswith("https://neuroglancer.example.org/#!")
+        state = json.loads(unquote(urlsplit(link).fragment[1:]))
+        source = state["layers"][0]["source"]
+        port = int(re.search(r"127\.0\.0\.1:(\d+)/", source).group(1))  # type: ignore[union-attr]
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        conn.request("GET", "/v/ng/")  # no bundled client served
+        assert conn.getresponse().status == 404
+        conn.close()
+    finally:
+        _stop_cli(proc)
