@@ -171,10 +171,11 @@ def _describe_n5(path: str, node: Any) -> Dataset | None:
     if isinstance(node, Array):
         array = node
     else:
-        names = [k for k in ("s0",) if k in node]
-        if not names or not ("scales" in attrs or "downsamplingFactors" in dict(node["s0"].attrs)):
+        # an n5-viewer multiscale group: s0, s1, ... with "scales" or "downsamplingFactors"
+        first = node["s0"] if "s0" in node else None
+        if not isinstance(first, Array) or not ("scales" in attrs or "downsamplingFactors" in dict(first.attrs)):
             return None
-        array = node["s0"]
+        array = first
         levels = sum(1 for k in node if k.startswith("s") and k[1:].isdigit())
         attrs = {**dict(array.attrs), **attrs}
     n = array.ndim
