@@ -172,7 +172,7 @@ def _describe_n5(path: str, node: Any) -> Dataset | None:
         array = node
     else:
         # an n5-viewer multiscale group: s0, s1, ... with "scales" or "downsamplingFactors"
-        first = node["s0"] if "s0" in node else None
+        first = node["s0"] if "s0" in node else None  # noqa: SIM401 - groups have no .get()
         if not isinstance(first, Array) or not ("scales" in attrs or "downsamplingFactors" in dict(first.attrs)):
             return None
         array = first
