@@ -10,7 +10,8 @@
      ├── StoreError               a key-value backend failed (chained with ``raise ... from``)
      │    ├── InvalidKeyError     a key with ``..``, an absolute path, a backslash or NUL
      │    └── ConflictError       a conditional write lost: another writer changed the key
-     ├── ChunkNotFoundError       a chunk is missing and the caller asked for strict reads
+     ├── NodeNotFoundError        no array or group where one was looked for (also FileNotFoundError)
+ ├── ChunkNotFoundError       a chunk is missing and the caller asked for strict reads
      ├── ReadOnlyError            a write to a store or array opened read-only
      └── ContainsNodeError        create(mode="w-") found something already there
 
@@ -28,6 +29,7 @@ __all__ = [
     "StoreError",
     "InvalidKeyError",
     "ConflictError",
+    "NodeNotFoundError",
     "ChunkNotFoundError",
     "ReadOnlyError",
     "ContainsNodeError",
@@ -64,6 +66,17 @@ class InvalidKeyError(StoreError, ValueError):
 
 class ConflictError(StoreError):
     """A conditional write found the key changed since it was read (another writer won)."""
+
+
+class NodeNotFoundError(ShardStoreError, FileNotFoundError):
+    """No array or group (or not the kind asked for) at the path opened.
+
+    Also a ``FileNotFoundError``, so ``except FileNotFoundError`` works as for ``open()``;
+    the message says what was looked for and where.
+    """
+
+    def __str__(self) -> str:  # OSError would format (errno, strerror); keep the message
+        return str(self.args[0]) if self.args else ""
 
 
 class ChunkNotFoundError(ShardStoreError, KeyError):

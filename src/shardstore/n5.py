@@ -1,0 +1,8 @@
+"""N5 containers, groups and datasets: ``from shardstore.n5 import create, open``.
+
+The public API of ``shardstore.formats.n5``, importable under the short name the docs use;
+the implementation lives in the format package.
+"""
+
+from .formats.n5 import *
+from .formats.n5 import __all__ as __all__
