@@ -7,13 +7,16 @@ from typing import Any
 
 from ._sync import sync
 from .core.array import Array
-from .errors import ShardStoreError
+from .errors import InvalidModeError, NodeNotFoundError, UnsupportedFeatureError
 from .formats import bcolz, zarr3
-from .formats.n5 import nodes as _n5_nodes
 from .formats import precomputed as _precomputed
-from .formats.detect import detect_format
+from .formats._entry import cleans_up
+from .formats.detect import FORMAT_NAMES, detect_format
+from .formats.n5 import nodes as _n5_nodes
+from .formats.precomputed.kv import open_kv
 from .store.base import Store
 from .store.registry import store_from_url
+from .store.wrappers import PrefixStore
 
 __all__ = ["open", "create", "open_group"]
 
@@ -25,12 +28,21 @@ _CREATORS["precomputed"] = _precomputed.create
 _OPENERS["precomputed"] = _precomputed.open
 
 
+def _open_kv(store: Store, mode: str = "r", path: str = "") -> Any:
+    return open_kv(PrefixStore(store, path) if path else store, mode=mode)
+
+
+_OPENERS["precomputed_kv"] = _open_kv
+
+
+@cleans_up
 def open(
     url_or_store: str | os.PathLike[str] | Store,
     mode: str = "r",
     *,
     format: str | None = None,
     path: str | None = None,
+    scale: int | str | None = None,
     storage_options: dict[str, Any] | None = None,
     **create_kwargs: Any,
 ) -> Any:
@@ -39,24 +51,32 @@ def open(
     Modes: ``"r"`` read-only; ``"r+"`` read/write, must exist; ``"a"`` read/write (with
     creation arguments, create it when missing); ``"w"`` create, replacing what is there;
     ``"w-"`` create, failing if something exists. Creating takes the keyword arguments of
-    the format's ``create`` (``format`` defaults to ``"zarr3"``).
+    the format's ``create`` (``format`` defaults to ``"zarr3"``). ``scale`` (an index or a
+    key) picks the scale of a Neuroglancer precomputed volume (default: the first). A
+    directory holding a sharded uint64 key-value store (its ``info`` is the sharding spec)
+    opens as that mapping (``shardstore.precomputed.open_kv``).
     """
     store = store_from_url(url_or_store, mode=mode, storage_options=storage_options)
     path = (path or "").strip("/")
     if mode in ("w", "w-"):
         return _create(store, format or "zarr3", path, mode, create_kwargs)
     if mode not in ("r", "r+", "a"):
-        raise ValueError(f"invalid mode {mode!r}; expected 'r', 'r+', 'a', 'w' or 'w-'")
+        raise InvalidModeError(f"invalid mode {mode!r}; expected 'r', 'r+', 'a', 'w' or 'w-'")
     found = format or sync(detect_format(store, path))
     if found is None:
         if mode == "a" and create_kwargs:
             return _create(store, "zarr3", path, "w-", create_kwargs)
-        raise ShardStoreError(
-            f"no array or group found at {path or '/'!r} in {store!r} (looked for the metadata "
-            "of Zarr v3, bcolz, N5, precomputed)"
-        )
+        looked = ", ".join(["zarr.json (Zarr v3)", "attributes.json (N5)", "meta/sizes or __rootdirs__ (bcolz)",
+                            "info (Neuroglancer precomputed)"])
+        raise NodeNotFoundError(f"no array or group at {path or '/'!r} in {store!r}: looked for {looked}")
     if create_kwargs:
         raise TypeError(f"unexpected arguments for opening an existing node: {sorted(create_kwargs)}")
+    if scale is not None:
+        if found != "precomputed":
+            raise UnsupportedFeatureError(
+                f"scale={scale!r}: only Neuroglancer precomputed volumes have scales; "
+                f"{path or '/'!r} in {store!r} is {FORMAT_NAMES.get(found, found)}")
+        return _precomputed.open(store, mode, path=path, scale=scale)
     return _OPENERS[found](store, mode=mode, path=path)
 
 
