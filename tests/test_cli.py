@@ -118,7 +118,7 @@ def test_console_script_is_declared() -> None:
 def test_info(demo_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "info", demo_dir / DEMO_ARRAY)
     assert code == 0
-    for word in ("zarr3 array", "(64, 64, 64)", "uint8", "fill value", "sharding_indexed", "zstd",
+    for word in ("Zarr v3 array", "(64, 64, 64)", "uint8", "fill value", "sharding_indexed", "zstd",
                  '["z", "y", "x"]', "shardstore_demo", "1 of 1 shard files", "codecs JSON"):
         assert word in out, word
 
@@ -144,10 +144,11 @@ def test_ls_array_group_and_directory(demo_dir: Path, tmp_path: Path, capsys: py
     g.create_array("top", shape=(10,), dtype="int16", chunks=(5,), shards=(10,))
     code, out, _ = run(capsys, "ls", tmp_path / "g")
     assert code == 0
-    assert re.search(r"^\s+sub/$", out, re.M) and re.search(r"^\s{4}deep\s+\(3, 4\) float32", out, re.M)
-    assert re.search(r"^\s+top\s+\(10,\) int16 chunks \(5,\) shards \(10,\)", out, re.M)
+    assert re.search(r"^\s+sub/  \[Zarr v3 group\]$", out, re.M)
+    assert re.search(r"^\s{4}deep  \[Zarr v3 array\] \(3, 4\) float32", out, re.M)
+    assert re.search(r"^\s+top  \[Zarr v3 array\] \(10,\) int16 chunks \(5,\) shards \(10,\)", out, re.M)
     code, out, _ = run(capsys, "info", tmp_path / "g")
-    assert code == 0 and "zarr3 group" in out and "sub, top" in out
+    assert code == 0 and "Zarr v3 group" in out and '["sub", "top"]' in out
 
 
 # --------------------------------------------------------------------------- verify

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..core.array import Array
 from ..errors import ShardStoreError
+from ..formats.describe import children
 
 #: adds a subcommand: ``add(name, help, description)`` -> its parser (``--debug`` included)
 AddCommand = Callable[[str, str, str], argparse.ArgumentParser]
@@ -70,15 +71,16 @@ def fill_text(value: Any) -> str:
 
 
 def is_group(node: Any) -> bool:
+    """Not an array: a group, a bcolz ctable (its columns are arrays), a uint64 kv store."""
     return not isinstance(node, Array)
 
 
 def walk(node: Any, name: str = "") -> Iterator[tuple[str, Any]]:
-    """``(path, node)`` for ``node`` and everything below it, depth first, sorted."""
+    """``(path, node)`` for ``node`` and everything below it (group members, ctable columns),
+    depth first, sorted."""
     yield name, node
-    if is_group(node):
-        for child in node.keys():
-            yield from walk(node[child], f"{name}/{child}" if name else child)
+    for child_name, child in children(node):
+        yield from walk(child, f"{name}/{child_name}" if name else child_name)
 
 
 def parse_shape(text: str, ndim: int, what: str) -> tuple[int, ...]:

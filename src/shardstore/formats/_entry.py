@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 from ..errors import InvalidModeError
 
-__all__ = ["OPEN_MODES", "CREATE_MODES", "check_mode", "cleans_up", "leave_nothing_behind", "local_path"]
+__all__ = ["CREATE_MODES", "OPEN_MODES", "check_mode", "cleans_up", "leave_nothing_behind", "local_path"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 

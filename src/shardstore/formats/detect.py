@@ -7,7 +7,7 @@ import json
 from ..errors import UnsupportedFeatureError
 from ..store.base import Store
 
-__all__ = ["detect_format", "FORMAT_NAMES"]
+__all__ = ["FORMAT_NAMES", "detect_format"]
 
 # (format name, metadata key relative to the node); first match wins
 _MARKERS: list[tuple[str, str]] = [
