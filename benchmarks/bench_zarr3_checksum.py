@@ -1,0 +1,76 @@
+"""Cost of the default zstd content checksum on the W1 figure (whole write of bench_zarr3.py).
+
+Writes the same EM-like volume (``_common.make_volume``) as bench_zarr3.py's zstd variant
+(shards 256^3, inner chunks 64^3, bytes + zstd level 3) with ``"checksum": false`` and with
+``"checksum": true`` (the default of ``shardstore.zarr3.create``), alternating in one process
+so that the load of a shared machine hits both alike; each write goes to a fresh directory,
+with one ``a[...] = vol`` as in W1. It also reads each result back whole (warm) and checks it.
+Prints the median seconds of each and the ratio (checksum on / off; 1.03 = 3 % slower).
+
+Usage: python benchmarks/bench_zarr3_checksum.py [--size 512] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import make_volume  # noqa: E402
+
+import shardstore  # noqa: E402
+
+
+def _write(path: Path, vol: np.ndarray, checksum: bool) -> float:
+    codecs = [{"name": "bytes", "configuration": {"endian": "little"}},
+              {"name": "zstd", "configuration": {"level": 3, "checksum": checksum}}]
+    t0 = time.perf_counter()
+    a = shardstore.zarr3.create(path, shape=vol.shape, dtype=vol.dtype, chunks=(64,) * 3, shards=(256,) * 3,
+                                codecs=codecs, mode="w")
+    a[...] = vol
+    return time.perf_counter() - t0
+
+
+def _read(path: Path) -> tuple[float, np.ndarray]:
+    t0 = time.perf_counter()
+    out = shardstore.open(path)[...]
+    return time.perf_counter() - t0, out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--size", type=int, default=512)
+    p.add_argument("--rounds", type=int, default=5)
+    args = p.parse_args()
+    vol = make_volume(args.size)
+    times: dict[bool, list[float]] = {False: [], True: []}
+    reads: dict[bool, list[float]] = {False: [], True: []}
+    with tempfile.TemporaryDirectory(prefix="bench-checksum-") as tmp:
+        for r in range(args.rounds):
+            for checksum in ((False, True) if r % 2 == 0 else (True, False)):
+                path = Path(tmp) / f"c{int(checksum)}.zarr"
+                shutil.rmtree(path, ignore_errors=True)
+                times[checksum].append(_write(path, vol, checksum))
+                seconds, out = _read(path)
+                reads[checksum].append(seconds)
+                if not np.array_equal(out, vol):
+                    raise SystemExit(f"read back differs (checksum={checksum})")
+    mb = vol.nbytes / 1e6
+    off, on = statistics.median(times[False]), statistics.median(times[True])
+    roff, ron = statistics.median(reads[False]), statistics.median(reads[True])
+    print(f"{args.size}^3 uint8, {args.rounds} rounds, medians")
+    print(f"whole write, checksum off: {off:.3f} s ({mb / off:.0f} MB/s)")
+    print(f"whole write, checksum on:  {on:.3f} s ({mb / on:.0f} MB/s)")
+    print(f"write time ratio on/off:   {on / off:.3f}")
+    print(f"whole read (warm) on/off:  {ron / roff:.3f} ({roff:.3f} s -> {ron:.3f} s)")
+
+
+if __name__ == "__main__":
+    main()
