@@ -6,10 +6,11 @@ Conventions a documentation block follows (the test enforces them):
   a fresh namespace with a fresh temporary directory as the working directory, **twice** in the
   same directory (a second run must succeed too: re-running a quickstart is what users do), so
   relative paths in the docs are the usual choice.
-- What a block prints is checked when the text says it: a ``# prints: TEXT`` comment (after the
-  statement, or on a line of its own) gives the next line(s) of expected output, in order; a
+- What a block prints is checked when the text says it: each ``# prints: TEXT`` comment (after
+  the statement, or on a line of its own) is the next line of expected output, in order; a
   ```text block directly after the code block (blank lines and a line ending in ``prints:`` in
-  between are allowed) gives the whole expected output. ``...`` in expected text matches any
+  between are allowed) holds the lines printed after those (or the whole output, when the
+  block has no ``# prints:``). All of it is compared, line by line. ``...`` in expected text matches any
   characters within a line (as doctest's ELLIPSIS). Blocks without either may print anything.
 - Blocks that need a server say so in a comment ``# docs-test: seaweedfs`` or
   ``# docs-test: nginx``; the test starts it with the fixtures of tests/_servers.py and rewrites
@@ -39,6 +40,8 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["_servers"]  # the seaweedfs / nginx fixtures
+
 REPO = Path(__file__).resolve().parent.parent
 DOC_FILES = sorted([REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))])
 
@@ -57,7 +60,8 @@ class Block:
 
     @property
     def id(self) -> str:
-        return f"{self.file.relative_to(REPO)}:{self.line}"
+        name = self.file.relative_to(REPO) if self.file.is_relative_to(REPO) else self.file.name
+        return f"{name}:{self.line}"
 
     @property
     def servers(self) -> list[str]:
@@ -109,9 +113,9 @@ def _cli_blocks() -> list[Block]:
 
 def expected_output(block: Block) -> list[str] | None:
     """The lines the block is documented to print, or None when it documents nothing."""
-    if block.expected_text is not None:
-        return block.expected_text.rstrip("\n").splitlines()
     wanted = [m.group(1).rstrip() for ln in block.code.splitlines() if (m := _PRINTS.search(ln))]
+    if block.expected_text is not None:
+        wanted += block.expected_text.rstrip("\n").splitlines()
     return wanted or None
 
 
