@@ -41,7 +41,9 @@ def check_mode(mode: Any, allowed: tuple[str, ...], what: str) -> str:
     if not isinstance(mode, str) or mode not in allowed:
         hint = "; use create() to create" if set(allowed) <= set(OPEN_MODES) else ""
         hint = "; use open() to open" if set(allowed) <= set(CREATE_MODES) else hint
-        raise InvalidModeError(f"{what} takes mode {' or '.join(repr(m) for m in allowed)}, got {mode!r}{hint}")
+        names = [repr(m) for m in allowed]
+        listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+        raise InvalidModeError(f"{what} takes mode {listed}, got {mode!r}{hint}")
     return mode
 
 

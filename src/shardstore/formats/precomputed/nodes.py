@@ -223,6 +223,7 @@ def create(
     return _array(base, path, arrays[0].info, 0, False, options)
 
 
+@cleans_up
 def add_scale(
     store: StoreLike,
     scale: dict[str, Any] | None = None,
