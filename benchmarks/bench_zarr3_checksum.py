@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import make_volume  # noqa: E402
+from _common import make_volume
 
-import shardstore  # noqa: E402
+import shardstore
 
 
 def _write(path: Path, vol: np.ndarray, checksum: bool) -> tuple[float, float]:
