@@ -270,3 +270,12 @@ def test_kv_directory_is_recognized(tmp_path: Path) -> None:
     mesh.mkdir()
     (mesh / "info").write_text(json.dumps({"@type": "neuroglancer_legacy_mesh", "sharding": SPEC}))
     assert len(shardstore.open(mesh)) == 0
+
+
+def test_precomputed_open_second_argument_is_the_mode(tmp_path: Path) -> None:
+    _precomputed(tmp_path / "p")
+    assert shardstore.precomputed.open(tmp_path / "p", "r+").read_only is False
+    with pytest.warns(DeprecationWarning, match="scale='1_1_1'"):  # the older open(store, scale)
+        assert shardstore.precomputed.open(tmp_path / "p", "1_1_1").shape == (4, 4, 4, 1)
+    with pytest.raises(InvalidModeError, match="'r', 'r\\+' or 'a', got 'w'"):
+        shardstore.precomputed.open(tmp_path / "p", "w")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -117,7 +118,7 @@ def _scale_index(info: VolumeInfo, scale: Any, base: Store, path: str) -> int:
 @cleans_up
 def open(
     store: StoreLike,
-    mode: str = "r",
+    mode: str | int = "r",
     *,
     scale: int | str = 0,
     path: str | None = None,
@@ -127,11 +128,18 @@ def open(
 ) -> Array:
     """Open one scale (by index or key) of a precomputed volume as a ``[x, y, z, channel]`` array.
 
-    ``mode``: "r" (read-only), "r+" or "a" (read/write). ``jpeg_quality`` / ``png_level`` are
+    ``open(store, mode="r", *, scale=0)``: ``mode`` "r" (read-only), "r+" or "a" (read/write);
+    ``scale`` an index or a key. (The older ``open(store, scale)`` still works, with a
+    DeprecationWarning.) ``jpeg_quality`` / ``png_level`` are
     writer options (default: the scale's ``jpeg_quality`` / ``png_level`` member, else 75 / the
     PNG library's default).
     """
-    check_mode(mode, OPEN_MODES, "precomputed.open()")
+    if mode not in (*OPEN_MODES, *CREATE_MODES) and (isinstance(mode, int) or (isinstance(mode, str) and scale == 0)):
+        # the older open(store, scale): the second argument is the mode now
+        warnings.warn(f"precomputed.open(store, {mode!r}): pass the scale as scale={mode!r} (the second "
+                      "positional argument is the mode)", DeprecationWarning, stacklevel=3)
+        mode, scale = "r", mode
+    mode = check_mode(mode, OPEN_MODES, "precomputed.open()")
     base, path = _resolve(store, path, mode, storage_options)
     info = sync(_read_info(base, path))
     if info is None:
