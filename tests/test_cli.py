@@ -218,11 +218,11 @@ def test_errors_are_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFi
     assert len(err.strip().splitlines()) == 1
 
 
-def test_debug_shows_the_exception(tmp_path: Path) -> None:
-    with pytest.raises(shardstore.ShardStoreError):
-        main(["--debug", "info", str(tmp_path / "missing")])
-    with pytest.raises(shardstore.ShardStoreError):
-        main(["info", str(tmp_path / "missing"), "--debug"])
+def test_debug_shows_the_exception(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["--debug", "info", tmp_path / "missing"], ["info", tmp_path / "missing", "--debug"]):
+        code, out, err = run(capsys, *argv)
+        assert code == 2 and out == ""  # the README's exit code for an error, --debug included
+        assert "Traceback" in err and "NodeNotFoundError" in err and "missing" in err
 
 
 def test_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:

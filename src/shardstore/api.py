@@ -77,7 +77,8 @@ def open(
             return _create(store, "zarr3", path, "w-", create_kwargs)
         looked = ("zarr.json (Zarr v3), attributes.json (N5), meta/sizes or __rootdirs__ (bcolz), "
                   "info (Neuroglancer precomputed)")
-        raise NodeNotFoundError(f"no array or group at {path or '/'!r} in {store!r}: looked for {looked}")
+        where = f"{path!r} in {store!r}" if path else repr(store)
+        raise NodeNotFoundError(f"nothing shardstore can open at {where}: looked for {looked}")
     if create_kwargs:
         raise TypeError(f"unexpected arguments for opening an existing node: {sorted(create_kwargs)}")
     if scale is not None:

@@ -19,8 +19,6 @@ from ..formats.describe import children
 #: adds a subcommand: ``add(name, help, description)`` -> its parser (``--debug`` included)
 AddCommand = Callable[[str, str, str], argparse.ArgumentParser]
 
-#: metadata documents of each format, left out when counting stored data files
-METADATA_FILES = ("zarr.json",)
 #: unsharded arrays are verified and copied in blocks of whole chunks up to about this size
 BLOCK_BYTES = 64 * 2**20
 
