@@ -4,5 +4,7 @@ The public API of ``shardstore.formats.bcolz``, importable under the short name 
 the implementation lives in the format package.
 """
 
+from .formats import bcolz as _format
 from .formats.bcolz import *
-from .formats.bcolz import __all__ as __all__
+
+__all__ = list(_format.__all__)

@@ -4,5 +4,7 @@ The public API of ``shardstore.formats.n5``, importable under the short name the
 the implementation lives in the format package.
 """
 
+from .formats import n5 as _format
 from .formats.n5 import *
-from .formats.n5 import __all__ as __all__
+
+__all__ = list(_format.__all__)

@@ -4,5 +4,7 @@ The public API of ``shardstore.formats.precomputed``, importable under the short
 the implementation lives in the format package.
 """
 
+from .formats import precomputed as _format
 from .formats.precomputed import *
-from .formats.precomputed import __all__ as __all__
+
+__all__ = list(_format.__all__)

@@ -4,5 +4,7 @@ The public API of ``shardstore.formats.zarr3``, importable under the short name 
 the implementation lives in the format package.
 """
 
+from .formats import zarr3 as _format
 from .formats.zarr3 import *
-from .formats.zarr3 import __all__ as __all__
+
+__all__ = list(_format.__all__)

@@ -18,28 +18,9 @@ from ...errors import ContainsNodeError, MetadataError, ReadOnlyError, ShardStor
 from ...store.base import Store
 from .._entry import leave_nothing_behind
 from .buffered import BcolzArray, FlushOnClose
-from .carray import (
-    CArray,
-    RootDir,
-    _exists,
-    _is_fancy,
-    create_carray,
-    iterblocks,
-    open_carray,
-    resolve_store,
-)
+from .carray import CArray, RootDir, _exists, _is_fancy, create_carray, iterblocks, open_carray, resolve_store
 from .driver import describe_file
-from .metadata import (
-    ATTRS_KEY,
-    ROOTDIRS_KEY,
-    CParams,
-    calc_chunklen,
-    dflt_from_json,
-    dump_json,
-    parse_json_object,
-    parse_rootdirs,
-    validate_column_name,
-)
+from .metadata import ATTRS_KEY, ROOTDIRS_KEY, CParams, calc_chunklen, dflt_from_json, dump_json, parse_json_object, parse_rootdirs, validate_column_name
 
 __all__ = ["CTable", "ctable", "open_ctable"]
 
