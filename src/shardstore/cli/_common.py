@@ -100,7 +100,7 @@ def parse_codecs(text: str) -> list[Any]:
     if text.startswith("@"):
         source = text[1:]
         try:
-            text = Path(source).read_text()
+            text = Path(source).expanduser().read_text()
         except OSError as e:
             raise ShardStoreError(f"--codecs: cannot read {source!r}: {e.strerror or e}") from e
     try:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 import os
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from ._common import AddCommand, fill_text, json_text, local_dir, out, shape
 #: fields printed as shapes, as byte sizes, or not as plain rows
 _SHAPES = ("shape", "chunks", "shards")
 _BYTES = ("nbytes", "cbytes")
-_LABELS = {"nbytes": "data size", "cbytes": "compressed", "fill_value": "fill value", "dimension_names": "dim. names",
+_LABELS = {"nbytes": "data size", "cbytes": "cbytes", "fill_value": "fill value", "dimension_names": "dim. names",
            "num_channels": "channels", "blockSize": "blockSize", "dataType": "dataType"}
 _TRAILING = ("codecs", "scales", "columns", "attributes")
 
@@ -85,8 +84,6 @@ def print_info(info: dict[str, Any]) -> None:
     if stored is not None:
         size = info.get("nbytes")
         ratio = f" (compression {size / stored['bytes']:.2f}x)" if size and stored["bytes"] else ""
-        if size and not stored["bytes"]:
-            ratio = f" (compression {math.inf})"
         out(f"  {'stored':<11} {stored['files']} of {stored['grid_cells']} {stored['kind']} files, "
             f"{format_bytes(stored['bytes'])}{ratio}")
     if "codecs" in info:
