@@ -131,6 +131,7 @@ def test_info_json(demo_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert info["codecs"][0]["name"] == "sharding_indexed"
     assert info["stored"]["files"] == 1 and info["stored"]["bytes"] > 1000
     assert info["dimension_names"] == ["z", "y", "x"]
+    assert info["node"] == "array" and info["label"] == "Zarr v3 array" and info["format"] == "zarr3"
 
 
 def test_ls_array_group_and_directory(demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -379,7 +380,7 @@ def test_info_bcolz_ctable_and_kv(formats_dir: Path, capsys: pytest.CaptureFixtu
     assert code == 0 and "bcolz carray" in out and '"cname": "zstd"' in out and re.search(r"chunklen\s+64", out)
     code, out, _ = run(capsys, "info", "--json", formats_dir / "kv")
     info = json.loads(out)
-    assert info["node"].startswith("uint64 kv store") and info["keys"] == 20
+    assert info["node"] == "kv store" and info["label"].startswith("uint64 kv store") and info["keys"] == 20
     assert info["sharding"]["shard_bits"] == 1 and info["stored"]["files"] == 2  # not `info`
 
 

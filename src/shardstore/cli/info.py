@@ -42,7 +42,7 @@ def data_files(root: Path, is_data_file: Any) -> tuple[int, int]:
 def info_dict(node: Any, path: str) -> tuple[dict[str, Any], Description]:
     """The JSON that ``info --json`` prints (and the description it came from)."""
     d = describe(node)
-    info: dict[str, Any] = {"path": path, "node": d.label, "format": d.format, **d.fields}
+    info: dict[str, Any] = {"path": path, "node": d.kind, "label": d.label, "format": d.format, **d.fields}
     local = local_dir(path)
     if local is not None and d.is_data_file is not None and d.data_unit is not None:
         files, stored = data_files(local, d.is_data_file)
@@ -75,9 +75,9 @@ def _table(rows: list[dict[str, Any]]) -> list[str]:
 
 def print_info(info: dict[str, Any]) -> None:
     out(info["path"])
-    out(f"  {'format':<11} {info['node']}")
+    out(f"  {'format':<11} {info['label']}")
     for name, value in info.items():
-        if name in ("path", "node", "format", "stored", *_TRAILING):
+        if name in ("path", "node", "label", "format", "stored", *_TRAILING):
             continue
         out(f"  {_LABELS.get(name, name.replace('_', ' ')):<11} {_value_text(name, value)}")
     stored = info.get("stored")

@@ -39,6 +39,8 @@ class Description:
     is_data_file: Callable[[str], bool] | None = None
     #: (what a data file is: "chunk" / "shard" / "block", how many the grid has)
     data_unit: tuple[str, int] | None = None
+    #: what it is whatever the format: "array", "group", "table" or "kv store"
+    kind: str = "array"
 
 
 def node_label(node: Any) -> str:
@@ -152,18 +154,18 @@ def _bcolz_ctable(t: CTable) -> Description:
     fields = {"rows": len(t), "dtype": str(t.dtype), "columns": columns, "nbytes": t.nbytes, "cbytes": t.cbytes,
               "attributes": dict(t.attrs)}
     return Description("bcolz ctable", "bcolz", fields, lambda rel: bool(_BCOLZ_CHUNK.search(rel)),
-                       ("chunk", cells))
+                       ("chunk", cells), kind="table")
 
 
 def _kv(kv: ShardedKV) -> Description:
     spec = kv.spec.to_json()
     fields = {"sharding": spec, "keys": len(kv)}
     return Description("uint64 kv store (neuroglancer_uint64_sharded_v1)", "precomputed_kv", fields,
-                       lambda rel: bool(_KV_FILE.match(rel)), ("shard", 2 ** int(spec["shard_bits"])))
+                       lambda rel: bool(_KV_FILE.match(rel)), ("shard", 2 ** int(spec["shard_bits"])), kind="kv store")
 
 
 def _group(g: Any, fmt: str, label: str) -> Description:
-    return Description(label, fmt, {"children": g.keys(), "attributes": dict(g.attrs)})
+    return Description(label, fmt, {"children": g.keys(), "attributes": dict(g.attrs)}, kind="group")
 
 
 def describe(node: Any) -> Description:
