@@ -245,6 +245,9 @@ def test_precomputed_scale_and_axis_mistakes(tmp_path: Path) -> None:
             v[sel]
         with pytest.raises(IndexError):
             v[sel] = 1
+    with pytest.raises(SelectionError, match=r"\[x, y, z, channel\]"):
+        v.oindex[[0, 9], :, :]
+    assert v.oindex[[0, 7], 0, 0, 0].shape == (2,)
 
 
 def test_n5_groups_without_attributes_open(tmp_path: Path) -> None:

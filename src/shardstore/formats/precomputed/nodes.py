@@ -98,6 +98,33 @@ class PrecomputedArray(Array):
         except IndexError as e:
             raise self._explain(e) from None
 
+    @property
+    def oindex(self) -> Any:  # an _OIndex that explains selection errors
+        return _ExplainedOIndex(self)
+
+
+class _ExplainedOIndex:
+    """``a.oindex[...]`` of a precomputed array, with the same explained selection errors."""
+
+    def __init__(self, array: PrecomputedArray) -> None:
+        self._array = array
+
+    def __getitem__(self, selection: Any) -> Any:
+        try:
+            return Array.oindex.fget(self._array)[selection]  # type: ignore[attr-defined]
+        except SelectionError:
+            raise
+        except IndexError as e:
+            raise self._array._explain(e) from None
+
+    def __setitem__(self, selection: Any, value: Any) -> None:
+        try:
+            Array.oindex.fget(self._array)[selection] = value  # type: ignore[attr-defined]
+        except SelectionError:
+            raise
+        except IndexError as e:
+            raise self._array._explain(e) from None
+
 
 def _array(base: Store, path: str, info: VolumeInfo, index: int, read_only: bool, options: EncodingOptions) -> Array:
     driver = PrecomputedDriver(base, path, info, index, options)
