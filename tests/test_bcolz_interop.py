@@ -106,9 +106,9 @@ def test_default_chunklen_matches_bcolz(tmp_path: Path) -> None:
     for n, dtype, shape in [(10, "f8", ()), (10**6, "i4", ()), (5000, "S7", ()), (1000, "f8", (3, 4))]:
         data = np.zeros((n, *shape), dtype=dtype)
         b = bcolz.carray(data, rootdir=str(tmp_path / "b"), mode="w")
-        s = sbz.carray(data, rootdir=tmp_path / "s")
+        s = sbz.carray(data, rootdir=tmp_path / "s", mode="w")  # as bcolz: "a" refuses an existing rootdir
         assert s.chunklen == b.chunklen, (n, dtype, shape)
-        e = sbz.carray(None, dtype=dtype, expectedlen=n * 7, rootdir=tmp_path / "e")
+        e = sbz.carray(None, dtype=dtype, expectedlen=n * 7, rootdir=tmp_path / "e", mode="w")
         assert e.chunklen == bcolz.carray(np.zeros(0, dtype), expectedlen=n * 7).chunklen
 
 

@@ -118,7 +118,7 @@ def test_console_script_is_declared() -> None:
 def test_info(demo_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "info", demo_dir / DEMO_ARRAY)
     assert code == 0
-    for word in ("zarr3 array", "(64, 64, 64)", "uint8", "fill value", "sharding_indexed", "zstd",
+    for word in ("Zarr v3 array", "(64, 64, 64)", "uint8", "fill value", "sharding_indexed", "zstd",
                  '["z", "y", "x"]', "shardstore_demo", "1 of 1 shard files", "codecs JSON"):
         assert word in out, word
 
@@ -131,6 +131,7 @@ def test_info_json(demo_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert info["codecs"][0]["name"] == "sharding_indexed"
     assert info["stored"]["files"] == 1 and info["stored"]["bytes"] > 1000
     assert info["dimension_names"] == ["z", "y", "x"]
+    assert info["node"] == "array" and info["label"] == "Zarr v3 array" and info["format"] == "zarr3"
 
 
 def test_ls_array_group_and_directory(demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -144,10 +145,11 @@ def test_ls_array_group_and_directory(demo_dir: Path, tmp_path: Path, capsys: py
     g.create_array("top", shape=(10,), dtype="int16", chunks=(5,), shards=(10,))
     code, out, _ = run(capsys, "ls", tmp_path / "g")
     assert code == 0
-    assert re.search(r"^\s+sub/$", out, re.M) and re.search(r"^\s{4}deep\s+\(3, 4\) float32", out, re.M)
-    assert re.search(r"^\s+top\s+\(10,\) int16 chunks \(5,\) shards \(10,\)", out, re.M)
+    assert re.search(r"^\s+sub/  \[Zarr v3 group\]$", out, re.M)
+    assert re.search(r"^\s{4}deep  \[Zarr v3 array\] \(3, 4\) float32", out, re.M)
+    assert re.search(r"^\s+top  \[Zarr v3 array\] \(10,\) int16 chunks \(5,\) shards \(10,\)", out, re.M)
     code, out, _ = run(capsys, "info", tmp_path / "g")
-    assert code == 0 and "zarr3 group" in out and "sub, top" in out
+    assert code == 0 and "Zarr v3 group" in out and '["sub", "top"]' in out
 
 
 # --------------------------------------------------------------------------- verify
@@ -217,11 +219,11 @@ def test_errors_are_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFi
     assert len(err.strip().splitlines()) == 1
 
 
-def test_debug_shows_the_exception(tmp_path: Path) -> None:
-    with pytest.raises(shardstore.ShardStoreError):
-        main(["--debug", "info", str(tmp_path / "missing")])
-    with pytest.raises(shardstore.ShardStoreError):
-        main(["info", str(tmp_path / "missing"), "--debug"])
+def test_debug_shows_the_exception(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["--debug", "info", tmp_path / "missing"], ["info", tmp_path / "missing", "--debug"]):
+        code, out, err = run(capsys, *argv)
+        assert code == 2 and out == ""  # the README's exit code for an error, --debug included
+        assert "Traceback" in err and "NodeNotFoundError" in err and "missing" in err
 
 
 def test_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
@@ -308,3 +310,122 @@ def test_global_options_before_or_after_the_subcommand(capsys, tmp_path):
         code, out, err = run(capsys, *argv)
         assert code == 0, (argv, err)
         assert out
+
+
+# --------------------------------------------------------------------------- every format
+
+@pytest.fixture(scope="module")
+def formats_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One small dataset of each format, with some chunks written and some not."""
+    d = tmp_path_factory.mktemp("formats")
+    z = shardstore.zarr3.create(d / "z.zarr", shape=(8, 8), dtype="u1", chunks=(4, 4))
+    z[:4, :] = 1  # 2 of 4 chunks
+    n = shardstore.n5.create(d / "c.n5", path="em/raw", shape=(8, 8), dtype="u2", block_size=(4, 4),
+                             compression={"type": "zstd", "level": 2})
+    n[:4, :4] = 2  # 1 of 4 blocks
+    sharding = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "identity", "preshift_bits": 0,
+                "minishard_bits": 1, "shard_bits": 1, "minishard_index_encoding": "gzip", "data_encoding": "gzip"}
+    v = shardstore.precomputed.create(d / "vol", data_type="uint32", type="segmentation", scales=[
+        {"size": [16, 16, 8], "resolution": [4, 4, 40], "voxel_offset": [-8, 0, 3], "chunk_size": [8, 8, 8],
+         "sharding": sharding},
+        {"size": [8, 8, 8], "resolution": [8, 8, 40], "voxel_offset": [-4, 0, 3], "chunk_size": [8, 8, 8],
+         "encoding": "compressed_segmentation", "compressed_segmentation_block_size": [4, 4, 4]}])
+    v[:8, :8, :, 0] = 5
+    shardstore.precomputed.open(d / "vol", "r+", scale=1)[...] = 3
+    shardstore.bcolz.ctable({"id": np.arange(100), "px": np.linspace(0, 1, 100)}, rootdir=d / "t.bcolz",
+                            chunklen=64, cparams={"clevel": 3, "cname": "zstd"})
+    kv = shardstore.precomputed.open_kv(d / "kv", sharding=sharding, mode="w")
+    kv.update({i: bytes([i]) for i in range(1, 21)})
+    return d
+
+
+def test_info_n5_shows_compression_and_block_size(formats_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "info", formats_dir / "c.n5/em/raw")
+    assert code == 0
+    assert "N5 dataset" in out and "zarr3" not in out and "codecs" not in out
+    assert re.search(r"compression\s+\{\"type\": \"zstd\", \"level\": 2", out)
+    assert re.search(r"blockSize\s+\[4, 4\]", out) and "1 of 4 block files" in out
+    code, out, _ = run(capsys, "info", formats_dir / "c.n5")
+    assert code == 0 and "N5 container" in out and '["em"]' in out
+    code, out, _ = run(capsys, "info", formats_dir / "c.n5/em")  # a group without attributes.json
+    assert code == 0 and "N5 group" in out and '["raw"]' in out
+
+
+def test_info_precomputed_lists_every_scale(formats_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "info", formats_dir / "vol")
+    assert code == 0 and "precomputed volume" in out and "shards      none" not in out
+    assert re.search(r"^\s+0\s+4_4_40\s+\[16, 16, 8\]\s+\[4, 4, 40\]\s+\[-8, 0, 3\]\s+\[8, 8, 8\]\s+raw\s+shard_bits 1",
+                     out, re.M)
+    assert re.search(r"^\s+1\s+8_8_40\s+\[8, 8, 8\]\s+\[8, 8, 40\]\s+\[-4, 0, 3\]\s+\[8, 8, 8\]\s+"
+                     r"compressed_segmentation\s+-$", out, re.M)
+    assert "scale       0 '4_4_40' of 2" in out and "1 of 2 shard files" in out
+    for scale in ("1", "8_8_40"):
+        code, out, _ = run(capsys, "info", formats_dir / "vol", "--scale", scale)
+        assert code == 0 and "(8, 8, 8, 1)" in out and "1 of 1 chunk files" in out
+    code, out, _ = run(capsys, "info", "--json", formats_dir / "vol", "--scale", "1")
+    info = json.loads(out)
+    assert info["shape"] == [8, 8, 8, 1] and [s["key"] for s in info["scales"]] == ["4_4_40", "8_8_40"]
+    assert info["stored"] == {"kind": "chunk", "files": 1, "grid_cells": 1, "bytes": info["stored"]["bytes"]}
+    code, _, err = run(capsys, "info", formats_dir / "vol", "--scale", "7")
+    assert code == 2 and "no scale 7" in err and "'8_8_40'" in err and len(err.strip().splitlines()) == 1
+
+
+def test_info_bcolz_ctable_and_kv(formats_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "info", formats_dir / "t.bcolz")
+    assert code == 0 and "bcolz ctable" in out and re.search(r"rows\s+100", out)
+    assert re.search(r"^\s+id\s+int64\s+64\s+\{\"clevel\": 3, .*\"cname\": \"zstd\"", out, re.M)
+    assert re.search(r"^\s+px\s+float64\s+64", out, re.M)
+    assert "4 of 4 chunk files" in out  # 2 per column; meta/, __attrs__, __rootdirs__ not counted
+    code, out, _ = run(capsys, "info", formats_dir / "t.bcolz/px")
+    assert code == 0 and "bcolz carray" in out and '"cname": "zstd"' in out and re.search(r"chunklen\s+64", out)
+    code, out, _ = run(capsys, "info", "--json", formats_dir / "kv")
+    info = json.loads(out)
+    assert info["node"] == "kv store" and info["label"].startswith("uint64 kv store") and info["keys"] == 20
+    assert info["sharding"]["shard_bits"] == 1 and info["stored"]["files"] == 2  # not `info`
+
+
+def test_info_counts_only_data_files(formats_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "info", "--json", formats_dir / "z.zarr")
+    assert code == 0 and json.loads(out)["stored"]["files"] == 2  # zarr.json is not a chunk
+    assert json.loads(out)["stored"]["grid_cells"] == 4
+
+
+def test_ls_labels_every_format(formats_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "ls", formats_dir)
+    assert code == 0
+    for name, label in (("c.n5/", "N5 container"), ("kv", "uint64 kv store"), ("t.bcolz", "bcolz ctable"),
+                        ("vol", "precomputed volume"), ("z.zarr", "Zarr v3 array")):
+        assert re.search(rf"^  {re.escape(name)}  \[{label}", out, re.M), name
+    assert "4_4_40, 8_8_40" in out and "100 rows, columns id, px" in out and "20 keys" in out
+    code, out, _ = run(capsys, "ls", formats_dir / "c.n5")
+    assert code == 0 and re.search(r"^  em/  \[N5 group\]$", out, re.M)
+    assert re.search(r"^    raw  \[N5 dataset\] \(8, 8\) uint16", out, re.M)
+    code, out, _ = run(capsys, "ls", formats_dir / "t.bcolz")
+    assert code == 0 and re.search(r"^  id  \[bcolz carray\] \(100,\) int64 chunks \(64,\)", out, re.M)
+
+
+def test_ctable_and_kv_do_not_crash_the_commands(formats_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for target in ("t.bcolz", "kv", "c.n5", "vol"):
+        for command in ("info", "ls", "verify"):
+            code, out, err = run(capsys, command, "--no-progress", formats_dir / target)
+            assert code == 0 and "Traceback" not in err, (command, target, err)
+    code, out, _ = run(capsys, "verify", "--no-progress", formats_dir / "t.bcolz")
+    assert "2 array(s)" in out  # both columns decoded
+
+
+def test_failed_copy_leaves_nothing(formats_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "copy", formats_dir / "t.bcolz", tmp_path / "out.zarr")
+    assert code == 2 and "bcolz ctable" in err and not (tmp_path / "out.zarr").exists()
+    code, _, err = run(capsys, "copy", formats_dir / "z.zarr", tmp_path / "out2.zarr", "--shards", "3")
+    assert code == 2 and not (tmp_path / "out2.zarr").exists()
+    code, _, _ = run(capsys, "copy", "--no-progress", formats_dir / "t.bcolz/px", tmp_path / "px.zarr")
+    assert code == 0 and np.array_equal(shardstore.open(tmp_path / "px.zarr")[:], np.linspace(0, 1, 100))
+
+
+def test_copy_failing_midway_removes_the_destination(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = shardstore.zarr3.create(tmp_path / "src.zarr", shape=(64, 8), dtype="u1", chunks=(8, 8))
+    src[...] = 1
+    (tmp_path / "src.zarr" / "c" / "5" / "0").write_bytes(b"not zstd at all")  # the 6th of 8 chunks
+    code, _, err = run(capsys, "copy", "--no-progress", tmp_path / "src.zarr", tmp_path / "dst.zarr", "--chunks", "8")
+    assert code == 2 and "c/5/0" in err
+    assert not (tmp_path / "dst.zarr").exists()  # the array created before the read failed is gone too

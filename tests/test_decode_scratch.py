@@ -186,6 +186,9 @@ def test_memo_path_adds_io_threads_when_the_data_went_cold(monkeypatch) -> None:
             done.extend(batch)
 
     monkeypatch.setattr(threads, "WAITING_ITEM_SECONDS", 0.001)
+    # the codec threads the read starts with: fixed here, so that the count below does not
+    # depend on the machine's CPU count (with more than IO_READS_IN_FLIGHT cores, none is added)
+    monkeypatch.setattr(threads, "codec_pool_size", lambda: 2)
     submitted = []
     pool = io.io_pool()
     real_submit = pool.submit
@@ -194,4 +197,4 @@ def test_memo_path_adds_io_threads_when_the_data_went_cold(monkeypatch) -> None:
     threads.share_now(fn, _items(64), memo=memo)
     assert sorted(done) == _items(64)
     assert memo[fn] == "io"
-    assert len(submitted) == threads.IO_READS_IN_FLIGHT - min(io.codec_pool_size(), 64)
+    assert len(submitted) == threads.IO_READS_IN_FLIGHT - 2 > 0

@@ -139,7 +139,7 @@ def test_dataset_creation_writes_root_version_keeps_root_attrs(tmp_path: Path) -
     n5.create(tmp_path / "c.n5", "a/b/ds", shape=(3,), dtype="float32")
     assert json.loads((tmp_path / "c.n5/attributes.json").read_text()) == {"n5": "4.0.0", "owner": "me"}
     assert not (tmp_path / "c.n5/a/attributes.json").exists()  # parents are plain directories
-    assert n5.open_group(tmp_path / "c.n5", "a").keys() == ["b"]
+    assert n5.open_group(tmp_path / "c.n5", path="a").keys() == ["b"]
 
 
 def test_dataset_at_container_root(tmp_path: Path) -> None:

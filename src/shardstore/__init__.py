@@ -8,7 +8,13 @@
 350
 """
 
-from . import errors
+from . import (  # importable modules: import shardstore.n5
+    bcolz,
+    errors,
+    n5,
+    precomputed,
+    zarr3,
+)
 from .api import create, open, open_group
 from .core.array import Array
 from .errors import (
@@ -17,12 +23,12 @@ from .errors import (
     CodecError,
     ContainsNodeError,
     MetadataError,
+    NodeNotFoundError,
     ReadOnlyError,
     ShardStoreError,
     StoreError,
     UnsupportedFeatureError,
 )
-from .formats import bcolz, n5, precomputed, zarr3
 from .formats.zarr3 import Group
 from .store import LocalStore, MemoryStore, Store
 
@@ -49,6 +55,7 @@ __all__ = [
     "ChecksumError",
     "StoreError",
     "ChunkNotFoundError",
+    "NodeNotFoundError",
     "ReadOnlyError",
     "ContainsNodeError",
 ]

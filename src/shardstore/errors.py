@@ -10,7 +10,12 @@
      ├── StoreError               a key-value backend failed (chained with ``raise ... from``)
      │    ├── InvalidKeyError     a key with ``..``, an absolute path, a backslash or NUL
      │    └── ConflictError       a conditional write lost: another writer changed the key
-     ├── ChunkNotFoundError       a chunk is missing and the caller asked for strict reads
+     ├── NodeNotFoundError        no array or group where one was looked for (also FileNotFoundError)
+ ├── NodeTypeError            a group used as an array, or the other way round (also TypeError)
+ ├── ScaleNotFoundError       a precomputed scale index or key that the volume does not have
+ ├── SelectionError           an index that does not fit the array (also IndexError)
+ ├── InvalidModeError         a mode an entry point does not take (also ValueError)
+ ├── ChunkNotFoundError       a chunk is missing and the caller asked for strict reads
      ├── ReadOnlyError            a write to a store or array opened read-only
      └── ContainsNodeError        create(mode="w-") found something already there
 
@@ -28,6 +33,11 @@ __all__ = [
     "StoreError",
     "InvalidKeyError",
     "ConflictError",
+    "NodeNotFoundError",
+    "NodeTypeError",
+    "ScaleNotFoundError",
+    "InvalidModeError",
+    "SelectionError",
     "ChunkNotFoundError",
     "ReadOnlyError",
     "ContainsNodeError",
@@ -64,6 +74,37 @@ class InvalidKeyError(StoreError, ValueError):
 
 class ConflictError(StoreError):
     """A conditional write found the key changed since it was read (another writer won)."""
+
+
+class NodeNotFoundError(ShardStoreError, FileNotFoundError):
+    """No array or group (or not the kind asked for) at the path opened.
+
+    Also a ``FileNotFoundError``, so ``except FileNotFoundError`` works as for ``open()``;
+    the message says what was looked for and where.
+    """
+
+    def __str__(self) -> str:  # OSError would format (errno, strerror); keep the message
+        return str(self.args[0]) if self.args else ""
+
+
+class NodeTypeError(ShardStoreError, TypeError):
+    """A group was used as an array (e.g. indexed with slices), or an array as a group."""
+
+
+class ScaleNotFoundError(ShardStoreError, KeyError, IndexError):
+    """A precomputed volume has no scale with the index or key asked for (a key is looked up
+    like a mapping's, an index like a list's: both built-in errors catch it)."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; keep it readable
+        return str(self.args[0]) if self.args else ""
+
+
+class SelectionError(ShardStoreError, IndexError):
+    """A selection that does not fit the array (too many indices, out of bounds)."""
+
+
+class InvalidModeError(ShardStoreError, ValueError):
+    """An open/create mode the entry point does not take."""
 
 
 class ChunkNotFoundError(ShardStoreError, KeyError):

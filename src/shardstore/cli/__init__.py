@@ -5,7 +5,7 @@ work). A new command is a new module listed in ``COMMANDS``.
 
 Exit codes: 0 success; 1 the command ran but found a problem (``verify`` found unreadable
 chunks, ``demo`` read back different data); 2 an error (a ``ShardStoreError`` or bad usage),
-reported as one line on stderr (``--debug`` shows the traceback instead).
+reported as one line on stderr (``--debug`` shows the traceback instead; the exit code stays 2).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import traceback
 from collections.abc import Sequence
 
 from .. import __version__
@@ -74,11 +75,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CommandFailed as e:
         print(f"shardstore: {e}", file=sys.stderr)
         return 1
-    except (ShardStoreError, ValueError) as e:
-        # ValueError: bad argument values the library refuses (e.g. a negative --size)
-        if args.debug:
-            raise
-        print(f"shardstore: error: {e}", file=sys.stderr)
+    except (ShardStoreError, ValueError, TypeError) as e:
+        # ValueError / TypeError: argument values the library refuses (e.g. a negative --size)
+        if args.debug:  # the whole traceback, and still the exit code of an error
+            traceback.print_exc()
+        else:
+            print(f"shardstore: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("shardstore: interrupted", file=sys.stderr)

@@ -14,12 +14,11 @@ import numpy as np
 
 from ..core.array import Array
 from ..errors import ShardStoreError
+from ..formats.describe import children
 
 #: adds a subcommand: ``add(name, help, description)`` -> its parser (``--debug`` included)
 AddCommand = Callable[[str, str, str], argparse.ArgumentParser]
 
-#: metadata documents of each format, left out when counting stored data files
-METADATA_FILES = ("zarr.json",)
 #: unsharded arrays are verified and copied in blocks of whole chunks up to about this size
 BLOCK_BYTES = 64 * 2**20
 
@@ -70,15 +69,16 @@ def fill_text(value: Any) -> str:
 
 
 def is_group(node: Any) -> bool:
+    """Not an array: a group, a bcolz ctable (its columns are arrays), a uint64 kv store."""
     return not isinstance(node, Array)
 
 
 def walk(node: Any, name: str = "") -> Iterator[tuple[str, Any]]:
-    """``(path, node)`` for ``node`` and everything below it, depth first, sorted."""
+    """``(path, node)`` for ``node`` and everything below it (group members, ctable columns),
+    depth first, sorted."""
     yield name, node
-    if is_group(node):
-        for child in node.keys():
-            yield from walk(node[child], f"{name}/{child}" if name else child)
+    for child_name, child in children(node):
+        yield from walk(child, f"{name}/{child_name}" if name else child_name)
 
 
 def parse_shape(text: str, ndim: int, what: str) -> tuple[int, ...]:
@@ -100,7 +100,7 @@ def parse_codecs(text: str) -> list[Any]:
     if text.startswith("@"):
         source = text[1:]
         try:
-            text = Path(source).read_text()
+            text = Path(source).expanduser().read_text()
         except OSError as e:
             raise ShardStoreError(f"--codecs: cannot read {source!r}: {e.strerror or e}") from e
     try:

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 import time
 from pathlib import Path
 
 from ..api import open as open_node
 from ..core.array import Array
 from ..demo import codecs_summary, directory_size, format_bytes, write_blocks
-from ..errors import ContainsNodeError, ShardStoreError
+from ..errors import ContainsNodeError, NodeTypeError, ShardStoreError
 from ..formats import zarr3
+from ..formats._entry import local_path
+from ..formats.describe import node_label
 from ._common import (
     AddCommand,
     inner_codecs,
@@ -31,10 +34,29 @@ def _same_place(src: str, dst: str) -> bool:
     return a == b or a in b.parents or b in a.parents
 
 
+def _fresh_local(dst: str) -> Path | None:
+    """DST as a local directory that does not exist yet (or is empty): what a failed copy
+    may remove again. None for remote DSTs and for directories holding anything."""
+    local = local_path(dst)
+    if local is None or (local.exists() and (not local.is_dir() or any(local.iterdir()))):
+        return None
+    return local
+
+
 def run(args: argparse.Namespace) -> None:
+    fresh = _fresh_local(args.dst)
+    try:
+        _copy(args)
+    except BaseException:
+        if fresh is not None and fresh.is_dir():  # a failed copy leaves nothing behind
+            shutil.rmtree(fresh, ignore_errors=True)
+        raise
+
+
+def _copy(args: argparse.Namespace) -> None:
     src = open_node(args.src, mode="r")
     if not isinstance(src, Array):
-        raise ShardStoreError(f"copy: {args.src!r} is a group; copy takes one array")
+        raise NodeTypeError(f"copy: {args.src!r} is a {node_label(src)}; copy takes one array (e.g. {args.src}/NAME)")
     if _same_place(args.src, args.dst):
         raise ShardStoreError(f"copy: {args.dst!r} overlaps the source {args.src!r}; choose another DST")
     chunks = parse_shape(args.chunks, src.ndim, "chunks") if args.chunks else tuple(src.chunks)

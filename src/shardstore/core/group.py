@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import NodeTypeError, ShardStoreError
 from ..store.base import Store
 from .array import Attributes
 
@@ -23,8 +24,20 @@ class GroupBase:
     def attrs(self) -> Attributes:
         return Attributes(self, self._driver, self.read_only)
 
+    def keys(self) -> list[str]:
+        """The names of the children (each format lists them its own way)."""
+        raise NotImplementedError
+
     def _child(self, name: str) -> str:
         """The path of child ``name`` (which may hold '/'), refusing empty, '.' and '..' parts."""
+        if not isinstance(name, str):  # g[0:10], g[...]: a group is not an array
+            try:
+                children = ", ".join(repr(c) for c in self.keys()) or "none"
+            except ShardStoreError:  # a store that cannot list (HTTP)
+                children = "not listable"
+            raise NodeTypeError(
+                f"{self!r} is a group, not an array: index it by a child's name, e.g. "
+                f"g[\"name\"] (children: {children}), not with {name!r}")
         name = name.strip("/")
         if not name or any(p in ("", ".", "..") for p in name.split("/")):
             raise KeyError(f"invalid child name {name!r}")

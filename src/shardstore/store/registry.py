@@ -37,7 +37,7 @@ def _file_factory(url: str, read_only: bool, options: Mapping[str, Any]) -> Stor
     unknown = set(options) - {"create"}
     if unknown:
         raise ValueError(f"unknown storage options for a local store: {sorted(unknown)} (known: ['create'])")
-    return LocalStore(path, read_only=read_only, **options)
+    return LocalStore(os.path.expanduser(path), read_only=read_only, **options)  # "~/data" works
 
 
 def _memory_factory(url: str, read_only: bool, options: Mapping[str, Any]) -> Store:
@@ -48,14 +48,13 @@ def _memory_factory(url: str, read_only: bool, options: Mapping[str, Any]) -> St
     return MemoryStore(read_only=read_only)
 
 
-def _later(scheme: str) -> StoreFactory:
-    def factory(url: str, read_only: bool, options: Mapping[str, Any]) -> Store:
-        raise UnsupportedFeatureError(
-            f"cannot open {url!r}: {scheme}:// stores are not supported yet "
-            "(remote stores arrive in a later release); use a local path or memory://"
-        )
-
-    return factory
+def _gs_factory(url: str, read_only: bool, options: Mapping[str, Any]) -> Store:
+    bucket_path = url.split("://", 1)[1]
+    raise UnsupportedFeatureError(
+        f"cannot open {url!r}: there is no gs:// (Google Cloud Storage) store. What works: a public "
+        f"bucket reads over HTTP as 'https://storage.googleapis.com/{bucket_path}'; s3:// works with "
+        "S3-compatible servers (AWS, MinIO, SeaweedFS); GCS's own S3-compatible endpoint is untested"
+    )
 
 
 def _http_factory(url: str, read_only: bool, options: Mapping[str, Any]) -> Store:
@@ -83,7 +82,7 @@ _FACTORIES: dict[str, StoreFactory] = {
     "s3": _s3_factory,
     "http": _http_factory,
     "https": _http_factory,
-    "gs": _later("gs"),
+    "gs": _gs_factory,
 }
 
 

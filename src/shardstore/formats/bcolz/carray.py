@@ -22,6 +22,7 @@ from ...errors import CodecError, ContainsNodeError, ShardStoreError
 from ...store.base import RangeBR, Store
 from ...store.memory import MemoryStore
 from ...store.registry import store_from_url
+from .._entry import leave_nothing_behind
 from .buffered import BcolzArray, FlushOnClose
 from .driver import BcolzDriver, read_driver
 from .metadata import SIZES_KEY, CParams, Sizes, Storage, calc_chunklen, dflt_from_json
@@ -277,13 +278,13 @@ def carray(
     expectedlen: int | None = None,
     cparams: Any = None,
     dflt: Any = None,
-    mode: str = "w",
+    mode: str = "a",
     path: str = "",
 ) -> CArray:
     """Create a carray from ``data`` (array-like, or None for an empty one).
 
-    ``rootdir``: a directory (or URL / Store; None keeps it in memory). ``mode="w"``
-    replaces what is there, ``"a"`` refuses an existing rootdir (as bcolz). ``chunklen``
+    ``rootdir``: a directory (or URL / Store; None keeps it in memory). As in bcolz, the
+    default ``mode="a"`` refuses an existing rootdir and ``mode="w"`` replaces it. ``chunklen``
     defaults to bcolz' choice for ``expectedlen`` (default ``len(data)``) rows;
     ``cparams`` defaults to ``{"clevel": 5, "shuffle": 1, "cname": "lz4"}``; ``dflt``
     (default zero) fills rows added by ``resize``.
@@ -306,20 +307,21 @@ def carray(
     if chunklen < 1:
         raise ValueError("chunklen must be a positive integer")
     fill = np.zeros((), dtype=dt)[()] if dflt is None else dflt_from_json(dflt, dt, "dflt argument")
-    store = resolve_store(rootdir, "w")
-    driver = sync(
-        create_carray(
-            store,
-            path.strip("/"),
-            shape_tail=tuple(arr.shape[1:]),
-            dtype=dt,
-            chunklen=chunklen,
-            expectedlen=expectedlen,
-            cparams=CParams.from_any(cparams),
-            dflt=fill,
-            mode=mode,
+    with leave_nothing_behind(rootdir):
+        store = resolve_store(rootdir, "w")
+        driver = sync(
+            create_carray(
+                store,
+                path.strip("/"),
+                shape_tail=tuple(arr.shape[1:]),
+                dtype=dt,
+                chunklen=chunklen,
+                expectedlen=expectedlen,
+                cparams=CParams.from_any(cparams),
+                dflt=fill,
+                mode=mode,
+            )
         )
-    )
     ca = CArray(BcolzArray(driver, read_only=False, name=str(rootdir or "memory")), rootdir, "a")
     ca.append(arr)
     ca.flush()

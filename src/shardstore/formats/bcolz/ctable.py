@@ -16,6 +16,7 @@ from ..._sync import sync
 from ...core.array import Attributes
 from ...errors import ContainsNodeError, MetadataError, ReadOnlyError, ShardStoreError
 from ...store.base import Store
+from .._entry import leave_nothing_behind
 from .buffered import BcolzArray, FlushOnClose
 from .carray import CArray, RootDir, _exists, _is_fancy, create_carray, iterblocks, open_carray, resolve_store
 from .driver import describe_file
@@ -307,19 +308,27 @@ def _new_column(store: Store, path: str, arr: np.ndarray, *, mode: str, chunklen
     return col
 
 
+async def _prepare(store: Store, path: str, mode: str, rootdir: RootDir) -> None:
+    if mode in ("a", "w-") and await _exists(store, path):
+        raise ContainsNodeError(f"{rootdir or path!r} already exists (use mode='w' to replace it)")
+    if mode == "w":
+        await store.delete_prefix(f"{path}/" if path else "")
+
+
 def ctable(
     columns: Any = None,
     names: list[str] | None = None,
     *,
     rootdir: RootDir = None,
-    mode: str = "w",
+    mode: str = "a",
     chunklen: int | None = None,
     expectedlen: int | None = None,
     cparams: Any = None,
     path: str = "",
 ) -> CTable:
     """Create a ctable from a structured array, a dict of columns or a list of arrays
-    (with ``names``). Each column is a carray in ``rootdir/<name>``."""
+    (with ``names``). Each column is a carray in ``rootdir/<name>``. As in bcolz, the default
+    ``mode="a"`` refuses an existing rootdir and ``mode="w"`` replaces it."""
     if mode not in ("w", "a", "w-"):
         raise ValueError(f"ctable() creates: mode must be 'w' or 'a', got {mode!r}")
     if columns is None:
@@ -334,16 +343,11 @@ def ctable(
     arrays = [np.asarray(d) for d in datas]
     if len({len(a) for a in arrays}) > 1:
         raise ValueError("all `columns` must have the same length")
-    store = resolve_store(rootdir, "w")
+    with leave_nothing_behind(rootdir):
+        store = resolve_store(rootdir, "w")
+        sync(_prepare(store, path.strip("/"), mode, rootdir))
     path = path.strip("/")
 
-    async def prepare() -> None:
-        if mode in ("a", "w-") and await _exists(store, path):
-            raise ContainsNodeError(f"{rootdir or path!r} already exists (use mode='w' to replace it)")
-        if mode == "w":
-            await store.delete_prefix(f"{path}/" if path else "")
-
-    sync(prepare())
     cols: dict[str, CArray] = {}
     table = CTable(store, path, [], cols, {}, "a", rootdir)
     for n, arr in zip(col_names, arrays):

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..._sync import sync
-from ...errors import ShardStoreError
+from ...errors import NodeNotFoundError
 from ...store.base import Store
 from ...store.registry import store_from_url
+from .._entry import cleans_up
 from .carray import CArray, RootDir, carray, open_carray, resolve_store
 from .ctable import CTable, ctable, open_ctable
 from .metadata import ROOTDIRS_KEY, SIZES_KEY
@@ -19,6 +20,7 @@ def _key(path: str, key: str) -> str:
     return f"{path}/{key}" if path else key
 
 
+@cleans_up
 def open(rootdir: RootDir, mode: str = "a", *, path: str = "", storage_options: dict[str, Any] | None = None) -> CArray | CTable:
     """Open a bcolz carray or ctable: ``mode`` "r" (read-only), "a" (read/write) or "w"
     (open and empty it, as bcolz does)."""
@@ -37,7 +39,7 @@ def _open(store: Store, path: str, mode: str, rootdir: RootDir) -> CArray | CTab
         return open_ctable(store, path, mode, rootdir)
     if is_array:
         return open_carray(store, path, mode, rootdir)
-    raise ShardStoreError(f"no bcolz carray or ctable at {path or '/'!r} in {store!r} (no {SIZES_KEY} or {ROOTDIRS_KEY})")
+    raise NodeNotFoundError(f"no bcolz carray or ctable at {path or '/'!r} in {store!r} (no {SIZES_KEY} or {ROOTDIRS_KEY})")
 
 
 async def _sniff(store: Store, path: str) -> tuple[bool, bool]:

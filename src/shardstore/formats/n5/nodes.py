@@ -7,6 +7,7 @@ keys. Creating anything writes the ``n5`` version into the container root's
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,10 +23,12 @@ from ...errors import (
     CodecError,
     ContainsNodeError,
     MetadataError,
-    ShardStoreError,
+    NodeNotFoundError,
+    NodeTypeError,
 )
 from ...store.base import Store
 from ...store.registry import store_from_url
+from .._entry import CREATE_MODES, OPEN_MODES, check_mode, cleans_up
 from .driver import N5Driver, native
 from .metadata import (
     N5_VERSION,
@@ -126,10 +129,26 @@ def _wrap(store: Store, path: str, meta: DatasetMetadata | GroupMetadata, read_o
     return N5Array(AsyncArray(N5Driver(store, path, meta), read_only=read_only, name=path or repr(store)))
 
 
+def _mode_and_path(what: str, second: str | None, mode: str | None, path: str | None) -> tuple[str, str]:
+    """The calling convention is ``open(container, mode="r", *, path=...)``; the older
+    ``open(container, "dataset/path", mode=...)`` still works (with a DeprecationWarning) when
+    the second argument is not a mode, so ``open(container, "r")`` always means mode "r"."""
+    if second is not None and second in OPEN_MODES and mode is None:
+        mode = second
+    elif second is not None:
+        if path is not None:
+            raise TypeError(f"{what}: give the dataset path once, as path=")
+        warnings.warn(f"{what[:-2]}(container, {second!r}): pass the path as path={second!r} (the second positional "
+                      "argument is the mode)", DeprecationWarning, stacklevel=4)
+        path = second
+    return check_mode(mode or "r", OPEN_MODES, what), path or ""
+
+
 # -- datasets --------------------------------------------------------------------------------
+@cleans_up
 def create(
     container: StoreLike,
-    dataset_path: str = "",
+    path: str = "",
     *,
     shape: Sequence[int],
     dtype: Any,
@@ -139,18 +158,17 @@ def create(
     attributes: dict[str, Any] | None = None,
     storage_options: dict[str, Any] | None = None,
 ) -> N5Array:
-    """Create an N5 dataset at ``dataset_path`` in ``container`` and return it for writing.
+    """Create an N5 dataset at ``path`` in ``container`` and return it for writing.
 
     ``shape`` and ``block_size`` are in NumPy C order (written reversed as N5 ``dimensions`` /
     ``blockSize``). ``compression`` is an N5 compression object (default gzip level 1), e.g.
     ``{"type": "zstd", "level": 3}``, ``{"type": "blosc", "cname": "lz4", "clevel": 5,
     "shuffle": 1}``, ``{"type": "raw"}``; defaults of the type are filled in. ``mode="w-"``
-    refuses to replace an existing node, ``"w"`` deletes what is under ``dataset_path``.
+    refuses to replace an existing node, ``"w"`` deletes what is under ``path``.
     ``storage_options`` configure a URL's store (``s3://``: endpoint, credentials, ...).
     """
-    if mode not in ("w", "w-"):
-        raise ValueError(f"create() takes mode 'w' or 'w-', got {mode!r}; use open() to open")
-    base, path = _resolve(container, dataset_path, "w", storage_options)
+    check_mode(mode, CREATE_MODES, "n5.create()")
+    base, path = _resolve(container, path, "w", storage_options)
     shape_t = tuple(int(s) for s in shape)
     np_dtype = native(dtype)
     dtype_name(np_dtype)
@@ -193,13 +211,19 @@ def create(
     return N5Array(AsyncArray(driver, read_only=False, name=path or str(container)))
 
 
+@cleans_up
 def open(
-    container: StoreLike, dataset_path: str = "", mode: str = "r", *, storage_options: dict[str, Any] | None = None
+    container: StoreLike,
+    mode_or_path: str | None = None,
+    mode: str | None = None,
+    *,
+    path: str | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> N5Array | Group:
-    """Open an existing N5 dataset (or group) at ``dataset_path`` (``mode``: "r", "r+", "a")."""
-    if mode not in ("r", "r+", "a"):
-        raise ValueError(f"open() takes mode 'r', 'r+' or 'a', got {mode!r}; use create() to create")
-    base, path = _resolve(container, dataset_path, mode, storage_options)
+    """Open an existing N5 dataset (or group) at ``path`` in ``container``: ``open(container,
+    mode="r", *, path="")`` (``mode``: "r", "r+", "a")."""
+    mode, path = _mode_and_path("n5.open()", mode_or_path, mode, path)
+    base, path = _resolve(container, path, mode, storage_options)
     return open_node(base, mode=mode, path=path)
 
 
@@ -207,7 +231,8 @@ def open_node(store: Store, mode: str = "r", path: str = "") -> N5Array | Group:
     """The dataset or group at ``path`` in ``store`` (the signature ``shardstore.open`` uses)."""
     meta = sync(_read_group(store, path))
     if meta is None:
-        raise ShardStoreError(f"no N5 dataset or group at {path or '/'!r} in {store!r}")
+        raise NodeNotFoundError(f"no N5 dataset or group at {path or '/'!r} in {store!r} "
+                                f"(no {attributes_key(path)!r} and no sub-directories)")
     return _wrap(store, path, meta, read_only=mode == "r")
 
 
@@ -217,18 +242,28 @@ def create_node(store: Store, *, path: str = "", mode: str = "w-", **kwargs: Any
 
 
 # -- groups ----------------------------------------------------------------------------------
+@cleans_up
 def open_group(
-    container: StoreLike, path: str = "", mode: str = "r", *, storage_options: dict[str, Any] | None = None
+    container: StoreLike,
+    mode_or_path: str | None = None,
+    mode: str | None = None,
+    *,
+    path: str | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> Group:
-    """Open the group at ``path`` (default: the container root); mode "a" creates it if missing."""
+    """Open the group at ``path`` (default: the container root): ``open_group(container,
+    mode="r", *, path="")``; mode "a" creates it if missing."""
+    mode, path = _mode_and_path("n5.open_group()", mode_or_path, mode, path)
     base, path = _resolve(container, path, mode, storage_options)
     node = sync(_read_group(base, path))
     if node is None:
         if mode == "a":
             return create_group(base, path, mode="w-")
-        raise ShardStoreError(f"no N5 group at {path or '/'!r} in {base!r}")
+        raise NodeNotFoundError(f"no N5 group at {path or '/'!r} in {base!r} (no {attributes_key(path)!r} "
+                                "and no sub-directories)")
     if isinstance(node, DatasetMetadata):
-        raise ShardStoreError(f"expected an N5 group at {attributes_key(path)!r} in {base!r}, found a dataset")
+        raise NodeTypeError(f"expected an N5 group at {attributes_key(path)!r} in {base!r}, found a dataset "
+                            "(open it with n5.open or shardstore.open)")
     return Group(base, path, node, read_only=mode == "r")
 
 
@@ -240,14 +275,15 @@ async def _read_group(store: Store, path: str) -> DatasetMetadata | GroupMetadat
     return GroupMetadata() if await _has_children(store, path) else None
 
 
+@cleans_up
 def create_group(
-    container: StoreLike, path: str = "", *, attributes: dict[str, Any] | None = None, mode: str = "w-"
+    container: StoreLike, path: str = "", *, attributes: dict[str, Any] | None = None, mode: str = "w-",
+    storage_options: dict[str, Any] | None = None,
 ) -> Group:
     """Create a group (an ``attributes.json`` with the user ``attributes``). ``"w-"`` refuses
-    an existing node with attributes; ``"w"`` replaces the attributes (children are kept)."""
-    if mode not in ("w", "w-"):
-        raise ValueError(f"create_group() takes mode 'w' or 'w-', got {mode!r}")
-    base, path = _resolve(container, path, "w")
+    an existing node with attributes; ``"w"`` replaces the group, children included."""
+    check_mode(mode, CREATE_MODES, "n5.create_group()")
+    base, path = _resolve(container, path, "w", storage_options)
     meta = GroupMetadata(attributes=dict(attributes or {}))
     if not path:
         meta.hidden = {VERSION_KEY: N5_VERSION}
@@ -260,6 +296,8 @@ def create_group(
                 raise ContainsNodeError(f"an N5 node already exists at {attributes_key(path)!r} in {base!r}")
             if isinstance(node, GroupMetadata):
                 meta.hidden = {**node.hidden, **meta.hidden}
+        if mode == "w":  # a new group: the old one's children must not show through
+            await base.delete_prefix(f"{path}/" if path else "")
         await base.set(attributes_key(path), encode_json(meta.to_dict()))
         if path:
             await _ensure_root_version(base)
@@ -323,7 +361,7 @@ class Group(GroupBase):
 
     def require_group(self, name: str) -> Group:
         """The child group ``name``, created when missing."""
-        return open_group(self.store, self._child(name), mode="a")
+        return open_group(self.store, "a", path=self._child(name))
 
     def create_dataset(self, name: str, **kwargs: Any) -> N5Array:
         """``shardstore.n5.create`` at ``name`` below this group."""

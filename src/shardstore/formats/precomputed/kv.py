@@ -25,6 +25,7 @@ from ...sharding._uint64_format import SHARDING_TYPE, UINT64_MAX, ShardingSpec
 from ...sharding.uint64 import CompleteShard, Uint64ShardedStore
 from ...store.base import Store
 from ...store.registry import MODES, store_from_url
+from .._entry import cleans_up
 
 __all__ = ["open_kv", "ShardedKV"]
 
@@ -161,6 +162,7 @@ def _spec_from_info(info: object, where: str) -> ShardingSpec:
     )
 
 
+@cleans_up
 def open_kv(
     path_or_store: str | os.PathLike[str] | Store,
     sharding: Mapping[str, Any] | ShardingSpec | None = None,
@@ -178,6 +180,8 @@ def open_kv(
     create, failing if an ``info`` exists. A ``sharding`` that disagrees with an existing
     ``info`` is a MetadataError.
     """
+    if isinstance(sharding, str) and sharding in MODES and mode == "r":  # open_kv(path, "r+"): a mode
+        sharding, mode = None, sharding
     if mode not in MODES:
         raise ValueError(f"invalid mode {mode!r}; expected one of {list(MODES)}")
     store = store_from_url(path_or_store, mode=mode, storage_options=storage_options)

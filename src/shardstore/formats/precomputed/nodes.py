@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -11,13 +12,20 @@ import numpy as np
 
 from ..._sync import sync
 from ...core.array import Array, AsyncArray
-from ...errors import ContainsNodeError, MetadataError, ShardStoreError
+from ...errors import (
+    ContainsNodeError,
+    MetadataError,
+    NodeNotFoundError,
+    ScaleNotFoundError,
+    SelectionError,
+)
 from ...store.base import Store
 from ...store.registry import store_from_url
+from .._entry import CREATE_MODES, OPEN_MODES, check_mode, cleans_up
 from .driver import EncodingOptions, PrecomputedDriver, info_key
 from .metadata import VolumeInfo, default_key, encode_info, parse_info
 
-__all__ = ["open", "create", "add_scale", "read_info", "DEFAULT_CHUNK"]
+__all__ = ["open", "create", "add_scale", "read_info", "DEFAULT_CHUNK", "PrecomputedArray"]
 
 StoreLike = str | Path | Store
 #: chunk size when a scale does not give one (tensorstore picks about 64^3 too)
@@ -36,26 +44,110 @@ async def _read_info(store: Store, path: str) -> VolumeInfo | None:
     return None if raw is None else parse_info(raw, f"{key!r} in {store!r}")
 
 
+def _not_found(base: Store, path: str) -> NodeNotFoundError:
+    return NodeNotFoundError(f"no precomputed volume at {path or '/'!r} in {base!r} (no {info_key(path)!r})")
+
+
 def read_info(store: StoreLike, *, path: str | None = None) -> dict[str, Any]:
     """The validated ``info`` of a volume as JSON data."""
     base, path = _resolve(store, path, "r")
     info = sync(_read_info(base, path))
     if info is None:
-        raise ShardStoreError(f"no precomputed volume at {info_key(path)!r} in {base!r}")
+        raise _not_found(base, path)
     return info.to_dict()
+
+
+def scales_text(info: VolumeInfo) -> str:
+    """``0 '4_4_40' (size [x, y, z]), 1 ...``: the scales a user can pick, for messages."""
+    return ", ".join(f"{i} {s.key!r} (size {list(s.size)})" for i, s in enumerate(info.scales))
+
+
+class PrecomputedArray(Array):
+    """One scale of a precomputed volume: shape ``size + [num_channels]``, indexed
+    ``[x, y, z, channel]`` relative to ``voxel_offset``. Selection mistakes say so."""
+
+    def _explain(self, e: IndexError) -> SelectionError:
+        driver: PrecomputedDriver = self.driver  # type: ignore[assignment]
+        scale = driver.info.scales[driver.index]
+        return SelectionError(
+            f"{e}; precomputed arrays are indexed [x, y, z, channel] relative to voxel_offset "
+            f"{list(scale.voxel_offset)}: this is scale {driver.index} {scale.key!r}, shape {self.shape} "
+            f"(scales: {scales_text(driver.info)})")
+
+    def __getitem__(self, selection: Any) -> Any:
+        try:
+            return super().__getitem__(selection)
+        except SelectionError:
+            raise
+        except IndexError as e:
+            raise self._explain(e) from None
+
+    def __setitem__(self, selection: Any, value: Any) -> None:
+        try:
+            super().__setitem__(selection, value)
+        except SelectionError:
+            raise
+        except IndexError as e:
+            raise self._explain(e) from None
+
+    def read(self, selection: Any = Ellipsis, *, strict: bool = False) -> np.ndarray:
+        try:
+            return super().read(selection, strict=strict)
+        except SelectionError:
+            raise
+        except IndexError as e:
+            raise self._explain(e) from None
+
+    @property
+    def oindex(self) -> Any:  # an _OIndex that explains selection errors
+        return _ExplainedOIndex(self)
+
+
+class _ExplainedOIndex:
+    """``a.oindex[...]`` of a precomputed array, with the same explained selection errors."""
+
+    def __init__(self, array: PrecomputedArray) -> None:
+        self._array = array
+
+    def __getitem__(self, selection: Any) -> Any:
+        try:
+            return Array.oindex.fget(self._array)[selection]  # type: ignore[attr-defined]
+        except SelectionError:
+            raise
+        except IndexError as e:
+            raise self._array._explain(e) from None
+
+    def __setitem__(self, selection: Any, value: Any) -> None:
+        try:
+            Array.oindex.fget(self._array)[selection] = value  # type: ignore[attr-defined]
+        except SelectionError:
+            raise
+        except IndexError as e:
+            raise self._array._explain(e) from None
 
 
 def _array(base: Store, path: str, info: VolumeInfo, index: int, read_only: bool, options: EncodingOptions) -> Array:
     driver = PrecomputedDriver(base, path, info, index, options)
     name = f"{path}/{info.scales[index].key}" if path else info.scales[index].key
-    return Array(AsyncArray(driver, read_only=read_only, name=name))
+    return PrecomputedArray(AsyncArray(driver, read_only=read_only, name=name))
 
 
+def _scale_index(info: VolumeInfo, scale: Any, base: Store, path: str) -> int:
+    try:
+        return info.scale_index(scale, info_key(path))
+    except (KeyError, IndexError):
+        pass
+    raise ScaleNotFoundError(
+        f"no scale {scale!r} in the precomputed volume at {path or '/'!r} in {base!r}; pass scale= an index "
+        f"or a key: {scales_text(info)} (each scale is an array indexed [x, y, z, channel])")
+
+
+@cleans_up
 def open(
     store: StoreLike,
-    scale: int | str = 0,
-    mode: str = "r",
+    mode: str | int = "r",
     *,
+    scale: int | str = 0,
     path: str | None = None,
     jpeg_quality: int | None = None,
     png_level: int | None = None,
@@ -63,17 +155,23 @@ def open(
 ) -> Array:
     """Open one scale (by index or key) of a precomputed volume as a ``[x, y, z, channel]`` array.
 
-    ``mode``: "r" (read-only), "r+" or "a" (read/write). ``jpeg_quality`` / ``png_level`` are
+    ``open(store, mode="r", *, scale=0)``: ``mode`` "r" (read-only), "r+" or "a" (read/write);
+    ``scale`` an index or a key. (The older ``open(store, scale)`` still works, with a
+    DeprecationWarning.) ``jpeg_quality`` / ``png_level`` are
     writer options (default: the scale's ``jpeg_quality`` / ``png_level`` member, else 75 / the
     PNG library's default).
     """
-    if mode not in ("r", "r+", "a"):
-        raise ValueError(f"open() takes mode 'r', 'r+' or 'a', got {mode!r}; use create() to create")
+    if mode not in (*OPEN_MODES, *CREATE_MODES) and (isinstance(mode, int) or (isinstance(mode, str) and scale == 0)):
+        # the older open(store, scale): the second argument is the mode now
+        warnings.warn(f"precomputed.open(store, {mode!r}): pass the scale as scale={mode!r} (the second "
+                      "positional argument is the mode)", DeprecationWarning, stacklevel=3)
+        mode, scale = "r", mode
+    mode = check_mode(mode, OPEN_MODES, "precomputed.open()")
     base, path = _resolve(store, path, mode, storage_options)
     info = sync(_read_info(base, path))
     if info is None:
-        raise ShardStoreError(f"no precomputed volume at {info_key(path)!r} in {base!r}")
-    index = info.scale_index(scale, info_key(path))
+        raise _not_found(base, path)
+    index = _scale_index(info, scale, base, path)
     return _array(base, path, info, index, mode == "r", EncodingOptions(jpeg_quality, png_level))
 
 
@@ -105,6 +203,7 @@ def _scale_doc(scale: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
+@cleans_up
 def create(
     store: StoreLike,
     *,
@@ -130,8 +229,7 @@ def create(
     refuses an existing volume, ``"w"`` deletes everything below ``path`` first.
     ``storage_options`` configure a URL's store (``s3://``: endpoint, credentials, ...).
     """
-    if mode not in ("w", "w-"):
-        raise ValueError(f"create() takes mode 'w' or 'w-', got {mode!r}; use open() to open")
+    check_mode(mode, CREATE_MODES, "precomputed.create()")
     base, path = _resolve(store, path, "w", storage_options)
     dtype_name = np.dtype(data_type).name if not isinstance(data_type, str) else data_type.lower()
     if not scales:
@@ -160,6 +258,7 @@ def create(
     return _array(base, path, arrays[0].info, 0, False, options)
 
 
+@cleans_up
 def add_scale(
     store: StoreLike,
     scale: dict[str, Any] | None = None,
@@ -180,7 +279,7 @@ def add_scale(
     async def update() -> VolumeInfo:
         raw = await base.get(key)
         if raw is None:
-            raise ShardStoreError(f"no precomputed volume at {key!r} in {base!r}")
+            raise _not_found(base, path)
         doc = parse_info(raw, key).to_dict()
         doc["scales"].append(_scale_doc(spec))
         info = parse_info(doc, key)  # rejects a duplicate key or an inconsistent scale
