@@ -318,8 +318,10 @@ class Uint64ShardedStore(Store):
         else:
             loop = asyncio.get_running_loop()
             data = await loop.run_in_executor(codec_pool(), self._merge, key, old, changes)
-        if data is None:
-            if old is not None:
+        if data is None:  # the shard is left without keys: remove its file
+            if complete:  # not read, so it may exist: delete whatever is there
+                await self.base.delete(key)
+            elif old is not None:
                 await self.base.set_if(key, None, gen)
             return
         if complete:
