@@ -9,9 +9,9 @@ from ._sync import sync
 from .core.array import Array
 from .errors import ShardStoreError
 from .formats import bcolz, zarr3
-from .formats.n5 import nodes as _n5_nodes
 from .formats import precomputed as _precomputed
 from .formats.detect import detect_format
+from .formats.n5 import nodes as _n5_nodes
 from .store.base import Store
 from .store.registry import store_from_url
 

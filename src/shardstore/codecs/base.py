@@ -169,7 +169,7 @@ class Codec(abc.ABC):
         """A copy with defaults that depend on the chunk filled in (e.g. blosc typesize)."""
         return self
 
-    def validate(self, spec: ChunkSpec) -> None:
+    def validate(self, spec: ChunkSpec) -> None:  # noqa: B027 (a no-op default, not abstract)
         """Raise MetadataError if this codec cannot handle chunks of ``spec``."""
 
     def __repr__(self) -> str:

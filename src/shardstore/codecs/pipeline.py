@@ -8,7 +8,6 @@ allows (no decompression bombs).
 from __future__ import annotations
 
 import functools
-
 from collections.abc import Sequence
 from typing import Any
 

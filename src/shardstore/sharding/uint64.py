@@ -22,19 +22,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 
+from .._locks import KeyedLocks
 from .._sync import codec_pool
 from ..errors import UnsupportedFeatureError
-from .._locks import KeyedLocks
 from ..store.base import MISSING, BlockingReader, ByteRange, Parts, RangeBR, Store, inherited_retry_conflicts, joined
-from ._uint64_format import (
-    MinishardIndex,
-    ShardingSpec,
-    assemble_shard,
-    gzip_compress,
-    parse_uint64_key,
-    shard_entries,
-    sub_range,
-)
+from ._uint64_format import MinishardIndex, ShardingSpec, assemble_shard, gzip_compress, parse_uint64_key, shard_entries, sub_range
 from ._uint64_read import BlockingReads, ShardCache, ShardState, blocking_reads, shard_generation, value_of
 
 __all__ = ["Uint64ShardedStore", "parse_uint64_key", "ShardingSpec"]

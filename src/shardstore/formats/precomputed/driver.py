@@ -103,7 +103,7 @@ class PrecomputedDriver(FormatDriver):
         self.index = index
         self.options = options or EncodingOptions()
         self._layout: ChunkLayout | None = None
-        self.layout  # validate now, not at first read
+        _ = self.layout  # validate now, not at first read
 
     @property
     def scale(self) -> Scale:
