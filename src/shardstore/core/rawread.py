@@ -22,16 +22,20 @@ import ctypes
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .indexing import ChunkProjection
 from .layout import ChunkLayout
 
-try:
+if TYPE_CHECKING:  # typed by _rawio.pyi; the checks below still handle a missing module
     from .. import _rawio
-except ImportError:  # built without a C compiler: everything takes the generic path
-    _rawio = None
+else:
+    try:
+        from .. import _rawio
+    except ImportError:  # built without a C compiler: everything takes the generic path
+        _rawio = None
 
 __all__ = ["available", "inflate_available", "raw_reader"]
 
@@ -67,7 +71,7 @@ def inflate_available() -> bool:
                 fns = [getattr(lib, "libdeflate_" + f) for f in _LIBDEFLATE_FUNCTIONS]
             except (OSError, AttributeError):  # not there, or too old for the _ex functions
                 continue
-            _rawio.set_libdeflate(*(ctypes.cast(f, ctypes.c_void_p).value for f in fns))
+            _rawio.set_libdeflate(*(ctypes.cast(f, ctypes.c_void_p).value or 0 for f in fns))  # 0: refused
             _libdeflate = lib  # kept: the module calls into it for the life of the process
             break
     return _libdeflate is not False
@@ -123,7 +127,7 @@ def raw_reader(layout: ChunkLayout, out: np.ndarray) -> Callable[[Items], Items]
                     taken.append(item)
                     continue
             rest.append(item)
-        if jobs:
+        if jobs and out_dims is not None:  # out_dims is set with the first job
             status = read_boxes(out, chunk_shape, out_dims, header, stored.itemsize, swap, jobs, inflate)
             rest += [item for item, s in zip(taken, status) if s]
         return rest
