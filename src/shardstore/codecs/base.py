@@ -176,7 +176,7 @@ class Codec(abc.ABC):
         return f"{type(self).__name__}({self._canonical_config().get('configuration', {})})"
 
     def __eq__(self, other: object) -> bool:
-        return type(self) is type(other) and self._canonical_config() == other._canonical_config()  # type: ignore[union-attr]
+        return type(self) is type(other) and self._canonical_config() == other._canonical_config()
 
     def __hash__(self) -> int:
         return hash((type(self), repr(self)))

@@ -116,7 +116,7 @@ class CompressedSegmentationCodec(ArrayBytesCodec):
             raise MetadataError(
                 f"compressed_segmentation_block_size must be 3 positive integers, got {block_size!r}"
             )
-        self.block_size: tuple[int, int, int] = tuple(block_size)  # type: ignore[assignment]
+        self.block_size: tuple[int, int, int] = tuple(block_size)
 
     @classmethod
     def _from_configuration(cls, configuration: dict[str, Any]) -> CompressedSegmentationCodec:

@@ -17,7 +17,7 @@ Also N5 ``{"type": "gzip", "level", "useZlib"}`` (namespace "n5"): ``useZlib`` w
 from __future__ import annotations
 
 import zlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,23 +25,29 @@ from ..errors import CodecError, MetadataError
 from .base import BytesBytesCodec, ChunkSpec, N5Compression
 from .registry import register_codec
 
-try:  # optional accelerator; same stream format
+if TYPE_CHECKING:  # typed by isal's stubs; the code below still handles its absence
     from isal import isal_zlib as _isal
-except ImportError:  # pragma: no cover - exercised only without python-isal
-    _isal = None
+else:
+    try:  # optional accelerator; same stream format
+        from isal import isal_zlib as _isal
+    except ImportError:  # pragma: no cover - exercised only without python-isal
+        _isal = None
 
 __all__ = ["GzipCodec"]
 
 _GZIP_WBITS = 31  # 16 + MAX_WBITS: gzip header and trailer
 _ZLIB_WBITS = 15  # MAX_WBITS: zlib header and trailer
 _DEFAULT_LEVEL = 6
-_ERRORS: tuple[type[BaseException], ...] = (zlib.error,) + ((_isal.error,) if _isal else ())
+_ERRORS: tuple[type[BaseException], ...] = (zlib.error,)
+if _isal:
+    # isal_zlib.pyi declares ``error: Exception`` (an instance); it is the exception class
+    _ERRORS += (_isal.error,)  # type: ignore[operator]
 
 
 _libdeflate: tuple[Any, Any] | None = None  # (gzip_decode, zlib-format decode), on first use
 
 
-def _libdeflate_decoders() -> tuple[Any, Any] | None:
+def _libdeflate_decoders() -> tuple[Any, Any]:
     global _libdeflate
     if _libdeflate is None:
         try:
@@ -86,10 +92,11 @@ def gunzip(data: bytes, max_size: int, wbits: int = _GZIP_WBITS) -> bytes:
                     f"codec 'gzip': truncated gzip stream ({len(data)} bytes; "
                     f"{total} bytes decompressed before it ended)"
                 )
-            rest = d.unused_data
+            tail: bytes = d.unused_data
             # like gzip(1), tolerate zero padding after the last member
-            if not rest or not rest.strip(b"\0"):
+            if not tail or not tail.strip(b"\0"):
                 break
+            rest = tail
     except _ERRORS as e:
         raise CodecError(f"codec 'gzip': corrupt gzip stream: {e}") from e
     return parts[0] if len(parts) == 1 else b"".join(parts)

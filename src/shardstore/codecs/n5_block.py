@@ -220,14 +220,14 @@ class N5BlockCodec(ArrayBytesCodec):
             assign(np.frombuffer(out, dtype=stored, offset=len(header)).reshape(values.shape), ..., values)
             return out
         flat = np.asarray(values, dtype=stored, order="C").reshape(-1)  # one pass: swap + layout
-        payload = self.compression.encode(memoryview(flat.view(np.uint8)).toreadonly(), spec)
+        payload = self.compression.encode(flat.view(np.uint8).data.toreadonly(), spec)
         return b"".join((header, payload))
 
     def encode(self, array: np.ndarray, spec: ChunkSpec) -> bytes:
         """A mode 0 block of ``spec.shape`` (edge blocks get their clipped shape in the header)."""
         if array.shape != spec.shape:
             raise CodecError(f"N5 block: array of shape {array.shape}, expected {spec.shape}")
-        return self._block(_header_bytes(MODE_DEFAULT, spec.shape), array, spec)  # type: ignore[return-value]
+        return self._block(_header_bytes(MODE_DEFAULT, spec.shape), array, spec)
 
     def encode_varlength(self, values: np.ndarray, spec: ChunkSpec) -> bytes:
         """A mode 1 (varlength) block: header size ``spec.shape``, any number of elements."""

@@ -132,8 +132,8 @@ class CodecPipeline:
         for codec, s in zip(self.array_array, specs):
             array = codec.encode(array, s)
         data = self.array_bytes.encode(array, specs[-1])
-        for codec in self.bytes_bytes:
-            data = codec.encode(data, specs[-1])
+        for bb in self.bytes_bytes:
+            data = bb.encode(data, specs[-1])
         return data
 
     def decode_region(self, data: bytes, spec: ChunkSpec, selection: tuple) -> np.ndarray | None:
@@ -224,8 +224,8 @@ class CodecPipeline:
         if innermost is not None:
             data = self._decode_to_scratch(data, ab_spec, *innermost)
         array = self.array_bytes.decode(data, ab_spec)
-        for codec, s in zip(reversed(self.array_array), reversed(specs[:-1])):
-            array = codec.decode(array, s)
+        for aa, s in zip(reversed(self.array_array), reversed(specs[:-1])):
+            array = aa.decode(array, s)
         if array.shape != spec.shape:
             raise CodecError(f"decoded chunk has shape {array.shape}, expected {spec.shape}")
         return array

@@ -86,11 +86,11 @@ class PrecomputedRawCodec(ArrayBytesCodec):
     def encoded_size(self, spec: ChunkSpec) -> int:
         return spec.nbytes
 
-    def encode(self, array: np.ndarray, spec: ChunkSpec) -> memoryview:  # type: ignore[override]
+    def encode(self, array: np.ndarray, spec: ChunkSpec) -> memoryview:
         if array.shape != spec.shape:
             raise CodecError(f"codec 'raw': array of shape {array.shape}, expected {spec.shape}")
         out = xyzc_to_fortran(array, np.dtype(spec.dtype).newbyteorder("<"))
-        return memoryview(out.reshape(-1).view(np.uint8))
+        return out.reshape(-1).view(np.uint8).data
 
     def _stored(self, data: bytes, spec: ChunkSpec) -> np.ndarray:
         """The chunk as its ``[c, z, y, x]`` little-endian view (size checked)."""

@@ -178,7 +178,8 @@ _INLINE_REQUESTS = 8
 
 
 def _span(parts: Sequence[ByteRange | None]) -> int:
-    return sum(br.end - br.start if isinstance(br, RangeBR) else br.n for br in parts)  # type: ignore[union-attr]
+    """Bytes the ranges ask for (callers pass only ranges of known size: RangeBR, SuffixBR)."""
+    return sum(br.end - br.start if isinstance(br, RangeBR) else br.n for br in parts if isinstance(br, (RangeBR, SuffixBR)))
 
 
 class LocalStore(Store):

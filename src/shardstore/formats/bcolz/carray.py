@@ -57,8 +57,8 @@ class CArray(FlushOnClose, Array):
         self._lock = threading.Lock()  # appends from several threads go one at a time
 
     @property
-    def driver(self) -> BcolzDriver:  # type: ignore[override]
-        return self._async.driver  # type: ignore[return-value]
+    def driver(self) -> BcolzDriver:
+        return self._async.driver
 
     def __repr__(self) -> str:
         return (
@@ -183,7 +183,7 @@ class CArray(FlushOnClose, Array):
     def autoflush(self, value: bool) -> None:
         self._async.autoflush = bool(value)
 
-    def resize(self, nitems: Any) -> None:  # type: ignore[override]
+    def resize(self, nitems: Any) -> None:
         """New length; added rows get ``dflt``."""
         if isinstance(nitems, (tuple, list)):
             nitems = nitems[0]

@@ -81,7 +81,7 @@ class ShardedKV(MutableMapping[int, bytes]):
             raise KeyError(key)
         return value
 
-    def get(self, key: int, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, key: int, default: Any = None) -> Any:
         (value,) = self._values([_key(key)])
         return default if value is None else value
 
