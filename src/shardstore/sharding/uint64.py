@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
+from typing import Literal
 
 from .._locks import KeyedLocks
 from .._sync import codec_pool
@@ -72,7 +73,7 @@ class Uint64ShardedStore(Store):
         self._complete_shard = complete_shard
         # stem -> what is known of the shard (LRU; bounded by shards and by minishard entries)
         self._cache = ShardCache(spec, cache_entries, cache_shards)
-        self._blocking: BlockingReads | None | bool = False  # made on first use
+        self._blocking: BlockingReads | None | Literal[False] = False  # made on first use
         self._shard_locks = KeyedLocks()
 
     @property
