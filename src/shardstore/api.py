@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 from ._sync import sync
@@ -17,9 +18,9 @@ from .store.registry import store_from_url
 
 __all__ = ["open", "create", "open_group"]
 
-_CREATORS = {"zarr3": zarr3.create, "bcolz": bcolz.create}
+_CREATORS: dict[str, Callable[..., Any]] = {"zarr3": zarr3.create, "bcolz": bcolz.create}
 _CREATORS["n5"] = _n5_nodes.create_node
-_OPENERS = {"zarr3": zarr3.open, "bcolz": bcolz.open_node}
+_OPENERS: dict[str, Callable[..., Any]] = {"zarr3": zarr3.open, "bcolz": bcolz.open_node}
 _OPENERS["n5"] = _n5_nodes.open_node
 _CREATORS["precomputed"] = _precomputed.create
 _OPENERS["precomputed"] = _precomputed.open

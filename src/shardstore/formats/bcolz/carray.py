@@ -128,7 +128,7 @@ class CArray(FlushOnClose, Array):
         n = layout.spec.shape[0] if layout.spec.shape else 0
         if read is None or not n:
             return None
-        if type(selection) is int:
+        if isinstance(selection, int):  # (never a bool: __getitem__ passes exact ints and slices)
             if not -n <= selection < n:
                 return None  # (the general path raises the IndexError)
             start = selection % n

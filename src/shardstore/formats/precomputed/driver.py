@@ -149,7 +149,7 @@ class PrecomputedDriver(FormatDriver):
         prefix = scale_prefix(self.path, scale.key, self.where)
         grid = RegularGrid(shape, chunk)
         # results in Fortran order, as chunks are stored (and as CloudVolume returns them)
-        common = dict(spec=spec, grid=grid, pipeline=pipeline, edge_chunks="clipped", order="F")
+        common: dict[str, Any] = dict(spec=spec, grid=grid, pipeline=pipeline, edge_chunks="clipped", order="F")
         if scale.sharding is None:
             # CloudVolume's default gzipped chunk files are read too (bounded: a chunk's
             # encodings stay well under 4x its voxel bytes)

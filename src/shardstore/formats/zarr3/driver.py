@@ -81,6 +81,7 @@ class Zarr3Driver(FormatDriver):
                 )
             rel = tuple(range(len(perm)))
             for t in pipeline.array_array:
+                assert isinstance(t, TransposeCodec)  # checked just above
                 rel = tuple(rel[i] for i in t.order)
             perm = tuple(perm[i] for i in rel)
             codec = pipeline.array_bytes
