@@ -29,6 +29,14 @@ CORE_DTYPES = (
 
 # --------------------------------------------------------------------------- fixtures dir
 
+def examples(n: int) -> int:
+    """A Hypothesis test's ``max_examples``: ``n`` in the default profile, scaled with the
+    loaded profile's budget (the randomized profile of the slow run: 10x; see conftest.py)."""
+    from hypothesis import settings
+
+    return max(1, n * settings.default.max_examples // 100)
+
+
 def find_fixtures_dir() -> Path | None:
     """The shared conformance fixtures: $SHARDSTORE_FIXTURES, else <repo>/../shared/fixtures."""
     env = os.environ.get("SHARDSTORE_FIXTURES")
