@@ -87,9 +87,12 @@ def morton_codes(grid_shape: tuple[int, ...]) -> np.ndarray:
     return code
 
 
-@dataclass
 class PrecomputedDriver(FormatDriver):
-    """Scale ``index`` of the precomputed volume whose ``info`` is at ``path`` in ``store``."""
+    """Scale ``index`` of the precomputed volume whose ``info`` is at ``path`` in ``store``.
+
+    Identity semantics, as every driver: a driver holds a scale's open state (its layout,
+    its shard caches), so two drivers are equal only when they are the same object.
+    """
 
     format_name = "precomputed"
     resizable = False  # tensorstore and neuroglancer fix a scale's size once written
