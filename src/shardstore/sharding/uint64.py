@@ -27,10 +27,12 @@ from .._locks import KeyedLocks
 from .._sync import codec_pool
 from ..errors import UnsupportedFeatureError
 from ..store.base import MISSING, BlockingReader, ByteRange, Parts, RangeBR, Store, inherited_retry_conflicts, joined
-from ._uint64_format import MinishardIndex, ShardingSpec, assemble_shard, gzip_compress, parse_uint64_key, shard_entries, sub_range
+from ._uint64_format import SHARDING_TYPE, UINT64_MAX, MinishardIndex, ShardingSpec, assemble_shard, gzip_compress, parse_uint64_key, shard_entries, sub_range
 from ._uint64_read import BlockingReads, ShardCache, ShardState, blocking_reads, shard_generation, value_of
 
-__all__ = ["Uint64ShardedStore", "parse_uint64_key", "ShardingSpec"]
+# the spec and key helpers are public here: users of the format (formats/precomputed) need
+# not import the private modules that implement it
+__all__ = ["SHARDING_TYPE", "UINT64_MAX", "CompleteShard", "ShardingSpec", "Uint64ShardedStore", "parse_uint64_key"]
 
 #: rewrites touching more bytes than this run their CPU work (parse, encode, assemble) in the
 #: codec thread pool; smaller ones inline (a thread hop costs more than the work)

@@ -21,8 +21,7 @@ from typing import Any
 
 from ..._sync import sync
 from ...errors import ContainsNodeError, InvalidKeyError, MetadataError
-from ...sharding._uint64_format import SHARDING_TYPE, UINT64_MAX, ShardingSpec
-from ...sharding.uint64 import CompleteShard, Uint64ShardedStore
+from ...sharding.uint64 import SHARDING_TYPE, UINT64_MAX, CompleteShard, ShardingSpec, Uint64ShardedStore
 from ...store.base import Store
 from ...store.registry import MODES, store_from_url
 
