@@ -3,8 +3,8 @@
  *
  * Why by hand: reading a chunk from a local file is a handful of system calls (open, fstat,
  * pread, close) and a strided copy. From Python each of them drops and retakes the GIL, and
- * with two threads every retake is a hand-off between cores that costs more than the call:
- * measured on 100^3 reads of raw N5 (17 chunks each), a second thread made reads slower.
+ * with two threads every retake is a hand-off between cores that costs more than the call,
+ * so a second thread made such reads slower, not faster.
  * No library reads many small files into strided NumPy destinations without the GIL, so this
  * module does exactly that, for one call's whole batch of chunks, with the GIL released once.
  *

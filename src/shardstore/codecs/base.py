@@ -41,8 +41,8 @@ _scratch = threading.local()
 def scratch_buffer(nbytes: int) -> np.ndarray:
     """``nbytes`` of uint8 owned by the calling thread and reused by its next call, for
     ``decode_transient`` results that are copied out at once. Decompressing into a fresh
-    buffer per chunk costs an allocation and, on first touch, a page fault per 4 KiB page
-    (measured: ~15 % of a warm gzip N5 read); a large buffer is not kept."""
+    buffer per chunk costs an allocation and, on first touch, a page fault per 4 KiB page,
+    a real share of a read from the page cache; a large buffer is not kept."""
     if nbytes > SCRATCH_MAX_BYTES:
         return np.empty(nbytes, np.uint8)
     buf = getattr(_scratch, "buf", None)
@@ -118,7 +118,7 @@ class Codec(abc.ABC):
     kind: ClassVar[CodecKind]
     #: decoding costs about a memory copy (bytes, transpose, crc32c): the core then decodes
     #: on the calling thread, because handing such work to threads costs more in GIL
-    #: hand-offs than it saves (measured: 1.6x slower random reads of raw chunks)
+    #: hand-offs than it saves
     light: ClassVar[bool] = False
     #: decoding is one long call without the GIL that costs far more than reading and copying
     #: the chunk (gzip, zstd, bzip2, xz, jpeg): the core then shares even a few such chunks among

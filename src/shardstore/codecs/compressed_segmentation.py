@@ -103,8 +103,8 @@ class CompressedSegmentationCodec(ArrayBytesCodec):
     """``compressed_segmentation`` with ``block_size`` ``[bx, by, bz]`` (from the ``info``)."""
 
     name = "compressed_segmentation"
-    # compressed_segmentation.decompress (2.3.3) keeps the GIL: two threads decoding 64^3
-    # uint64 chunks took 1.15 ms for two, one thread 0.43-0.46 ms each
+    # compressed_segmentation.decompress holds the GIL for the whole decode: threads would
+    # only take turns (and pay the hand-offs), so the core decodes these on one thread
     holds_gil = True
 
     def __init__(self, block_size: Any = (8, 8, 8)) -> None:

@@ -1,13 +1,13 @@
 """Zarr v3 ``gzip`` codec: one RFC 1952 gzip stream (readers accept several members).
 
-ISA-L (python-isal) writes and reads the same gzip stream format as zlib, 5-10x faster to
-compress and about 2x faster to decompress on a 256 KiB chunk. ISA-L has only levels 0-3, so
+ISA-L (python-isal) writes and reads the same gzip stream format as zlib, several times
+faster to compress and faster to decompress (SIMD deflate). ISA-L has only levels 0-3, so
 Zarr levels map 1-3 -> 1, 4-6 -> 2, 7-9 -> 3 (compression ratios measured within a few per cent
 of zlib's at the same Zarr level); Zarr level 0 means "stored" and stays with zlib, whose level 0
 does exactly that (ISA-L's level 0 still compresses). Without isal everything uses zlib.
 
 Decoding into a buffer of known size (``decode_to``: chunk reads) uses libdeflate through
-imagecodecs instead, about 20 % faster than ISA-L here and writing straight into the caller's
+imagecodecs instead, which decodes faster still and writes straight into the caller's
 buffer; ``decode`` (unknown sizes, several gzip members, error messages) stays with ISA-L.
 
 Also N5 ``{"type": "gzip", "level", "useZlib"}`` (namespace "n5"): ``useZlib`` writes a zlib

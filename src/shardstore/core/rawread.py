@@ -10,8 +10,7 @@ generic path, which fills, decodes or raises exactly as before.
 Chunks that are a header and one deflate stream (``CodecPipeline.inflate_layout``: N5 gzip
 blocks) go the same way when libdeflate can be found (imagecodecs ships it): the native call
 then reads each whole file and inflates it with libdeflate, the decoder the generic path uses
-too, so the two paths differ only in the Python around the decode (measured: ~6 % of a 100^3
-gzip read on two threads).
+too, so the two paths differ only in the Python around the decode.
 
 Set ``SHARDSTORE_NATIVE=0`` to read everything through the generic path (A/B comparisons).
 """
