@@ -13,7 +13,7 @@ import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Self
 
 import numpy as np
 
@@ -122,8 +122,9 @@ class Codec(abc.ABC):
     light: ClassVar[bool] = False
     #: decoding is one long call without the GIL that costs far more than reading and copying
     #: the chunk (gzip, zstd, bzip2, xz, jpeg): the core then shares even a few such chunks among
-    #: threads (``core/threads.py`` ``SLOW_DECODE_WORK_SECONDS``)
-    slow_decode: ClassVar[bool] = False
+    #: threads (``core/threads.py`` ``SLOW_DECODE_WORK_SECONDS``); per instance where the
+    #: codec wraps another (an N5 block's compression)
+    slow_decode: bool = False
     #: decoding holds the GIL for most of its time (a C++ decoder called without releasing it:
     #: compressed_segmentation): a second thread would only queue behind it, so reads of warm
     #: chunks stay on the calling thread (``core/threads.py``)
@@ -165,7 +166,7 @@ class Codec(abc.ABC):
         """The spec the next codec in the chain sees (array->array codecs change it)."""
         return spec
 
-    def bind(self, spec: ChunkSpec) -> Codec:
+    def bind(self, spec: ChunkSpec) -> Self:
         """A copy with defaults that depend on the chunk filled in (e.g. blosc typesize)."""
         return self
 

@@ -25,23 +25,23 @@ class CodecPipeline:
 
     def __init__(self, codecs: Sequence[Codec]) -> None:
         codecs = list(codecs)
-        aa = [c for c in codecs if c.kind == "array_array"]
-        ab = [c for c in codecs if c.kind == "array_bytes"]
-        bb = [c for c in codecs if c.kind == "bytes_bytes"]
+        aa = [c for c in codecs if isinstance(c, ArrayArrayCodec)]
+        ab = [c for c in codecs if isinstance(c, ArrayBytesCodec)]
+        bb = [c for c in codecs if isinstance(c, BytesBytesCodec)]
         if len(ab) != 1:
             raise MetadataError(
                 f"a codec chain needs exactly one array->bytes codec (e.g. 'bytes'), got "
                 f"{[c.name for c in ab] or 'none'} in {[c.name for c in codecs]}"
             )
-        if codecs != aa + ab + bb:
+        if codecs != [*aa, *ab, *bb]:
             raise MetadataError(
                 "codecs must be ordered array->array, then array->bytes, then bytes->bytes; got "
                 f"{[c.name for c in codecs]}"
             )
         self.codecs: tuple[Codec, ...] = tuple(codecs)
-        self.array_array: tuple[ArrayArrayCodec, ...] = tuple(aa)  # type: ignore[arg-type]
-        self.array_bytes: ArrayBytesCodec = ab[0]  # type: ignore[assignment]
-        self.bytes_bytes: tuple[BytesBytesCodec, ...] = tuple(bb)  # type: ignore[arg-type]
+        self.array_array: tuple[ArrayArrayCodec, ...] = tuple(aa)
+        self.array_bytes: ArrayBytesCodec = ab[0]
+        self.bytes_bytes: tuple[BytesBytesCodec, ...] = tuple(bb)
         self._plans: dict[ChunkSpec, tuple[list[ChunkSpec], list[int]]] = {}
         self._last: tuple[ChunkSpec | None, tuple[list[ChunkSpec], list[int]]] = (None, ([], []))
 

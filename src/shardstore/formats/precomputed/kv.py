@@ -17,7 +17,7 @@ import json
 import operator
 import os
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
-from typing import Any
+from typing import Any, SupportsIndex
 
 from ..._sync import sync
 from ...errors import ContainsNodeError, InvalidKeyError, MetadataError
@@ -34,10 +34,9 @@ def _key(key: object) -> int:
     """A uint64 key from an int-like value (numpy integers included; bool refused)."""
     if isinstance(key, bool):
         raise InvalidKeyError(f"keys are uint64 integers, got {key!r}")
-    try:
-        k = operator.index(key)  # type: ignore[arg-type]
-    except TypeError:
-        raise InvalidKeyError(f"keys are uint64 integers, got {type(key).__name__}: {key!r}") from None
+    if not isinstance(key, SupportsIndex):
+        raise InvalidKeyError(f"keys are uint64 integers, got {type(key).__name__}: {key!r}")
+    k = operator.index(key)
     if not 0 <= k <= UINT64_MAX:
         raise InvalidKeyError(f"key {k} is outside the uint64 range [0, 2**64 - 1]")
     return k
@@ -102,10 +101,6 @@ class ShardedKV(MutableMapping[int, bytes]):
         ks = [_key(k) for k in keys]
         return dict(zip(ks, self._values(ks))) if ks else {}
 
-    def keys(self) -> Iterator[int]:  # type: ignore[override]
-        """Every key, shard by shard (each shard's minishard indexes are read)."""
-        return iter(self._all_keys())
-
     def _all_keys(self) -> list[int]:
         async def collect() -> list[int]:
             return [int(k) async for k in self.store.list_prefix("")]
@@ -113,6 +108,8 @@ class ShardedKV(MutableMapping[int, bytes]):
         return sync(collect(), here=self._here)
 
     def __iter__(self) -> Iterator[int]:
+        """Every key, shard by shard (each shard's minishard indexes are read); ``keys()`` is
+        the mapping view of the same."""
         return iter(self._all_keys())
 
     def __len__(self) -> int:
@@ -127,6 +124,7 @@ class ShardedKV(MutableMapping[int, bytes]):
             raise KeyError(key)
         self.delete_many([key])
 
+    # (typeshed's MutableMapping.update also takes any object with keys() and __getitem__)
     def update(self, other: Mapping[int, bytes | None] | Iterable[tuple[int, bytes | None]] = (), **kw: Any) -> None:  # type: ignore[override]
         """Write many keys in one batch (each touched shard rewritten once); a None value deletes."""
         if kw:
