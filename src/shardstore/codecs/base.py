@@ -295,6 +295,11 @@ class N5Compression:
     def to_n5(self) -> dict[str, Any]:
         return dict(self._n5_source) if self._n5_source is not None else self._n5_members()
 
+    def n5_members(self) -> dict[str, Any]:
+        """Every member of this codec's N5 ``compression`` object (defaults filled in),
+        whatever it was parsed from."""
+        return self._n5_members()
+
     @classmethod
     def _from_n5(cls, config: dict[str, Any]) -> Any:
         raise NotImplementedError

@@ -153,11 +153,21 @@ def compression_from_n5(config: Any, where: str = "attributes.json") -> BytesByt
         raise MetadataError(f"{where}: invalid compression {config!r}: {e}") from e
 
 
-def compression_to_n5(codec: BytesBytesCodec) -> dict[str, Any]:
-    """The N5 ``compression`` object of a codec built by ``compression_from_n5``."""
+def _n5_compression(codec: BytesBytesCodec) -> N5Compression:
     if not isinstance(codec, N5Compression):
         raise TypeError(f"{codec!r} is not an N5 compression")
-    return codec.to_n5()
+    return codec
+
+
+def compression_to_n5(codec: BytesBytesCodec) -> dict[str, Any]:
+    """The N5 ``compression`` object of a codec built by ``compression_from_n5`` (as parsed)."""
+    return _n5_compression(codec).to_n5()
+
+
+def compression_defaults_n5(codec: BytesBytesCodec) -> dict[str, Any]:
+    """The N5 ``compression`` object of ``codec`` with every member, defaults filled in (not
+    the object it was parsed from)."""
+    return _n5_compression(codec).n5_members()
 
 
 class N5BlockCodec(ArrayBytesCodec):

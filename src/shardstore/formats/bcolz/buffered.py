@@ -356,10 +356,12 @@ class BcolzArray(AsyncArray):
             return len(data) - _BLOSCPACK_HEADER
 
         done = await asyncio.gather(*(one(k, rows) for k, rows in jobs), return_exceptions=True)
+        sizes = []
         for r in done:
             if isinstance(r, BaseException):
                 raise r
-        return sum(done)  # type: ignore[arg-type]
+            sizes.append(r)
+        return sum(sizes)
 
 
 class FlushOnClose:

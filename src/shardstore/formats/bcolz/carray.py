@@ -161,6 +161,7 @@ class CArray(FlushOnClose, Array):
             return
         super().__setitem__(selection, value)
 
+    # bcolz' own signature, as its users call it (Array.append takes an axis, returns the shape)
     def append(self, array: Any) -> None:  # type: ignore[override]
         """Add rows at the end: fills the leftover chunk and writes the chunks that become
         full; the new leftover stays in memory until ``flush()`` (bcolz' behaviour; set

@@ -279,8 +279,8 @@ class CTable(FlushOnClose):
         self._check_writable()
         if (name is None) == (pos is None):
             raise ValueError("specify either a `name` or a `pos`")
-        if name is None:
-            name = self._names[int(pos)]  # type: ignore[arg-type]
+        if pos is not None:  # (then name is None)
+            name = self._names[int(pos)]
         if name not in self.cols:
             raise ValueError(f"`name` {name!r} not found in columns")
         self._names.remove(name)
