@@ -85,10 +85,18 @@ def _uses_hypothesis(item: pytest.Item) -> bool:
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects: the slow run takes every property test
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if _profile == "randomized" and _runs_slow_tests(config.getoption("markexpr", "") or ""):
-        for item in items:
-            if _uses_hypothesis(item):
-                item.add_marker(pytest.mark.slow)
+    if _profile != "randomized":
+        return
+    slow_run = _runs_slow_tests(config.getoption("markexpr", "") or "")
+    for item in items:
+        if not _uses_hypothesis(item):
+            continue
+        if slow_run:
+            item.add_marker(pytest.mark.slow)
+        # ten times the examples: ten times the time limit (closest marker: it wins)
+        limit = item.get_closest_marker("timeout")
+        seconds = limit.args[0] if limit is not None and limit.args else config.getini("timeout") or 300
+        item.add_marker(pytest.mark.timeout(10 * float(seconds)), append=False)
 
 
 def pytest_report_header(config: pytest.Config) -> str:
