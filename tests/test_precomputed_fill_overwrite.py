@@ -3,7 +3,8 @@
 Regression test of issue 17 point 0: when a write covered every chunk a shard can hold (the
 adapter then skips reading the shard) and all of those chunks were fill, the shard file was
 left in place, so the old data came back on the next read. Run over every small shard /
-minishard geometry, both hashes, so each way chunks can share or own a shard is covered.
+minishard geometry (8 grids x 27 bit splits x 2 hashes = 432), so each way chunks can share
+or own a shard is covered.
 """
 
 from __future__ import annotations
@@ -19,16 +20,20 @@ from shardstore.store.memory import MemoryStore
 
 pc = shardstore.precomputed
 
-#: (volume size, chunk size): grids of 1 to 8 chunks, with and without clipped edge chunks
-GRIDS = [((3, 1, 1), (1, 1, 1)), ((2, 2, 2), (1, 1, 1)), ((5, 3, 1), (2, 2, 1)), ((3, 2, 2), (2, 1, 2))]
+#: (volume size, chunk size): grids of 1 to 12 chunks, with and without clipped edge chunks
+GRIDS = [
+    ((1, 1, 1), (1, 1, 1)), ((3, 1, 1), (1, 1, 1)), ((4, 1, 1), (1, 1, 1)), ((2, 3, 1), (1, 1, 1)),
+    ((2, 2, 2), (1, 1, 1)), ((5, 3, 1), (2, 2, 1)), ((3, 2, 2), (2, 1, 2)), ((3, 3, 3), (2, 2, 2)),
+]
 BITS = list(itertools.product(range(3), repeat=3))  # (preshift, minishard, shard) bits 0..2
 
 
 def _sharding(hash_: str, preshift: int, minishard: int, shard: int) -> dict[str, Any]:
+    encoding = "gzip" if (preshift + minishard + shard) % 2 else "raw"  # both kinds, half each
     return {
         "@type": "neuroglancer_uint64_sharded_v1", "hash": hash_, "preshift_bits": preshift,
         "minishard_bits": minishard, "shard_bits": shard,
-        "minishard_index_encoding": "raw", "data_encoding": "raw",
+        "minishard_index_encoding": encoding, "data_encoding": encoding,
     }
 
 
