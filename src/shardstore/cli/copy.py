@@ -11,7 +11,16 @@ from ..core.array import Array
 from ..demo import codecs_summary, directory_size, format_bytes, write_blocks
 from ..errors import ContainsNodeError, ShardStoreError
 from ..formats import zarr3
-from ._common import AddCommand, inner_codecs, io_block, local_dir, out, parse_codecs, parse_shape, summary
+from ._common import (
+    AddCommand,
+    inner_codecs,
+    io_block,
+    local_dir,
+    out,
+    parse_codecs,
+    parse_shape,
+    summary,
+)
 
 
 def _same_place(src: str, dst: str) -> bool:

@@ -9,7 +9,15 @@ from typing import Any
 from ..api import open as open_node
 from ..core.array import Array
 from ..demo import codecs_summary, count_blocks, directory_size, format_bytes
-from ._common import METADATA_FILES, AddCommand, fill_text, json_text, local_dir, out, shape
+from ._common import (
+    METADATA_FILES,
+    AddCommand,
+    fill_text,
+    json_text,
+    local_dir,
+    out,
+    shape,
+)
 
 
 def _array_info(a: Array, path: str) -> dict[str, Any]:

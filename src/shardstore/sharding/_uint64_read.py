@@ -18,7 +18,15 @@ from typing import TYPE_CHECKING
 
 from ..errors import CodecError
 from ..store.base import MISSING, BlockingReader, ByteRange, RangeBR, slice_range
-from ._uint64_format import MinishardIndex, ShardingSpec, check_index_entry, decode_minishard_indexes, gzip_decompress, parse_uint64_key, sub_range
+from ._uint64_format import (
+    MinishardIndex,
+    ShardingSpec,
+    check_index_entry,
+    decode_minishard_indexes,
+    gzip_decompress,
+    parse_uint64_key,
+    sub_range,
+)
 
 if TYPE_CHECKING:
     from .uint64 import Uint64ShardedStore

@@ -27,7 +27,17 @@ from .._locks import KeyedLocks
 from .._sync import codec_pool
 from ..errors import UnsupportedFeatureError
 from ..store.base import MISSING, BlockingReader, ByteRange, Parts, RangeBR, Store, inherited_retry_conflicts, joined
-from ._uint64_format import SHARDING_TYPE, UINT64_MAX, MinishardIndex, ShardingSpec, assemble_shard, gzip_compress, parse_uint64_key, shard_entries, sub_range
+from ._uint64_format import (
+    SHARDING_TYPE,
+    UINT64_MAX,
+    MinishardIndex,
+    ShardingSpec,
+    assemble_shard,
+    gzip_compress,
+    parse_uint64_key,
+    shard_entries,
+    sub_range,
+)
 from ._uint64_read import BlockingReads, ShardCache, ShardState, blocking_reads, shard_generation, value_of
 
 # the spec and key helpers are public here: users of the format (formats/precomputed) need

@@ -41,7 +41,18 @@ from .._locks import KeyedLocks
 from ..codecs.base import ChunkSpec
 from ..codecs.sharding_indexed import EMPTY, ShardingCodec
 from ..errors import CodecError, ConflictError, InvalidKeyError, UnsupportedFeatureError
-from ..store.base import BlockingReader, ByteRange, OffsetBR, Parts, RangeBR, Store, SuffixBR, inherited_retry_conflicts, joined, validate_key
+from ..store.base import (
+    BlockingReader,
+    ByteRange,
+    OffsetBR,
+    Parts,
+    RangeBR,
+    Store,
+    SuffixBR,
+    inherited_retry_conflicts,
+    joined,
+    validate_key,
+)
 
 __all__ = ["ShardLayout", "ZarrShardingStore", "inner_key", "parse_inner_key"]
 

@@ -23,7 +23,13 @@ from urllib.parse import urlsplit
 
 from ..errors import ConflictError, StoreError
 from .base import MISSING, _check_value, joined, validate_key
-from .http import ObjectStoreBase, RangeCache, import_obstore, make_client_options, retry_config
+from .http import (
+    ObjectStoreBase,
+    RangeCache,
+    import_obstore,
+    make_client_options,
+    retry_config,
+)
 
 __all__ = ["S3Store", "s3_store_from_url"]
 

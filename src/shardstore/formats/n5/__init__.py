@@ -5,6 +5,14 @@ so a block's bytes map to a C-contiguous NumPy block; block keys are ``<dataset>
 """
 
 from .metadata import N5_VERSION
-from .nodes import DEFAULT_COMPRESSION, Group, N5Array, create, create_group, open, open_group
+from .nodes import (
+    DEFAULT_COMPRESSION,
+    Group,
+    N5Array,
+    create,
+    create_group,
+    open,
+    open_group,
+)
 
 __all__ = ["DEFAULT_COMPRESSION", "N5_VERSION", "Group", "N5Array", "create", "create_group", "open", "open_group"]

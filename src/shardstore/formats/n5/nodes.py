@@ -17,11 +17,27 @@ from ..._sync import sync
 from ...codecs.n5_block import DEFAULT_MAX_VARLENGTH_NBYTES, compression_defaults_n5, compression_from_n5
 from ...core.array import Array, AsyncArray
 from ...core.group import GroupBase
-from ...errors import ChunkNotFoundError, CodecError, ContainsNodeError, MetadataError, ShardStoreError
+from ...errors import (
+    ChunkNotFoundError,
+    CodecError,
+    ContainsNodeError,
+    MetadataError,
+    ShardStoreError,
+)
 from ...store.base import Store
 from ...store.registry import store_from_url
 from .driver import N5Driver, native
-from .metadata import N5_VERSION, VERSION_KEY, DatasetMetadata, GroupMetadata, attributes_key, dtype_name, encode_json, parse_document, parse_json
+from .metadata import (
+    N5_VERSION,
+    VERSION_KEY,
+    DatasetMetadata,
+    GroupMetadata,
+    attributes_key,
+    dtype_name,
+    encode_json,
+    parse_document,
+    parse_json,
+)
 
 __all__ = ["DEFAULT_COMPRESSION", "Group", "N5Array", "create", "create_group", "open", "open_group"]
 

@@ -18,7 +18,15 @@ from ...errors import ContainsNodeError, MetadataError, ShardStoreError
 from ...store.base import Store
 from ...store.registry import store_from_url
 from .driver import Zarr3Driver, metadata_key
-from .metadata import ArrayMetadata, GroupMetadata, dtype_name, encode_json, parse_document, parse_dtype, parse_fill_value
+from .metadata import (
+    ArrayMetadata,
+    GroupMetadata,
+    dtype_name,
+    encode_json,
+    parse_document,
+    parse_dtype,
+    parse_fill_value,
+)
 
 __all__ = ["create", "open", "open_group", "create_group", "Group", "DEFAULT_CODECS"]
 
