@@ -27,15 +27,18 @@ CORE_DTYPES = (
 )
 
 
-# --------------------------------------------------------------------------- fixtures dir
+# --------------------------------------------------------------------------- hypothesis
 
 def examples(n: int) -> int:
     """A Hypothesis test's ``max_examples``: ``n`` in the default profile, scaled with the
-    loaded profile's budget (the randomized profile of the slow run: 10x; see conftest.py)."""
+    loaded profile's budget (the randomized profile of the slow run: 10x; see conftest.py).
+    Call it at import time of the test module: conftest.py has loaded the profile by then."""
     from hypothesis import settings
 
     return max(1, n * settings.default.max_examples // 100)
 
+
+# --------------------------------------------------------------------------- fixtures dir
 
 def find_fixtures_dir() -> Path | None:
     """The shared conformance fixtures: $SHARDSTORE_FIXTURES, else <repo>/../shared/fixtures."""
