@@ -27,6 +27,17 @@ CORE_DTYPES = (
 )
 
 
+# --------------------------------------------------------------------------- hypothesis
+
+def examples(n: int) -> int:
+    """A Hypothesis test's ``max_examples``: ``n`` in the default profile, scaled with the
+    loaded profile's budget (the randomized profile of the slow run: 10x; see conftest.py).
+    Call it at import time of the test module: conftest.py has loaded the profile by then."""
+    from hypothesis import settings
+
+    return max(1, n * settings.default.max_examples // 100)
+
+
 # --------------------------------------------------------------------------- fixtures dir
 
 def find_fixtures_dir() -> Path | None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _helpers import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -194,7 +195,7 @@ def test_process_end(tmp_path: Path, how: str) -> None:
 appends = st.lists(st.one_of(st.integers(0, 130), st.just("flush"), st.just("reopen")), max_size=14)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(n0=st.integers(0, 80), chunklen=st.integers(1, 45), steps=appends, kind=st.sampled_from(PATHS))
 def test_append_sequences(tmp_path_factory, n0: int, chunklen: int, steps: list, kind: str) -> None:
     root = tmp_path_factory.mktemp("seq") / "c"

@@ -9,6 +9,7 @@ from pathlib import Path
 import numcodecs.blosc as nblosc
 import numpy as np
 import pytest
+from _helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -54,7 +55,7 @@ def test_range_matches_full_decode(cname: str, shuffle: int, dtype: str) -> None
         assert decode_blosc_range(memoryview(chunk), header, 0, n) is None
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.integers(0, 49_999), st.integers(1, 50_000), st.sampled_from([0, 1, 2]))
 def test_range_property(start: int, length: int, shuffle: int) -> None:
     data = _smooth(50_000, "i4", seed=3).tobytes()

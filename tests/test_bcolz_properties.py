@@ -11,23 +11,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _helpers import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shardstore import bcolz as sbz
+from shardstore.testing import strategies as sst
 
 DTYPES = ["i4", "f8", "u1", "bool", "S3", "i2"]
 
-ops = st.lists(
-    st.one_of(
-        st.tuples(st.just("append"), st.integers(0, 90)),
-        st.tuples(st.just("resize"), st.integers(0, 200)),
-        st.tuples(st.just("trim"), st.integers(0, 60)),
-        st.tuples(st.just("write"), st.integers(0, 200), st.integers(0, 200), st.integers(1, 5)),
-        st.tuples(st.just("fancy"), st.lists(st.integers(0, 199), max_size=8)),
-    ),
-    max_size=10,
-)
+ops = sst.bcolz_steps(max_len=200, max_steps=10)
 
 
 def _values(dtype: np.dtype, n: int, seed: int) -> np.ndarray:
@@ -75,7 +68,7 @@ def _run(ca: sbz.CArray, ref: np.ndarray, steps: list, dflt) -> np.ndarray:
     return ref
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60))
 @given(
     dtype=st.sampled_from(DTYPES),
     n0=st.integers(0, 120),
@@ -93,7 +86,7 @@ def test_in_memory_sequences(dtype: str, n0: int, chunklen: int, steps: list) ->
 bcolz = pytest.importorskip("bcolz")
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(25), suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(dtype=st.sampled_from(["i4", "f8", "S3"]), n0=st.integers(0, 100), chunklen=st.integers(1, 30), steps=ops)
 def test_on_disk_sequences_read_by_bcolz(dtype: str, n0: int, chunklen: int, steps: list) -> None:
     dt = np.dtype(dtype)

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _helpers import examples
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -260,7 +261,7 @@ class ClippedMachine(RuleBasedStateMachine):
 
 TestClippedMachine = ClippedMachine.TestCase
 TestClippedMachine.settings = settings(
-    max_examples=40, stateful_step_count=12, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=examples(40), stateful_step_count=12, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 
 

@@ -12,6 +12,7 @@ import time
 
 import numpy as np
 import pytest
+from _helpers import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,7 +20,7 @@ from shardstore.core.grid import RegularGrid
 from shardstore.core.indexing import ChunkProjection, basic_indexer, orthogonal_indexer
 from shardstore.errors import MetadataError
 
-SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 PAD = -7  # value of the padding beyond the array edge in chunk arrays; must never be read
 
 
@@ -238,7 +239,7 @@ def test_orthogonal_equals_basic_on_basic_selections(case):
     assert [(p.coords, p.is_complete) for p in b] == [(p.coords, p.is_complete) for p in o]
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(grids(), st.data())
 def test_coords_in_region(grid, data):
     region = tuple(

@@ -4,51 +4,30 @@ sizes (edge blocks clipped on every axis), dtypes and compressions, in a memory 
 from __future__ import annotations
 
 import numpy as np
-from _helpers import assert_bitexact, random_array
-from hypothesis import HealthCheck, given, settings
+from _helpers import assert_bitexact, examples, random_array
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import shardstore
 from shardstore import n5
+from shardstore.testing import strategies as sst
 
 DTYPES = ["uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64", "float32", "float64"]
-COMPRESSIONS = [
-    {"type": "raw"},
-    {"type": "gzip", "level": 1},
-    {"type": "gzip", "level": 1, "useZlib": True},
-    {"type": "bzip2", "blockSize": 1},
-    {"type": "xz", "preset": 0},
-    {"type": "lz4", "blockSize": 64},
-    {"type": "lz4", "blockSize": 6},
-    {"type": "blosc", "cname": "lz4", "clevel": 5, "shuffle": -1},
-    {"type": "zstd", "level": 1},
-]
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(40))
 
 
 @st.composite
 def datasets(draw):
-    ndim = draw(st.integers(1, 4))
-    shape = tuple(draw(st.lists(st.integers(0, 9), min_size=ndim, max_size=ndim)))
-    blocks = tuple(draw(st.integers(1, max(s, 1) + 1)) for s in shape)
-    return shape, blocks, draw(st.sampled_from(DTYPES)), draw(st.sampled_from(COMPRESSIONS))
-
-
-def _slices(draw, shape):
-    sel = []
-    for s in shape:
-        start = draw(st.integers(0, s))
-        stop = draw(st.integers(start, s))
-        step = draw(st.sampled_from([1, 1, 2, 3]))
-        sel.append(slice(start, stop, step))
-    return tuple(sel)
+    shape = draw(sst.shapes(1, 4, 0, 9))
+    blocks = tuple(draw(st.integers(1, max(s, 1) + 1)) for s in shape)  # edge blocks clipped on every axis
+    return shape, blocks, draw(st.sampled_from(DTYPES)), draw(sst.n5_compressions())
 
 
 @st.composite
 def cases(draw):
     shape, blocks, dtype, comp = draw(datasets())
-    writes = [_slices(draw, shape) for _ in range(draw(st.integers(1, 3)))]
-    reads = [_slices(draw, shape) for _ in range(2)]
+    writes = [draw(sst.strided_boxes(shape)) for _ in range(draw(st.integers(1, 3)))]
+    reads = [draw(sst.strided_boxes(shape)) for _ in range(2)]
     seed = draw(st.integers(0, 2**16))
     return shape, blocks, dtype, comp, writes, reads, seed
 

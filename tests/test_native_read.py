@@ -14,7 +14,7 @@ import zlib
 
 import numpy as np
 import pytest
-from _helpers import random_array
+from _helpers import examples, random_array
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -90,7 +90,7 @@ def _native_layout(a):
     return pipeline.raw_layout or pipeline.inflate_layout
 
 
-@settings(max_examples=90, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(90), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(cases())
 def test_native_reads_match_numpy_and_the_python_path(tmp_path_factory, monkeypatch, case) -> None:
     shape, blocks, dtype, sels, holes, seed, compression = case

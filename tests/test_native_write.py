@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _helpers import random_array
+from _helpers import examples, random_array
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -127,7 +127,7 @@ def write_cases(draw):
     return shape, blocks, dtype, writes
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(write_cases())
 def test_native_writes_match_numpy_and_the_python_path(tmp_path_factory, monkeypatch, case) -> None:
     shape, blocks, dtype, writes = case

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -80,7 +81,7 @@ def test_cseg_channel_offsets_are_per_channel() -> None:
     np.testing.assert_array_equal(codec.decode(enc, spec(a.shape, "uint64")), a)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     shape=st.tuples(st.integers(1, 13), st.integers(1, 13), st.integers(1, 9), st.integers(1, 3)),
     block=st.tuples(st.integers(1, 8), st.integers(1, 8), st.integers(1, 8)),

@@ -8,12 +8,14 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from _helpers import examples
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import shardstore
 from shardstore.store.memory import MemoryStore
 from shardstore.store.wrappers import RecordingStore
+from shardstore.testing import strategies as sst
 
 pc = shardstore.precomputed
 
@@ -126,26 +128,12 @@ def volumes(draw: st.DrawFn) -> dict[str, Any]:
     chunk = tuple(draw(st.integers(1, 6)) for _ in range(3))
     nc = draw(st.sampled_from([1, 1, 2]))
     encoding = draw(st.sampled_from(["raw", "raw", "compressed_segmentation"]))
-    spec = None
-    if draw(st.booleans()):
-        spec = sharding(
-            draw(st.sampled_from(["identity", "murmurhash3_x86_128"])),
-            draw(st.integers(0, 2)), draw(st.integers(0, 2)), draw(st.integers(0, 3)), draw(st.booleans()),
-        )
+    spec = draw(st.none() | sst.uint64_sharding_specs(max_bits=3))
     return dict(size=size, chunk=chunk, nc=nc, encoding=encoding, sharding=spec,
                 offset=tuple(draw(st.integers(-5, 5)) for _ in range(3)))
 
 
-def _box(draw: st.DrawFn, shape: tuple[int, ...]) -> tuple[slice, ...]:
-    out = []
-    for n in shape:
-        a = draw(st.integers(0, n - 1))
-        b = draw(st.integers(a + 1, n))
-        out.append(slice(a, b))
-    return tuple(out)
-
-
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40))
 @given(vol=volumes(), data=st.data())
 def test_property_writes_and_reads_match_numpy(vol: dict[str, Any], data: st.DataObject) -> None:
     store = MemoryStore()
@@ -159,7 +147,7 @@ def test_property_writes_and_reads_match_numpy(vol: dict[str, Any], data: st.Dat
     oracle = np.zeros(a.shape, dtype=np.uint32)
     rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
     for _ in range(data.draw(st.integers(1, 4))):
-        box = _box(data.draw, a.shape)
+        box = data.draw(sst.boxes(a.shape))
         # few distinct labels (compressed_segmentation's case), zero included (holes)
         value = rng.integers(0, 4, tuple(s.stop - s.start for s in box), dtype=np.uint32) * 1_000_003
         a[box] = value
@@ -167,5 +155,5 @@ def test_property_writes_and_reads_match_numpy(vol: dict[str, Any], data: st.Dat
         np.testing.assert_array_equal(a[...], oracle)  # nothing outside the box changed
     reopened = pc.open(store)
     for _ in range(3):
-        sel = tuple(slice(s.start, s.stop, data.draw(st.integers(1, 3))) for s in _box(data.draw, a.shape))
+        sel = tuple(slice(s.start, s.stop, data.draw(st.integers(1, 3))) for s in data.draw(sst.boxes(a.shape)))
         np.testing.assert_array_equal(reopened[sel], oracle[sel])

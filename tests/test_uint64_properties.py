@@ -4,28 +4,20 @@ from __future__ import annotations
 
 import asyncio
 
-from hypothesis import HealthCheck, given, settings
+from _helpers import examples
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardstore.sharding._uint64_format import ShardingSpec
-from shardstore.sharding.uint64 import Uint64ShardedStore
+from shardstore.sharding.uint64 import ShardingSpec, Uint64ShardedStore
 from shardstore.store import MemoryStore, RangeBR
+from shardstore.testing import strategies as sst
 
-# small key space (collisions, shared minishards) plus the extremes
-keys_st = st.one_of(st.integers(0, 40), st.sampled_from([2**64 - 1, 2**63, 2**32 + 1]), st.integers(0, 2**64 - 1))
 value_st = st.one_of(st.none(), st.binary(max_size=40))
-batch_st = st.lists(st.tuples(keys_st, value_st), min_size=1, max_size=12)
-spec_st = st.builds(
-    lambda h, pre, mb, sb, ie, de: ShardingSpec.from_json({
-        "@type": "neuroglancer_uint64_sharded_v1", "hash": h, "preshift_bits": pre, "minishard_bits": mb,
-        "shard_bits": sb, "minishard_index_encoding": ie, "data_encoding": de,
-    }),
-    st.sampled_from(["identity", "murmurhash3_x86_128"]), st.integers(0, 3), st.integers(0, 3),
-    st.integers(0, 3), st.sampled_from(["raw", "gzip"]), st.sampled_from(["raw", "gzip"]),
-)
+batch_st = st.lists(st.tuples(sst.uint64_keys(), value_st), min_size=1, max_size=12)
+spec_st = sst.uint64_sharding_specs(max_bits=3).map(ShardingSpec.from_json)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60))
 @given(spec=spec_st, batches=st.lists(batch_st, min_size=1, max_size=6))
 def test_matches_dict_oracle(spec, batches):
     async def go() -> None:

@@ -7,13 +7,12 @@ through ``a.oindex``), reads, resizes and reopens. After every step the array mu
 model: bitwise for every dtype, except that any NaN equals any NaN.
 
 Runs over ``MemoryStore`` (most examples) and a few examples over ``LocalStore`` / plain paths.
-Set ``SHARDSTORE_PROPERTY_EXAMPLES=2000`` to hunt for bugs with fresh random examples (the default
-run is derandomized so that it is fast and stable).
+The strategies are ``shardstore.testing.strategies``; the default run is derandomized, the slow
+run (``-m slow``) draws ten times as many fresh examples (Hypothesis profiles, tests/conftest.py).
 """
 
 from __future__ import annotations
 
-import math
 import os
 import tempfile
 from dataclasses import dataclass
@@ -21,25 +20,19 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, event, given, note, settings
+from _helpers import examples
+from hypothesis import event, given, note, settings
 from hypothesis import strategies as st
 
 import shardstore
+from shardstore.testing import strategies as sst
 
 pytestmark = pytest.mark.timeout(300)
 
-_HUNT = int(os.environ.get("SHARDSTORE_PROPERTY_EXAMPLES", "0"))
-_COMMON = dict(
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
-    derandomize=not _HUNT,
-    database=None,
-    print_blob=True,
-)
-MEMORY_SETTINGS = settings(max_examples=_HUNT or 200, **_COMMON)
-LOCAL_SETTINGS = settings(max_examples=max(_HUNT // 10, 15), **_COMMON)
+# the profile (tests/conftest.py) sets derandomize, database, deadline and health checks
+MEMORY_SETTINGS = settings(max_examples=examples(200))
+LOCAL_SETTINGS = settings(max_examples=examples(15))
 
-DTYPES = ["bool", "int8", "uint16", "int32", "uint64", "float16", "float32", "float64", "complex64"]
 MAX_OPS = 7
 
 
@@ -73,67 +66,7 @@ def assert_same(actual: Any, expected: Any, what: str = "") -> None:
             raise AssertionError(f"{what}: values differ at {bad.tolist()}")
 
 
-# == strategies =============================================================================
-def _canon_float(x: float, dtype: np.dtype) -> Any:
-    """Canonical NaN, no negative zero, representable in ``dtype``."""
-    if math.isnan(x):
-        return float("nan")
-    v = float(np.asarray(x).astype(dtype))
-    return 0.0 if v == 0 else v
-
-
-@st.composite
-def fill_values(draw: st.DrawFn, dtype: np.dtype) -> Any:
-    if dtype.kind == "b":
-        return draw(st.booleans())
-    if dtype.kind in "iu":
-        info = np.iinfo(dtype)
-        return draw(st.sampled_from([0, int(info.min), int(info.max)]) | st.integers(int(info.min), int(info.max)))
-    width = dtype.itemsize * 8 if dtype.kind == "f" else dtype.itemsize * 4
-    comp = st.floats(width=width, allow_nan=True, allow_infinity=True).map(
-        lambda x: _canon_float(x, np.dtype(f"f{width // 8}"))
-    )
-    special = st.sampled_from([0.0, float("nan"), float("inf"), -float("inf"), 1.0])
-    if dtype.kind == "f":
-        return draw(special | comp)
-    return complex(draw(special | comp), draw(special | comp))
-
-
-@st.composite
-def codec_chains(draw: st.DrawFn, dtype: np.dtype, rank: int) -> list[dict[str, Any]]:
-    chain: list[dict[str, Any]] = []
-    if draw(st.booleans()):
-        order = draw(st.permutations(list(range(rank))))
-        chain.append({"name": "transpose", "configuration": {"order": list(order)}})
-    if dtype.itemsize == 1 and draw(st.booleans()):
-        chain.append({"name": "bytes"})  # endian may be omitted for 1-byte types
-    else:
-        chain.append({"name": "bytes", "configuration": {"endian": draw(st.sampled_from(["little", "big"]))}})
-    comp = draw(st.sampled_from([None, "gzip", "zstd", "blosc"]))
-    if comp == "gzip":
-        chain.append({"name": "gzip", "configuration": {"level": draw(st.integers(0, 9))}})
-    elif comp == "zstd":
-        chain.append(
-            {"name": "zstd", "configuration": {"level": draw(st.integers(-3, 9)), "checksum": draw(st.booleans())}}
-        )
-    elif comp == "blosc":
-        chain.append(
-            {
-                "name": "blosc",
-                "configuration": {
-                    "cname": draw(st.sampled_from(["lz4", "lz4hc", "zstd", "blosclz", "zlib"])),
-                    "clevel": draw(st.integers(0, 9)),
-                    "shuffle": draw(st.sampled_from(["noshuffle", "shuffle", "bitshuffle"])),
-                    "typesize": dtype.itemsize,
-                    "blocksize": 0,
-                },
-            }
-        )
-    if draw(st.booleans()):
-        chain.append({"name": "crc32c"})
-    return chain
-
-
+# == strategies (the shared ones: shardstore.testing.strategies) =============================
 @dataclass
 class ArraySpec:
     shape: tuple[int, ...]
@@ -160,23 +93,19 @@ class ArraySpec:
 
 @st.composite
 def array_specs(draw: st.DrawFn) -> ArraySpec:
-    rank = draw(st.integers(1, 3))
-    shape = tuple(draw(st.integers(0, 20)) for _ in range(rank))
+    shape = draw(sst.shapes(1, 3, 0, 20))
+    rank = len(shape)
     # keep the number of chunks small enough for a fast test, even after growing to 20
-    min_chunk = {1: 1, 2: 2, 3: 3}[rank]
-    chunks = tuple(draw(st.integers(min_chunk, 10)) for _ in range(rank))
-    shards = None
-    if draw(st.booleans()):
-        shards = tuple(c * draw(st.integers(1, 3)) for c in chunks)
-    dtype = np.dtype(draw(st.sampled_from(DTYPES)))
+    chunks = draw(sst.chunk_shapes(rank, min_side=rank, max_side=10))
+    dtype = draw(sst.dtypes())
     return ArraySpec(
         shape=shape,
         dtype=dtype,
         chunks=chunks,
-        shards=shards,
-        codecs=draw(codec_chains(dtype, rank)),
+        shards=draw(sst.shard_shapes(chunks)),
+        codecs=draw(sst.zarr3_codec_chains(dtype, rank)),
         index_location=draw(st.sampled_from(["end", "start"])),
-        fill_value=draw(fill_values(dtype)),
+        fill_value=draw(sst.fill_values(dtype)),
     )
 
 
@@ -213,57 +142,6 @@ def random_values(
     elif mode == "mixed":
         out[rng.random(shape) < 0.5] = np.asarray(fill, dtype=dtype)
     return out
-
-
-@st.composite
-def basic_selections(draw: st.DrawFn, shape: tuple[int, ...]) -> Any:
-    items: list[Any] = []
-    for n in shape:
-        kinds = ["slice", "slice", "int", "full"] if n > 0 else ["slice", "full"]
-        kind = draw(st.sampled_from(kinds))
-        if kind == "int":
-            items.append(draw(st.integers(-n, n - 1)))
-        elif kind == "full":
-            items.append(slice(None))
-        else:
-            bound = st.none() | st.integers(-n - 3, n + 3)
-            step = draw(st.sampled_from([None, 1, 2, 3, -1, -2, -3]))
-            items.append(slice(draw(bound), draw(bound), step))
-    mode = draw(st.sampled_from(["plain", "plain", "ellipsis", "truncate"]))
-    if mode == "ellipsis":
-        i = draw(st.integers(0, len(items)))
-        j = draw(st.integers(i, len(items)))
-        items = items[:i] + [Ellipsis] + items[j:]
-    elif mode == "truncate":
-        items = items[: draw(st.integers(0, len(items)))] or [Ellipsis]
-    if len(items) == 1 and draw(st.booleans()):
-        return items[0]
-    return tuple(items)
-
-
-@st.composite
-def orthogonal_selections(draw: st.DrawFn, shape: tuple[int, ...], unique: bool) -> tuple[Any, ...]:
-    """Per dimension: an int, a slice, an int array (negative ok) or a bool mask."""
-    sel: list[Any] = []
-    for n in shape:
-        kinds = ["slice", "intarray", "boolarray", "int"] if n > 0 else ["slice", "intarray", "boolarray"]
-        kind = draw(st.sampled_from(kinds))
-        if kind == "int":
-            sel.append(draw(st.integers(-n, n - 1)))
-        elif kind == "slice":
-            bound = st.none() | st.integers(-n - 2, n + 2)
-            sel.append(slice(draw(bound), draw(bound), draw(st.sampled_from([None, 1, 2, -1, -3]))))
-        elif kind == "boolarray":
-            sel.append(np.array(draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=bool))
-        else:
-            vals = draw(st.lists(st.integers(-n, n - 1), max_size=6)) if n > 0 else []
-            if unique:  # duplicates make a write ambiguous
-                seen: dict[int, int] = {}
-                for v in vals:
-                    seen.setdefault(v % n, v)
-                vals = list(seen.values())
-            sel.append(np.array(vals, dtype=np.intp))
-    return tuple(sel)
 
 
 def ortho_model_index(
@@ -316,7 +194,7 @@ class Scenario:
 
     # -- steps --------------------------------------------------------------------------------
     def write_basic(self) -> None:
-        sel = self.draw(basic_selections(self.model.shape), "write sel")
+        sel = self.draw(sst.basic_selections(self.model.shape), "write sel")
         target_shape = np.shape(self.model[sel])
         value = self.values_for(target_shape)
         self.array[sel] = value
@@ -324,7 +202,7 @@ class Scenario:
         self.check(f"after a[{sel!r}] = ...")
 
     def write_ortho(self) -> None:
-        sel = self.draw(orthogonal_selections(self.model.shape, unique=True), "write oindex")
+        sel = self.draw(sst.orthogonal_selections(self.model.shape, unique=True), "write oindex")
         ix, dropped, out_shape = ortho_model_index(self.model.shape, sel)
         value = self.values_for(out_shape)
         self.array.oindex[sel] = value
@@ -334,11 +212,11 @@ class Scenario:
         self.check(f"after a.oindex[{sel!r}] = ...")
 
     def read_basic(self) -> None:
-        sel = self.draw(basic_selections(self.model.shape), "read sel")
+        sel = self.draw(sst.basic_selections(self.model.shape), "read sel")
         assert_same(self.array[sel], self.model[sel], f"a[{sel!r}]")
 
     def read_ortho(self) -> None:
-        sel = self.draw(orthogonal_selections(self.model.shape, unique=False), "read oindex")
+        sel = self.draw(sst.orthogonal_selections(self.model.shape, unique=False), "read oindex")
         ix, dropped, out_shape = ortho_model_index(self.model.shape, sel)
         assert_same(self.array.oindex[sel], self.model[ix].reshape(out_shape), f"a.oindex[{sel!r}]")
 

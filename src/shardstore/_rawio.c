@@ -3,8 +3,8 @@
  *
  * Why by hand: reading a chunk from a local file is a handful of system calls (open, fstat,
  * pread, close) and a strided copy. From Python each of them drops and retakes the GIL, and
- * with two threads every retake is a hand-off between cores that costs more than the call:
- * measured on 100^3 reads of raw N5 (17 chunks each), a second thread made reads slower.
+ * with two threads every retake is a hand-off between cores that costs more than the call,
+ * so a second thread made such reads slower, not faster.
  * No library reads many small files into strided NumPy destinations without the GIL, so this
  * module does exactly that, for one call's whole batch of chunks, with the GIL released once.
  *
@@ -118,11 +118,15 @@ static int open_ahead(const plan_t *pl, const job_t *job) {
     int fd = open(PyBytes_AS_STRING(job->path), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return -errno;
 #ifdef POSIX_FADV_WILLNEED
-    if (pl->inflate)
+    if (pl->inflate) {
         posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED); /* the whole stream */
-    else
-        posix_fadvise(fd, first == 0 ? 0 : (off_t)(pl->header_len + first * pl->itemsize),
-                      (off_t)(pl->header_len + last * pl->itemsize), POSIX_FADV_WILLNEED);
+    } else {
+        /* posix_fadvise takes (offset, length): the bytes run_job reads, header included
+         * when the box starts at the first element (then it is one read from 0) */
+        off_t start = first == 0 ? 0 : (off_t)(pl->header_len + first * pl->itemsize);
+        off_t end = (off_t)(pl->header_len + last * pl->itemsize);
+        posix_fadvise(fd, start, end - start, POSIX_FADV_WILLNEED);
+    }
 #endif
     return fd;
 }

@@ -101,7 +101,8 @@ def em_like_volume(size: int | Sequence[int], seed: int = 0) -> np.ndarray:
 
     ``size`` is the edge of a cube or a 3-tuple shape; the same ``seed`` gives the same data.
     """
-    shape = (int(size),) * 3 if np.isscalar(size) else tuple(int(s) for s in size)  # type: ignore[arg-type]
+    edges = [int(s) for s in np.ravel(size)]
+    shape = tuple(edges * 3 if np.ndim(size) == 0 else edges)
     if len(shape) != 3 or any(s < 1 for s in shape):
         raise ValueError(f"em_like_volume needs a positive cube edge or 3-D shape, got {size!r}")
     rng = np.random.default_rng(seed)

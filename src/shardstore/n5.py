@@ -5,6 +5,6 @@ the implementation lives in the format package.
 """
 
 from .formats import n5 as _format
-from .formats.n5 import *
+from .formats.n5 import *  # noqa: F403 -- re-exports exactly the format package's __all__
 
 __all__ = list(_format.__all__)

@@ -5,6 +5,6 @@ the implementation lives in the format package.
 """
 
 from .formats import precomputed as _format
-from .formats.precomputed import *
+from .formats.precomputed import *  # noqa: F403 -- re-exports exactly the format package's __all__
 
 __all__ = list(_format.__all__)

@@ -5,6 +5,6 @@ the implementation lives in the format package.
 """
 
 from .formats import zarr3 as _format
-from .formats.zarr3 import *
+from .formats.zarr3 import *  # noqa: F403 -- re-exports exactly the format package's __all__
 
 __all__ = list(_format.__all__)

@@ -13,7 +13,7 @@ import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Self
 
 import numpy as np
 
@@ -41,8 +41,8 @@ _scratch = threading.local()
 def scratch_buffer(nbytes: int) -> np.ndarray:
     """``nbytes`` of uint8 owned by the calling thread and reused by its next call, for
     ``decode_transient`` results that are copied out at once. Decompressing into a fresh
-    buffer per chunk costs an allocation and, on first touch, a page fault per 4 KiB page
-    (measured: ~15 % of a warm gzip N5 read); a large buffer is not kept."""
+    buffer per chunk costs an allocation and, on first touch, a page fault per 4 KiB page,
+    a real share of a read from the page cache; a large buffer is not kept."""
     if nbytes > SCRATCH_MAX_BYTES:
         return np.empty(nbytes, np.uint8)
     buf = getattr(_scratch, "buf", None)
@@ -118,12 +118,13 @@ class Codec(abc.ABC):
     kind: ClassVar[CodecKind]
     #: decoding costs about a memory copy (bytes, transpose, crc32c): the core then decodes
     #: on the calling thread, because handing such work to threads costs more in GIL
-    #: hand-offs than it saves (measured: 1.6x slower random reads of raw chunks)
+    #: hand-offs than it saves
     light: ClassVar[bool] = False
     #: decoding is one long call without the GIL that costs far more than reading and copying
     #: the chunk (gzip, zstd, bzip2, xz, jpeg): the core then shares even a few such chunks among
-    #: threads (``core/threads.py`` ``SLOW_DECODE_WORK_SECONDS``)
-    slow_decode: ClassVar[bool] = False
+    #: threads (``core/threads.py`` ``SLOW_DECODE_WORK_SECONDS``); per instance where the
+    #: codec wraps another (an N5 block's compression)
+    slow_decode: bool = False
     #: decoding holds the GIL for most of its time (a C++ decoder called without releasing it:
     #: compressed_segmentation): a second thread would only queue behind it, so reads of warm
     #: chunks stay on the calling thread (``core/threads.py``)
@@ -165,18 +166,18 @@ class Codec(abc.ABC):
         """The spec the next codec in the chain sees (array->array codecs change it)."""
         return spec
 
-    def bind(self, spec: ChunkSpec) -> Codec:
+    def bind(self, spec: ChunkSpec) -> Self:
         """A copy with defaults that depend on the chunk filled in (e.g. blosc typesize)."""
         return self
 
-    def validate(self, spec: ChunkSpec) -> None:
+    def validate(self, spec: ChunkSpec) -> None:  # noqa: B027 (a no-op default, not abstract)
         """Raise MetadataError if this codec cannot handle chunks of ``spec``."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._canonical_config().get('configuration', {})})"
 
     def __eq__(self, other: object) -> bool:
-        return type(self) is type(other) and self._canonical_config() == other._canonical_config()  # type: ignore[union-attr]
+        return type(self) is type(other) and self._canonical_config() == other._canonical_config()
 
     def __hash__(self) -> int:
         return hash((type(self), repr(self)))
@@ -293,6 +294,11 @@ class N5Compression:
 
     def to_n5(self) -> dict[str, Any]:
         return dict(self._n5_source) if self._n5_source is not None else self._n5_members()
+
+    def n5_members(self) -> dict[str, Any]:
+        """Every member of this codec's N5 ``compression`` object (defaults filled in),
+        whatever it was parsed from."""
+        return self._n5_members()
 
     @classmethod
     def _from_n5(cls, config: dict[str, Any]) -> Any:

@@ -222,7 +222,7 @@ class BloscCodec(N5Compression, BytesBytesCodec):
         except (RuntimeError, ValueError) as e:
             raise CodecError(f"codec 'blosc': cannot compress {n} bytes: {e}") from e
 
-    def decode(self, data: bytes, spec: ChunkSpec, max_size: int) -> memoryview:  # type: ignore[override]
+    def decode(self, data: bytes, spec: ChunkSpec, max_size: int) -> memoryview:
         """The decompressed bytes (a view of ``data`` for stored-uncompressed chunks)."""
         header = read_blosc_header(data)
         if header.nbytes > max_size:
@@ -243,4 +243,4 @@ class BloscCodec(N5Compression, BytesBytesCodec):
                     f"codec 'blosc': corrupt blosc chunk ({header.cbytes} bytes, "
                     f"{header.nbytes} declared): {e}"
                 ) from e
-        return memoryview(out)
+        return out.data

@@ -221,7 +221,7 @@ class BloscpackCodec(ArrayBytesCodec):
         if array.dtype.byteorder == ">":  # bcolz files are little-endian
             array = array.astype(array.dtype.newbyteorder("<"))
         raw = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
-        return bloscpack_header() + self._blosc.encode(memoryview(raw), spec)
+        return bloscpack_header() + self._blosc.encode(raw.data, spec)
 
     def _check_sizes(self, header: BloscHeader, spec: ChunkSpec) -> None:
         """Raise CodecError unless the blosc header's size fits ``spec`` (see module doc)."""
@@ -403,7 +403,7 @@ def _stored(dtype: np.dtype) -> tuple[np.dtype, bool]:
     return stored, stored != dtype
 
 
-def _as_array(raw: memoryview, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+def _as_array(raw: bytes | memoryview, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
     """Little-endian decompressed bytes as an array of ``shape`` in ``dtype`` (native order)."""
     dtype = np.dtype(dtype)
     count = math.prod(shape)

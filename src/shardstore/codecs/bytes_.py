@@ -21,7 +21,7 @@ from .registry import register_codec
 __all__ = ["BytesCodec"]
 
 Endian = Literal["little", "big"]
-_ENDIAN_CHAR = {"little": "<", "big": ">"}
+_ENDIAN_CHAR: dict[str, Literal["<", ">"]] = {"little": "<", "big": ">"}
 _NATIVE: Endian = "little" if sys.byteorder == "little" else "big"
 # numeric kinds with a byte order; 'V' (raw r<bits>) and 1-byte types have none
 _SUPPORTED_KINDS = frozenset("biufcV")
@@ -82,7 +82,7 @@ class BytesCodec(ArrayBytesCodec):
         return dtype.newbyteorder(_ENDIAN_CHAR[self.endian])
 
     # -- transforms -------------------------------------------------------------------------
-    def encode(self, array: np.ndarray, spec: ChunkSpec) -> memoryview:  # type: ignore[override]
+    def encode(self, array: np.ndarray, spec: ChunkSpec) -> memoryview:
         """C-order bytes in the configured byte order (zero-copy when already laid out so)."""
         if array.shape != spec.shape:
             raise CodecError(f"codec 'bytes': array of shape {array.shape}, expected {spec.shape}")
@@ -97,7 +97,7 @@ class BytesCodec(ArrayBytesCodec):
             array = laid
         else:  # one pass at most: reorders to C order and swaps bytes together
             array = np.asarray(array, dtype=stored, order="C")
-        return memoryview(array.reshape(-1).view(np.uint8)).toreadonly()
+        return array.reshape(-1).view(np.uint8).data.toreadonly()
 
     def decode(self, data: bytes, spec: ChunkSpec) -> np.ndarray:
         """An array of ``spec.shape`` / native ``spec.dtype``, at most one copy.

@@ -66,7 +66,7 @@ class Crc32cCodec(BytesBytesCodec):
     def encode(self, data: bytes, spec: ChunkSpec) -> bytes:
         return b"".join((data, crc32c(data).to_bytes(4, "little")))
 
-    def decode(self, data: bytes, spec: ChunkSpec, max_size: int) -> memoryview:  # type: ignore[override]
+    def decode(self, data: bytes, spec: ChunkSpec, max_size: int) -> memoryview:
         """The payload as a read-only view of ``data`` (no copy)."""
         view = memoryview(data).cast("B")
         if view.nbytes < 4:

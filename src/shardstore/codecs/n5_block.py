@@ -143,17 +143,31 @@ def compression_from_n5(config: Any, where: str = "attributes.json") -> BytesByt
             f"{where}: unsupported N5 compression type {config['type']!r} "
             "(shardstore knows: raw, gzip, bzip2, xz, lz4, blosc, zstd)"
         ) from None
+    if not issubclass(cls, N5Compression):  # every codec of the "n5" namespace is one
+        raise UnsupportedFeatureError(f"{where}: {config['type']!r} is not an N5 compression")
     try:
-        return cls.from_n5(config)  # type: ignore[attr-defined]
+        return cls.from_n5(config)
     except (MetadataError, UnsupportedFeatureError) as e:
         raise type(e)(f"{where}: {e}") from e
     except (TypeError, ValueError) as e:
         raise MetadataError(f"{where}: invalid compression {config!r}: {e}") from e
 
 
+def _n5_compression(codec: BytesBytesCodec) -> N5Compression:
+    if not isinstance(codec, N5Compression):
+        raise TypeError(f"{codec!r} is not an N5 compression")
+    return codec
+
+
 def compression_to_n5(codec: BytesBytesCodec) -> dict[str, Any]:
-    """The N5 ``compression`` object of a codec built by ``compression_from_n5``."""
-    return codec.to_n5()  # type: ignore[attr-defined]
+    """The N5 ``compression`` object of a codec built by ``compression_from_n5`` (as parsed)."""
+    return _n5_compression(codec).to_n5()
+
+
+def compression_defaults_n5(codec: BytesBytesCodec) -> dict[str, Any]:
+    """The N5 ``compression`` object of ``codec`` with every member, defaults filled in (not
+    the object it was parsed from)."""
+    return _n5_compression(codec).n5_members()
 
 
 class N5BlockCodec(ArrayBytesCodec):
@@ -170,6 +184,7 @@ class N5BlockCodec(ArrayBytesCodec):
         self.compression = compression
         self.block_shape = block_shape
         self._raw = isinstance(compression, RawCompression)
+        self.slow_decode = compression.slow_decode  # the compression decides
 
     @classmethod
     def _from_configuration(cls, configuration: dict[str, Any]) -> N5BlockCodec:
@@ -181,16 +196,12 @@ class N5BlockCodec(ArrayBytesCodec):
     def bind(self, spec: ChunkSpec) -> N5BlockCodec:
         bound = copy.copy(self)
         bound.block_shape = tuple(spec.shape)
-        bound.compression = self.compression.bind(spec)  # type: ignore[assignment]
+        bound.compression = self.compression.bind(spec)
         # the header of a full block, to skip parsing in the common case
         full = _header_bytes(MODE_DEFAULT, bound.block_shape)
         bound._full_header = BlockHeader(MODE_DEFAULT, bound.block_shape[::-1], math.prod(spec.shape), len(full)), full
         bound._dtype = np.dtype(spec.dtype)
         return bound
-
-    @property
-    def slow_decode(self) -> bool:  # type: ignore[override]
-        return self.compression.slow_decode
 
     def _full_block_layout(self, applies: bool) -> tuple[bytes, np.dtype] | None:
         """``(full block header, big-endian dtype)`` of a bound codec when ``applies``."""
@@ -220,14 +231,14 @@ class N5BlockCodec(ArrayBytesCodec):
             assign(np.frombuffer(out, dtype=stored, offset=len(header)).reshape(values.shape), ..., values)
             return out
         flat = np.asarray(values, dtype=stored, order="C").reshape(-1)  # one pass: swap + layout
-        payload = self.compression.encode(memoryview(flat.view(np.uint8)).toreadonly(), spec)
+        payload = self.compression.encode(flat.view(np.uint8).data.toreadonly(), spec)
         return b"".join((header, payload))
 
     def encode(self, array: np.ndarray, spec: ChunkSpec) -> bytes:
         """A mode 0 block of ``spec.shape`` (edge blocks get their clipped shape in the header)."""
         if array.shape != spec.shape:
             raise CodecError(f"N5 block: array of shape {array.shape}, expected {spec.shape}")
-        return self._block(_header_bytes(MODE_DEFAULT, spec.shape), array, spec)  # type: ignore[return-value]
+        return self._block(_header_bytes(MODE_DEFAULT, spec.shape), array, spec)
 
     def encode_varlength(self, values: np.ndarray, spec: ChunkSpec) -> bytes:
         """A mode 1 (varlength) block: header size ``spec.shape``, any number of elements."""

@@ -8,7 +8,6 @@ allows (no decompression bombs).
 from __future__ import annotations
 
 import functools
-
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,23 +25,23 @@ class CodecPipeline:
 
     def __init__(self, codecs: Sequence[Codec]) -> None:
         codecs = list(codecs)
-        aa = [c for c in codecs if c.kind == "array_array"]
-        ab = [c for c in codecs if c.kind == "array_bytes"]
-        bb = [c for c in codecs if c.kind == "bytes_bytes"]
+        aa = [c for c in codecs if isinstance(c, ArrayArrayCodec)]
+        ab = [c for c in codecs if isinstance(c, ArrayBytesCodec)]
+        bb = [c for c in codecs if isinstance(c, BytesBytesCodec)]
         if len(ab) != 1:
             raise MetadataError(
                 f"a codec chain needs exactly one array->bytes codec (e.g. 'bytes'), got "
                 f"{[c.name for c in ab] or 'none'} in {[c.name for c in codecs]}"
             )
-        if codecs != aa + ab + bb:
+        if codecs != [*aa, *ab, *bb]:
             raise MetadataError(
                 "codecs must be ordered array->array, then array->bytes, then bytes->bytes; got "
                 f"{[c.name for c in codecs]}"
             )
         self.codecs: tuple[Codec, ...] = tuple(codecs)
-        self.array_array: tuple[ArrayArrayCodec, ...] = tuple(aa)  # type: ignore[arg-type]
-        self.array_bytes: ArrayBytesCodec = ab[0]  # type: ignore[assignment]
-        self.bytes_bytes: tuple[BytesBytesCodec, ...] = tuple(bb)  # type: ignore[arg-type]
+        self.array_array: tuple[ArrayArrayCodec, ...] = tuple(aa)
+        self.array_bytes: ArrayBytesCodec = ab[0]
+        self.bytes_bytes: tuple[BytesBytesCodec, ...] = tuple(bb)
         self._plans: dict[ChunkSpec, tuple[list[ChunkSpec], list[int]]] = {}
         self._last: tuple[ChunkSpec | None, tuple[list[ChunkSpec], list[int]]] = (None, ([], []))
 
@@ -133,8 +132,8 @@ class CodecPipeline:
         for codec, s in zip(self.array_array, specs):
             array = codec.encode(array, s)
         data = self.array_bytes.encode(array, specs[-1])
-        for codec in self.bytes_bytes:
-            data = codec.encode(data, specs[-1])
+        for bb in self.bytes_bytes:
+            data = bb.encode(data, specs[-1])
         return data
 
     def decode_region(self, data: bytes, spec: ChunkSpec, selection: tuple) -> np.ndarray | None:
@@ -225,8 +224,8 @@ class CodecPipeline:
         if innermost is not None:
             data = self._decode_to_scratch(data, ab_spec, *innermost)
         array = self.array_bytes.decode(data, ab_spec)
-        for codec, s in zip(reversed(self.array_array), reversed(specs[:-1])):
-            array = codec.decode(array, s)
+        for aa, s in zip(reversed(self.array_array), reversed(specs[:-1])):
+            array = aa.decode(array, s)
         if array.shape != spec.shape:
             raise CodecError(f"decoded chunk has shape {array.shape}, expected {spec.shape}")
         return array

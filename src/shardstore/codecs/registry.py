@@ -7,7 +7,8 @@ Zarr v3 names are the primary names. Other formats (N5 ``compression.type``, pre
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from ..errors import MetadataError, UnsupportedFeatureError
 from .base import Codec, parse_named_config
@@ -20,10 +21,13 @@ _BUILTIN_MODULES = ("bytes_", "transpose", "gzip", "zstd", "blosc", "crc32c", "s
 _loaded = False
 
 
-def register_codec(name: str, namespace: str = "zarr3"):
+_C = TypeVar("_C", bound="type[Codec]")
+
+
+def register_codec(name: str, namespace: str = "zarr3") -> Callable[[_C], _C]:
     """Class decorator: make ``cls`` available as ``name`` in ``namespace``."""
 
-    def deco(cls: type[Codec]) -> type[Codec]:
+    def deco(cls: _C) -> _C:
         _REGISTRY.setdefault(namespace, {})[name] = cls
         return cls
 

@@ -28,7 +28,7 @@ import itertools
 import operator
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 
@@ -36,10 +36,10 @@ from .grid import RegularGrid
 
 __all__ = ["ChunkProjection", "Indexer", "basic_indexer", "orthogonal_indexer"]
 
-ChunkIndex = Union[int, slice, np.ndarray]
+ChunkIndex = int | slice | np.ndarray
 #: one chunk along one dimension: (coord, chunk index, output index or None if dropped,
 #: covers every in-bounds element of the chunk along this dimension)
-_DimEntry = tuple[int, ChunkIndex, Union[slice, np.ndarray, None], bool]
+_DimEntry = tuple[int, ChunkIndex, slice | np.ndarray | None, bool]
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ import asyncio
 import itertools
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -70,7 +70,7 @@ async def _bounded(limit: int, jobs: list) -> None:
     sem = asyncio.Semaphore(limit)
     failed = False
 
-    async def run(job) -> None:
+    async def run(job: Callable[[], Awaitable[object]]) -> None:
         nonlocal failed
         async with sem:
             if failed:

@@ -168,7 +168,7 @@ class FormatDriver(abc.ABC):
     def metadata(self) -> dict[str, Any]:
         """The metadata document(s) as JSON-compatible data."""
 
-    async def after_write(self) -> None:
+    async def after_write(self) -> None:  # noqa: B027 (a no-op default, not abstract)
         """Called by the core after every write, resize or append has completed.
 
         Formats that keep derived metadata (bcolz ``meta/sizes``) refresh it here.

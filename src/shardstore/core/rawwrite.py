@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -29,10 +30,13 @@ from . import rawread
 from .indexing import ChunkProjection
 from .layout import ChunkLayout
 
-try:
+if TYPE_CHECKING:  # typed by _rawio.pyi; the checks below still handle a missing module
     from .. import _rawio
-except ImportError:  # built without a C compiler: everything takes the generic path
-    _rawio = None
+else:
+    try:
+        from .. import _rawio
+    except ImportError:  # built without a C compiler: everything takes the generic path
+        _rawio = None
 
 __all__ = ["available", "raw_writer"]
 

@@ -18,7 +18,7 @@ import struct
 import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mmh3
 import numpy as np
@@ -54,10 +54,13 @@ _PACK_Q = struct.Struct("<Q").pack
 _GZIP_MAX_RATIO = 1100
 
 
-try:  # same stream format as zlib, several times faster
+if TYPE_CHECKING:  # typed by isal's stubs; gzip_compress still handles its absence
     from isal.isal_zlib import compress as _isal_compress
-except ImportError:  # pragma: no cover - only without python-isal
-    _isal_compress = None
+else:
+    try:  # same stream format as zlib, several times faster
+        from isal.isal_zlib import compress as _isal_compress
+    except ImportError:  # pragma: no cover - only without python-isal
+        _isal_compress = None
 
 
 def gzip_compress(data: bytes | memoryview) -> bytes:
@@ -425,7 +428,7 @@ def check_index_entry(start: int, end: int, spec: ShardingSpec, shard_file: str,
 
 def shard_entries(
     shard: bytes | memoryview, spec: ShardingSpec, shard_file: str, minishard_of: dict[int, int] | None = None
-) -> dict[int, memoryview]:
+) -> dict[int, bytes | memoryview]:
     """Every ``key -> stored value`` of a whole shard file (values are views into ``shard``);
     ``minishard_of``, when given, receives each key's minishard number.
 
@@ -438,7 +441,7 @@ def shard_entries(
         raise CodecError(f"shard {shard_file!r} is truncated: {total} bytes, shorter than its {isz}-byte shard index")
     index = np.frombuffer(view[:isz], dtype="<u8").reshape(-1, 2)
     nonempty = np.flatnonzero(index[:, 0] != index[:, 1]).tolist()
-    out: dict[int, memoryview] = {}
+    out: dict[int, bytes | memoryview] = {}  # views; callers add bytes to the same dict
     for m in nonempty:
         start, end = int(index[m, 0]), int(index[m, 1])
         check_index_entry(start, end, spec, shard_file, m)

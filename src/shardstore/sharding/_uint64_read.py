@@ -174,13 +174,13 @@ class ShardCache:
             st.index = bytes(data)
             return
         entries = dict(st.index) if isinstance(st.index, dict) else {}
-        for m, data in zip(wanted, datas):
-            if data is None or len(data) != 16:
+        for m, pair in zip(wanted, datas):
+            if pair is None or len(pair) != 16:
                 raise CodecError(
                     f"shard {name!r} is truncated: it ends inside its {isz}-byte shard index "
                     f"(entry of minishard {m})"
                 )
-            entries[m] = _PAIR.unpack(data)
+            entries[m] = _PAIR.unpack(pair)
         st.index = entries
 
     def entry(self, stem: str, st: ShardState, m: int) -> tuple[int, int]:

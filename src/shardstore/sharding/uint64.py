@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
+from typing import Literal
 
+from .._locks import KeyedLocks
 from .._sync import codec_pool
 from ..errors import UnsupportedFeatureError
-from .._locks import KeyedLocks
 from ..store.base import MISSING, BlockingReader, ByteRange, Parts, RangeBR, Store, inherited_retry_conflicts, joined
 from ._uint64_format import (
+    SHARDING_TYPE,
+    UINT64_MAX,
     MinishardIndex,
     ShardingSpec,
     assemble_shard,
@@ -37,7 +40,9 @@ from ._uint64_format import (
 )
 from ._uint64_read import BlockingReads, ShardCache, ShardState, blocking_reads, shard_generation, value_of
 
-__all__ = ["Uint64ShardedStore", "parse_uint64_key", "ShardingSpec"]
+# the spec and key helpers are public here: users of the format (formats/precomputed) need
+# not import the private modules that implement it
+__all__ = ["SHARDING_TYPE", "UINT64_MAX", "CompleteShard", "ShardingSpec", "Uint64ShardedStore", "parse_uint64_key"]
 
 #: rewrites touching more bytes than this run their CPU work (parse, encode, assemble) in the
 #: codec thread pool; smaller ones inline (a thread hop costs more than the work)
@@ -80,7 +85,7 @@ class Uint64ShardedStore(Store):
         self._complete_shard = complete_shard
         # stem -> what is known of the shard (LRU; bounded by shards and by minishard entries)
         self._cache = ShardCache(spec, cache_entries, cache_shards)
-        self._blocking: BlockingReads | None | bool = False  # made on first use
+        self._blocking: BlockingReads | None | Literal[False] = False  # made on first use
         self._shard_locks = KeyedLocks()
 
     @property
@@ -318,8 +323,10 @@ class Uint64ShardedStore(Store):
         else:
             loop = asyncio.get_running_loop()
             data = await loop.run_in_executor(codec_pool(), self._merge, key, old, changes)
-        if data is None:
-            if old is not None:
+        if data is None:  # the shard is left without keys: remove its file
+            if complete:  # not read, so it may exist: delete whatever is there
+                await self.base.delete(key)
+            elif old is not None:
                 await self.base.set_if(key, None, gen)
             return
         if complete:

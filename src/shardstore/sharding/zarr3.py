@@ -33,18 +33,35 @@ import math
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
+from .._locks import KeyedLocks
 from ..codecs.base import ChunkSpec
 from ..codecs.sharding_indexed import EMPTY, ShardingCodec
 from ..errors import CodecError, ConflictError, InvalidKeyError, UnsupportedFeatureError
-from .._locks import KeyedLocks
 from ..store.base import (
-    BlockingReader, ByteRange, OffsetBR, Parts, RangeBR, Store, SuffixBR, inherited_retry_conflicts, joined, validate_key,
+    BlockingReader,
+    ByteRange,
+    OffsetBR,
+    Parts,
+    RangeBR,
+    Store,
+    SuffixBR,
+    inherited_retry_conflicts,
+    joined,
+    validate_key,
 )
 
 __all__ = ["ShardLayout", "ZarrShardingStore", "inner_key", "parse_inner_key"]
+
+
+def _stored(value: Parts | None) -> bytes | None:
+    """A merged shard as the base Store's write methods are annotated. Every Store takes
+    ``Parts`` values (joined first unless ``accepts_parts``); only the annotations of
+    ``set_many`` / ``set_if`` and their overrides say ``bytes``: a static cast, no copy."""
+    return cast("bytes | None", value)
 
 _MISSING = object()
 _EMPTY = int(EMPTY)
@@ -385,7 +402,7 @@ class ZarrShardingStore(Store):
                     # nested: one base.set_many keeps the batch to one rewrite per outer shard
                     # (the outer adapter's own read-merge-write is the conditional one)
                     merged = await asyncio.gather(*(self._merge_shard(k, s, new) for k, s, new in keyed))
-                    await self.base.set_many([(k, v) for (k, _, _), (v, _) in zip(keyed, merged)])
+                    await self.base.set_many([(k, _stored(v)) for (k, _, _), (v, _) in zip(keyed, merged)])
                 else:
                     await self._write_shards(keyed)
             finally:
@@ -404,7 +421,7 @@ class ZarrShardingStore(Store):
         async def write_whole() -> None:
             if whole:
                 merged = await asyncio.gather(*(self._merge_shard(k, s, new) for k, s, new in whole))
-                await self.base.set_many([(k, v) for (k, _, _), (v, _) in zip(whole, merged)])
+                await self.base.set_many([(k, _stored(v)) for (k, _, _), (v, _) in zip(whole, merged)])
 
         await asyncio.gather(write_whole(), *(self._rewrite_shard(k, s, new) for k, s, new in partial))
 
@@ -416,7 +433,7 @@ class ZarrShardingStore(Store):
         """
         value, gen = await self._merge_shard(shard_key, shard, new)
         try:
-            await self.base.set_if(shard_key, value, gen)
+            await self.base.set_if(shard_key, _stored(value), gen)
         except ConflictError as e:
             self._index_cache.pop(shard_key, None)
             raise ConflictError(

@@ -241,7 +241,7 @@ class Store(abc.ABC):
                 results[pos] = whole if whole is None or br is None else slice_range(whole, br)
             return
         spans: dict[tuple[int, int], int] = {}  # distinct RangeBR -> index into `ranges`
-        others: dict[ByteRange, int] = {}  # distinct OffsetBR / SuffixBR -> index into `parts`
+        others: dict[ByteRange | None, int] = {}  # distinct OffsetBR / SuffixBR -> index into `parts`
         for _, br in reqs:
             if isinstance(br, RangeBR):
                 spans.setdefault((br.start, br.end), len(spans))

@@ -35,7 +35,7 @@ from .base import (
     validate_prefix,
 )
 
-__all__ = ["LocalStore"]
+__all__ = ["LocalStore", "temp_path"]
 
 #: trees with at least this many files are removed by ``UNLINK_THREADS`` threads
 PARALLEL_UNLINK_FILES = 64
@@ -126,8 +126,10 @@ def _temp_suffix() -> str:
 
 
 def temp_path(path: str) -> str:
-    """A fresh temp file path beside ``path`` for an atomic write of it (matches ``_TEMP_RE``,
-    so it is never listed as a key); also used by the native writer (``core/rawwrite.py``)."""
+    """A fresh temp file path beside ``path`` for an atomic write of it (write it, then
+    ``os.replace`` it onto ``path``). Public for writers that bypass ``LocalStore`` but must
+    leave the same traces (the native writer, ``core/rawwrite.py``): a temp file of this name
+    is never listed as a key."""
     parent, name = os.path.split(path)
     # the name is shortened so that a long key still gives a legal temp file name
     return os.path.join(parent, f".{name[:64]}.{_temp_suffix()}.tmp")
@@ -176,7 +178,8 @@ _INLINE_REQUESTS = 8
 
 
 def _span(parts: Sequence[ByteRange | None]) -> int:
-    return sum(br.end - br.start if isinstance(br, RangeBR) else br.n for br in parts)  # type: ignore[union-attr]
+    """Bytes the ranges ask for (callers pass only ranges of known size: RangeBR, SuffixBR)."""
+    return sum(br.end - br.start if isinstance(br, RangeBR) else br.n for br in parts if isinstance(br, (RangeBR, SuffixBR)))
 
 
 class LocalStore(Store):

@@ -219,6 +219,7 @@ class S3Store(ObjectStoreBase):
                     raise ConflictError(f"{key!r} at {self._where} changed since it was read (another writer updated it); re-read and retry")
             await self._delete_many([key])
             return
+        mode: str | dict[str, str] | None
         if generation is None:
             mode = None
         elif generation == MISSING:
@@ -272,7 +273,7 @@ def s3_store_from_url(url: str, read_only: bool, options: Mapping[str, Any]) -> 
     creds = opts.pop("credentials", None)
     if creds is not None:  # {"access_key_id": ..., "secret_access_key": ..., "session_token": ...}
         for k, v in dict(creds).items():
-            opts.setdefault(aliases.get(k, k), v)
+            opts.setdefault(aliases.get(k) or k, v)
     known = {p.name for p in inspect.signature(S3Store).parameters.values()
              if p.kind is p.KEYWORD_ONLY} - {"read_only"}
     unknown = set(opts) - known

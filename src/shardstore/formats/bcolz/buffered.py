@@ -25,7 +25,7 @@ import threading
 import warnings
 import weakref
 from collections.abc import Callable
-from typing import Any, Self
+from typing import Any, Protocol, Self
 
 import numpy as np
 
@@ -36,7 +36,13 @@ from .driver import BcolzDriver, chunk_file_key
 
 __all__ = ["BcolzArray"]
 
-Writer = Callable[[str, Any], None]
+
+class Writer(Protocol):
+    """A store's ``blocking_writer()``: ``write(key, value, atomic=True)`` (value None: delete)."""
+
+    def __call__(self, key: str, value: Any, *, atomic: bool = ...) -> None: ...
+
+
 _BLOSCPACK_HEADER = 16  # bytes before the blosc chunk in a .blp file
 
 
@@ -350,10 +356,12 @@ class BcolzArray(AsyncArray):
             return len(data) - _BLOSCPACK_HEADER
 
         done = await asyncio.gather(*(one(k, rows) for k, rows in jobs), return_exceptions=True)
+        sizes = []
         for r in done:
             if isinstance(r, BaseException):
                 raise r
-        return sum(done)  # type: ignore[arg-type]
+            sizes.append(r)
+        return sum(sizes)
 
 
 class FlushOnClose:

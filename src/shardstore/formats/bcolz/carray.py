@@ -58,8 +58,8 @@ class CArray(FlushOnClose, Array):
         self._lock = threading.Lock()  # appends from several threads go one at a time
 
     @property
-    def driver(self) -> BcolzDriver:  # type: ignore[override]
-        return self._async.driver  # type: ignore[return-value]
+    def driver(self) -> BcolzDriver:
+        return self._async.driver
 
     def __repr__(self) -> str:
         return (
@@ -129,7 +129,7 @@ class CArray(FlushOnClose, Array):
         n = layout.spec.shape[0] if layout.spec.shape else 0
         if read is None or not n:
             return None
-        if type(selection) is int:
+        if isinstance(selection, int):  # (never a bool: __getitem__ passes exact ints and slices)
             if not -n <= selection < n:
                 return None  # (the general path raises the IndexError)
             start = selection % n
@@ -162,6 +162,7 @@ class CArray(FlushOnClose, Array):
             return
         super().__setitem__(selection, value)
 
+    # bcolz' own signature, as its users call it (Array.append takes an axis, returns the shape)
     def append(self, array: Any) -> None:  # type: ignore[override]
         """Add rows at the end: fills the leftover chunk and writes the chunks that become
         full; the new leftover stays in memory until ``flush()`` (bcolz' behaviour; set
@@ -184,7 +185,7 @@ class CArray(FlushOnClose, Array):
     def autoflush(self, value: bool) -> None:
         self._async.autoflush = bool(value)
 
-    def resize(self, nitems: Any) -> None:  # type: ignore[override]
+    def resize(self, nitems: Any) -> None:
         """New length; added rows get ``dflt``."""
         if isinstance(nitems, (tuple, list)):
             nitems = nitems[0]

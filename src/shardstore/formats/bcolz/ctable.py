@@ -280,8 +280,8 @@ class CTable(FlushOnClose):
         self._check_writable()
         if (name is None) == (pos is None):
             raise ValueError("specify either a `name` or a `pos`")
-        if name is None:
-            name = self._names[int(pos)]  # type: ignore[arg-type]
+        if pos is not None:  # (then name is None)
+            name = self._names[int(pos)]
         if name not in self.cols:
             raise ValueError(f"`name` {name!r} not found in columns")
         self._names.remove(name)
@@ -291,7 +291,8 @@ class CTable(FlushOnClose):
             col.purge()
 
 
-def _new_column(store: Store, path: str, arr: np.ndarray, *, mode: str, chunklen: int | None = None, expectedlen: int | None = None, cparams: Any = None, dflt: Any = None) -> CArray:
+def _new_column(store: Store, path: str, arr: np.ndarray, *, mode: str, chunklen: int | None = None, expectedlen: int | None = None,
+                cparams: Any = None, dflt: Any = None) -> CArray:
     dt = arr.dtype.newbyteorder("=") if arr.dtype.byteorder == ">" else arr.dtype
     if dt.names is not None or dt.hasobject:
         raise MetadataError(f"column {path!r}: data type {dt} cannot be a bcolz column")
@@ -300,7 +301,8 @@ def _new_column(store: Store, path: str, arr: np.ndarray, *, mode: str, chunklen
     chunklen = calc_chunklen(expectedlen, atomsize) if chunklen is None else int(chunklen)
     fill = np.zeros((), dtype=dt)[()] if dflt is None else dflt_from_json(dflt, dt, "dflt argument")
     driver = sync(
-        create_carray(store, path, shape_tail=tuple(arr.shape[1:]), dtype=dt, chunklen=chunklen, expectedlen=expectedlen, cparams=CParams.from_any(cparams), dflt=fill, mode=mode)
+        create_carray(store, path, shape_tail=tuple(arr.shape[1:]), dtype=dt, chunklen=chunklen, expectedlen=expectedlen,
+                      cparams=CParams.from_any(cparams), dflt=fill, mode=mode)
     )
     col = CArray(BcolzArray(driver, read_only=False, name=path), None, "a")
     col.append(arr.astype(dt, copy=False))

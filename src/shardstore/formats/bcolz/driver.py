@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from ...codecs.bloscpack import HEADER_SIZE, BloscpackCodec
 from ...codecs.base import ChunkSpec
+from ...codecs.bloscpack import HEADER_SIZE, BloscpackCodec
 from ...codecs.pipeline import CodecPipeline
 from ...core.grid import RegularGrid
 from ...core.layout import ArraySpec, ChunkLayout, FormatDriver
@@ -57,7 +57,7 @@ class BcolzDriver(FormatDriver):
         #: ``sizes.cbytes`` follows the chunk files (as bcolz keeps it: appends add the full
         #: chunks they write); False after other writes, then ``flush`` measures it
         self.cbytes_exact = True
-        self.layout  # validate now (dtype vs codec), not at first read
+        _ = self.layout  # validate now (dtype vs codec), not at first read
 
     # -- derived ---------------------------------------------------------------------------
     @property

@@ -92,7 +92,7 @@ class CParams:
         extra = set(value) - {"clevel", "shuffle", "cname", "quantize"}
         if extra:
             raise MetadataError(f"{where}: unknown member(s) {sorted(extra)}")
-        conf = {"clevel": 5, "shuffle": 1, "cname": default_cname, "quantize": 0}
+        conf: dict[str, Any] = {"clevel": 5, "shuffle": 1, "cname": default_cname, "quantize": 0}
         conf.update({k: v for k, v in value.items() if v is not None})
         for member, hi in (("clevel", 9), ("shuffle", 2)):
             v = conf[member]

@@ -55,6 +55,8 @@ def create(store: RootDir, *, path: str = "", mode: str = "w-", storage_options:
     """``shardstore.create`` hook: ``columns=`` makes a ctable, otherwise ``data=`` (or
     ``dtype=``) a carray; the other keywords are those of ``carray`` / ``ctable``."""
     if storage_options is not None:  # a URL with options (s3://...): resolve it here
+        if store is None:
+            raise ValueError("storage_options configure the store of a URL; give the URL as rootdir")
         store = store_from_url(store, mode="w", storage_options=storage_options)
     if "columns" in kwargs:
         return ctable(kwargs.pop("columns"), rootdir=store, mode=mode, path=path, **kwargs)

@@ -74,7 +74,10 @@ class N5Driver(FormatDriver):
     @property
     def block_codec(self) -> N5BlockCodec:
         """The bound block codec (for varlength blocks)."""
-        return self.layout.pipeline.array_bytes  # type: ignore[return-value]
+        codec = self.layout.pipeline.array_bytes
+        if not isinstance(codec, N5BlockCodec):  # the pipeline is built around one (see layout)
+            raise TypeError(f"{attributes_key(self.path)}: array->bytes codec {codec!r} is not an N5 block codec")
+        return codec
 
     # -- FormatDriver ------------------------------------------------------------------------
     @property

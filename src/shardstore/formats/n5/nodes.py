@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..._sync import sync
-from ...codecs.n5_block import DEFAULT_MAX_VARLENGTH_NBYTES, compression_from_n5
+from ...codecs.n5_block import DEFAULT_MAX_VARLENGTH_NBYTES, compression_defaults_n5, compression_from_n5
 from ...core.array import Array, AsyncArray
 from ...core.group import GroupBase
 from ...errors import (
@@ -53,6 +53,13 @@ class N5Array(Array):
     """An N5 dataset in NumPy C order (shape = N5 ``dimensions`` reversed), plus access to
     variable-length (mode 1) blocks."""
 
+    @property
+    def _n5_driver(self) -> N5Driver:
+        driver = self.driver
+        if not isinstance(driver, N5Driver):  # an N5Array is made around one (see _array)
+            raise TypeError(f"{self!r} is not backed by an N5 driver")
+        return driver
+
     def _block(self, coords: Any) -> tuple[tuple[int, ...], str]:
         coords = tuple(int(c) for c in coords)
         layout = self.driver.layout
@@ -72,7 +79,7 @@ class N5Array(Array):
         raw = self.read_chunk_bytes(coords)
         if raw is None:
             raise ChunkNotFoundError(f"N5 block {key!r} is missing")
-        driver: N5Driver = self.driver  # type: ignore[assignment]
+        driver = self._n5_driver
         try:
             return driver.block_codec.decode_varlength(raw, driver.layout.spec_for(coords), max_nbytes)
         except CodecError as e:
@@ -82,7 +89,7 @@ class N5Array(Array):
         """Store ``data`` (flattened, cast to the dataset's dtype) as the varlength block
         ``coords``; its header size is the block's in-bounds shape."""
         coords, _ = self._block(coords)
-        driver: N5Driver = self.driver  # type: ignore[assignment]
+        driver = self._n5_driver
         values = np.asarray(data, dtype=self.dtype).reshape(-1)
         encoded = driver.block_codec.encode_varlength(values, driver.layout.spec_for(coords))
         self.write_chunk_bytes(coords, encoded)
@@ -178,9 +185,8 @@ def create(
     if len(blocks) != len(shape_t):
         raise MetadataError(f"block_size {list(blocks)} must have the rank of shape {list(shape_t)}")
     given = {"type": compression} if isinstance(compression, str) else dict(compression or DEFAULT_COMPRESSION)
-    codec = compression_from_n5(given, attributes_key(path))
-    codec._n5_source = None  # type: ignore[attr-defined]  # the type's complete JSON...
-    full = {**codec.to_n5(), **given}  # type: ignore[attr-defined]  # ...with the user's members
+    # the type's complete JSON (every member, defaults filled) with the user's members
+    full = {**compression_defaults_n5(compression_from_n5(given, attributes_key(path))), **given}
     user = dict(attributes or {})
     doc: dict[str, Any] = {**user, "dimensions": list(shape_t[::-1]), "blockSize": list(blocks[::-1]),
                            "dataType": dtype_name(np_dtype), "compression": full}

@@ -87,9 +87,12 @@ def morton_codes(grid_shape: tuple[int, ...]) -> np.ndarray:
     return code
 
 
-@dataclass
 class PrecomputedDriver(FormatDriver):
-    """Scale ``index`` of the precomputed volume whose ``info`` is at ``path`` in ``store``."""
+    """Scale ``index`` of the precomputed volume whose ``info`` is at ``path`` in ``store``.
+
+    Identity semantics, as every driver: a driver holds a scale's open state (its layout,
+    its shard caches), so two drivers are equal only when they are the same object.
+    """
 
     format_name = "precomputed"
     resizable = False  # tensorstore and neuroglancer fix a scale's size once written
@@ -103,7 +106,7 @@ class PrecomputedDriver(FormatDriver):
         self.index = index
         self.options = options or EncodingOptions()
         self._layout: ChunkLayout | None = None
-        self.layout  # validate now, not at first read
+        _ = self.layout  # validate now, not at first read
 
     @property
     def scale(self) -> Scale:
@@ -149,7 +152,7 @@ class PrecomputedDriver(FormatDriver):
         prefix = scale_prefix(self.path, scale.key, self.where)
         grid = RegularGrid(shape, chunk)
         # results in Fortran order, as chunks are stored (and as CloudVolume returns them)
-        common = dict(spec=spec, grid=grid, pipeline=pipeline, edge_chunks="clipped", order="F")
+        common: dict[str, Any] = dict(spec=spec, grid=grid, pipeline=pipeline, edge_chunks="clipped", order="F")
         if scale.sharding is None:
             # CloudVolume's default gzipped chunk files are read too (bounded: a chunk's
             # encodings stay well under 4x its voxel bytes)

@@ -17,12 +17,11 @@ import json
 import operator
 import os
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
-from typing import Any
+from typing import Any, SupportsIndex
 
 from ..._sync import sync
 from ...errors import ContainsNodeError, InvalidKeyError, MetadataError
-from ...sharding._uint64_format import SHARDING_TYPE, UINT64_MAX, ShardingSpec
-from ...sharding.uint64 import CompleteShard, Uint64ShardedStore
+from ...sharding.uint64 import SHARDING_TYPE, UINT64_MAX, CompleteShard, ShardingSpec, Uint64ShardedStore
 from ...store.base import Store
 from ...store.registry import MODES, store_from_url
 from .._entry import cleans_up
@@ -36,10 +35,9 @@ def _key(key: object) -> int:
     """A uint64 key from an int-like value (numpy integers included; bool refused)."""
     if isinstance(key, bool):
         raise InvalidKeyError(f"keys are uint64 integers, got {key!r}")
-    try:
-        k = operator.index(key)  # type: ignore[arg-type]
-    except TypeError:
-        raise InvalidKeyError(f"keys are uint64 integers, got {type(key).__name__}: {key!r}") from None
+    if not isinstance(key, SupportsIndex):
+        raise InvalidKeyError(f"keys are uint64 integers, got {type(key).__name__}: {key!r}")
+    k = operator.index(key)
     if not 0 <= k <= UINT64_MAX:
         raise InvalidKeyError(f"key {k} is outside the uint64 range [0, 2**64 - 1]")
     return k
@@ -82,7 +80,7 @@ class ShardedKV(MutableMapping[int, bytes]):
             raise KeyError(key)
         return value
 
-    def get(self, key: int, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, key: int, default: Any = None) -> Any:
         (value,) = self._values([_key(key)])
         return default if value is None else value
 
@@ -104,10 +102,6 @@ class ShardedKV(MutableMapping[int, bytes]):
         ks = [_key(k) for k in keys]
         return dict(zip(ks, self._values(ks))) if ks else {}
 
-    def keys(self) -> Iterator[int]:  # type: ignore[override]
-        """Every key, shard by shard (each shard's minishard indexes are read)."""
-        return iter(self._all_keys())
-
     def _all_keys(self) -> list[int]:
         async def collect() -> list[int]:
             return [int(k) async for k in self.store.list_prefix("")]
@@ -115,6 +109,8 @@ class ShardedKV(MutableMapping[int, bytes]):
         return sync(collect(), here=self._here)
 
     def __iter__(self) -> Iterator[int]:
+        """Every key, shard by shard (each shard's minishard indexes are read); ``keys()`` is
+        the mapping view of the same."""
         return iter(self._all_keys())
 
     def __len__(self) -> int:
@@ -129,6 +125,7 @@ class ShardedKV(MutableMapping[int, bytes]):
             raise KeyError(key)
         self.delete_many([key])
 
+    # (typeshed's MutableMapping.update also takes any object with keys() and __getitem__)
     def update(self, other: Mapping[int, bytes | None] | Iterable[tuple[int, bytes | None]] = (), **kw: Any) -> None:  # type: ignore[override]
         """Write many keys in one batch (each touched shard rewritten once); a None value deletes."""
         if kw:

@@ -88,7 +88,8 @@ class Scale:
 
     @property
     def grid_shape(self) -> tuple[int, int, int]:
-        return tuple(-(-s // c) for s, c in zip(self.size, self.chunk_size))  # type: ignore[return-value]
+        (sx, sy, sz), (cx, cy, cz) = self.size, self.chunk_size
+        return -(-sx // cx), -(-sy // cy), -(-sz // cz)
 
     def to_dict(self) -> dict[str, Any]:
         out = copy.deepcopy(self.raw)

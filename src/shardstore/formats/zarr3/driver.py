@@ -45,7 +45,7 @@ class Zarr3Driver(FormatDriver):
         self.meta = meta
         self._layout: ChunkLayout | None = None
         self._shard_shape: tuple[int, ...] | None = None
-        self.layout  # validate the codec chain now, not at first read
+        _ = self.layout  # validate the codec chain now, not at first read
 
     # -- layout ------------------------------------------------------------------------------
     def _base_key(self, coords: tuple[int, ...]) -> str:
@@ -81,6 +81,7 @@ class Zarr3Driver(FormatDriver):
                 )
             rel = tuple(range(len(perm)))
             for t in pipeline.array_array:
+                assert isinstance(t, TransposeCodec)  # checked just above
                 rel = tuple(rel[i] for i in t.order)
             perm = tuple(perm[i] for i in rel)
             codec = pipeline.array_bytes
@@ -135,7 +136,7 @@ class Zarr3Driver(FormatDriver):
 
     @property
     def write_chunk_shape(self) -> tuple[int, ...] | None:
-        self.layout
+        _ = self.layout  # computes _shard_shape
         return self._shard_shape
 
     @property

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -47,7 +47,7 @@ DEFAULT_INDEX_CODECS: list[dict[str, Any]] = [
     {"name": "crc32c"},
 ]
 
-StoreLike = str | Path | Store
+StoreLike = str | os.PathLike[str] | Store
 
 
 def _resolve(
@@ -144,7 +144,7 @@ def create(
         top_codecs = pipeline.bind(ChunkSpec(grid_shape, np_dtype, fill)).canonical_config()
     except MetadataError as e:
         raise MetadataError(f"{metadata_key(path)}: {e}") from e
-    meta = ArrayMetadata(
+    meta: ArrayMetadata | GroupMetadata = ArrayMetadata(
         shape=shape,
         dtype=np_dtype,
         chunk_shape=grid_shape,
