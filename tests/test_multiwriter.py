@@ -94,7 +94,8 @@ def lost_regions(fmt: str, where: str, opts: dict[str, Any] | None, regions: int
     a = open_array(fmt, where, opts, mode="r")
     data = a[...]
     if fmt == "precomputed":
-        data = np.asarray(data)[:, :, 0].T  # back to [y, x]
+        assert data.shape == (SIDE, SIDE, 1, 1)  # x, y, z, channel
+        data = data[:, :, 0, 0].T  # back to [y, x]
     return [r for r in range(regions) if not (data[_box(r)] == r + 1).all()]
 
 
