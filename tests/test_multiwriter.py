@@ -174,20 +174,31 @@ def test_sixteen_writers_lose_nothing_s3(seaweedfs: SeaweedFS) -> None:
     check_no_loss(_s3_jobs(seaweedfs), 16)
 
 
-def test_no_lock_files_left_after_units_are_deleted(tmp_path: Path) -> None:
-    """Lock sidecars are hidden from listings and go with a unit that becomes all fill."""
+def test_no_lock_files_stay_in_the_tree(tmp_path: Path) -> None:
+    """A read-modify-write's lock sidecar goes when the write is done: other tools see the
+    same files as without locking."""
     a = shardstore.zarr3.create(str(tmp_path / "z"), shape=(16, 16), dtype="uint8", chunks=(4, 4), shards=(8, 8))
     a[1:3, 1:3] = 5  # partial: a locked read-modify-write of shard c/0/0
-    names = sorted(p.name for p in (tmp_path / "z").rglob("*") if p.is_file())
-    assert ".0.lock" in names  # the sidecar of c/0/0
+    files = sorted(p.relative_to(tmp_path / "z").as_posix() for p in (tmp_path / "z").rglob("*") if p.is_file())
+    assert files == ["c/0/0", "zarr.json"]
+    a[1:3, 1:3] = 0  # the shard becomes all fill: deleted, its directories pruned
+    assert sorted(p.relative_to(tmp_path / "z").as_posix() for p in (tmp_path / "z").rglob("*")) == ["zarr.json"]
+
+
+def test_stale_lock_file_is_hidden_and_reused(tmp_path: Path) -> None:
+    """The sidecar of a writer killed mid-write stays behind: never listed as a key, and the
+    next writer locks it as usual."""
+    a = shardstore.zarr3.create(str(tmp_path / "z"), shape=(8, 8), dtype="uint8", chunks=(4, 4), shards=(8, 8))
+    a[...] = 1
+    (tmp_path / "z" / "c" / "0" / ".0.lock").write_bytes(b"")
     store = LocalStore(tmp_path / "z")
 
     async def keys() -> list[str]:
         return sorted([k async for k in store.list_prefix("")])
 
     assert asyncio.run(keys()) == ["c/0/0", "zarr.json"]
-    a[1:3, 1:3] = 0  # the shard becomes all fill: deleted together with its sidecar
-    assert sorted(p.relative_to(tmp_path / "z").as_posix() for p in (tmp_path / "z").rglob("*")) == ["zarr.json"]
+    a[0:2, 0:2] = 3
+    assert a[0, 0] == 3 and a[3, 3] == 1
 
 
 def test_conflict_that_keeps_recurring_names_the_key(tmp_path: Path) -> None:
@@ -206,7 +217,7 @@ def test_conflict_that_keeps_recurring_names_the_key(tmp_path: Path) -> None:
 
     base.set_if = interloper  # type: ignore[method-assign]
     base.retry_conflicts = 3
-    with pytest.raises(ConflictError, match="'c/0/0'.*4 read-modify-write attempts"):
+    with pytest.raises(ConflictError, match="'c/0/0' was changed by another writer during each of 4 read-modify-write attempts"):
         a[1:3, 1:3] = 7
 
 

@@ -377,6 +377,8 @@ class Uint64ShardedStore(Store):
                 writes.append((key, functools.partial(self._merge, key, changes)))
         try:
             await self.base.update_many(writes)
+        except ConflictError as e:
+            raise ConflictError(f"shard {e}") from e  # (the message starts with the shard's key)
         finally:
             for stem in stems:  # these shards changed (or may have): re-read next time
                 self._cache.forget(stem)

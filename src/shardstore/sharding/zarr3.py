@@ -123,12 +123,11 @@ class ZarrShardingStore(Store):
     """Inner chunks of ``sharding_indexed`` shards, as a Store."""
 
     def __init__(
-        self, base: Store, layout: ShardLayout, *, index_cache_size: int = 4096, retry_conflicts: int | None = None
+        self, base: Store, layout: ShardLayout, *, index_cache_size: int = 4096
     ) -> None:
         super().__init__(read_only=base.read_only)
         self.base = base
         self.layout = layout
-        self._retry_conflicts = retry_conflicts
         self._rank = len(layout.inner_grid_shape)
         # shard key -> (decoded index or _MISSING, the base's generation token when read);
         # an entry is used only while the shard's generation is unchanged (another writer
@@ -254,9 +253,8 @@ class ZarrShardingStore(Store):
 
     @property
     def retry_conflicts(self) -> int:
-        """How often a read-merge-write that lost a race is redone (see the module docstring)."""
-        if self._retry_conflicts is not None:
-            return self._retry_conflicts
+        """How often a shard read-modify-write that lost a race is redone: the setting of the
+        base store chain (which does the read-modify-write), e.g. ``S3Store(retry_conflicts=3)``."""
         return inherited_retry_conflicts(self.base)
 
     async def generation(self, key: str) -> Hashable | None:
@@ -441,6 +439,8 @@ class ZarrShardingStore(Store):
                 writes.append((shard_key, functools.partial(self._merged, shard_key, new)))
         try:
             await self.base.update_many(writes)
+        except ConflictError as e:
+            raise ConflictError(f"shard {e}") from e  # (the message starts with the shard's key)
         finally:
             # the indexes of these shards changed (or may have): the next read refetches
             for shard_key, _ in writes:

@@ -7,10 +7,11 @@ is lost. The lock is on the sidecar, not on the unit's file, because writes repl
 (temp file + rename): a lock on its old inode would not exclude a writer that opened the new
 one.
 
-- The kernel drops the lock when its holder dies, so a crashed writer never blocks others.
-- A unit deleted because it became all fill takes its sidecar with it, under the lock. A
-  waiter that then gets the lock of the unlinked sidecar notices (its inode is no longer the
-  one at the path) and locks the new sidecar instead; so deleting lock files is safe.
+- The holder unlinks the sidecar before it lets go, so no lock files stay in the tree (other
+  tools list the same directories). A waiter that then gets the lock of the unlinked file
+  notices (its inode is no longer the one at the path) and locks the current one instead.
+- The kernel drops the lock when its holder dies, so a crashed writer never blocks others;
+  its sidecar stays behind, hidden from listings, and is reused by the next writer.
 - On NFS, Linux emulates ``flock`` with POSIX byte-range locks (NLM): that works where the
   lock daemon does; where it does not, ``flock`` fails or locks only per client, and
   concurrent writers from several machines can then lose updates. Use S3 there.
@@ -30,7 +31,7 @@ try:
 except ImportError:  # Windows
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["lock_path", "is_lock_name", "locked"]
+__all__ = ["Lease", "lock_path", "is_lock_name", "locked"]
 
 #: sidecar names end so; listings skip hidden names ending so
 LOCK_SUFFIX = ".lock"
@@ -72,30 +73,87 @@ def _open_lock(path: str) -> int:
     raise AssertionError("unreachable")
 
 
-@contextlib.contextmanager
-def locked(path: str) -> Iterator[str]:
-    """Hold the exclusive lock of the unit stored at ``path`` (blocking until it is free).
+def _current(fd: int, path: str) -> bool:
+    """Whether the locked file ``fd`` is still the one at ``path`` (not unlinked by its
+    previous holder while we waited)."""
+    try:
+        now = os.stat(path)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(fd)
+    return (now.st_ino, now.st_dev) == (mine.st_ino, mine.st_dev)
 
-    Yields the sidecar's path: a caller that deletes the unit unlinks it too, while holding
-    the lock.
-    """
+
+def _unlink_quietly(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+@contextlib.contextmanager
+def locked(path: str) -> Iterator[None]:
+    """Hold the exclusive lock of the unit stored at ``path`` (blocking until it is free)."""
     sidecar = lock_path(path)
     with _thread_lock(sidecar):
         if fcntl is None:
-            yield sidecar
+            yield
             return
         while True:
             fd = _open_lock(sidecar)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
+                if not _current(fd, sidecar):
+                    continue  # unlinked by the previous holder while we waited: lock the new one
                 try:
-                    now = os.stat(sidecar)
-                except FileNotFoundError:
-                    now = None
-                mine = os.fstat(fd)
-                if now is None or (now.st_ino, now.st_dev) != (mine.st_ino, mine.st_dev):
-                    continue  # deleted (with its unit) while we waited: lock the current one
-                yield sidecar
+                    yield
+                finally:
+                    _unlink_quietly(sidecar)  # (still holding it: see the module doc)
                 return
             finally:
                 os.close(fd)  # (releases the flock)
+
+
+class Lease:
+    """An exclusive ``flock`` on ``path`` held until ``release`` (or the process's end): a
+    writer's claim on a whole dataset (bcolz: one writing handle per rootdir at a time)."""
+
+    def __init__(self, path: str, fd: int) -> None:
+        self.path = path
+        self._fd: int | None = fd
+
+    @classmethod
+    def acquire(cls, path: str, timeout: float) -> Lease | None:
+        """The lease, waiting up to ``timeout`` seconds for the holder to release it; None
+        when it is still held by then (by another handle of this process or another process)."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        delay = 0.001
+        while True:
+            fd = _open_lock(path)
+            try:
+                if fcntl is not None:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    if not _current(fd, path):
+                        os.close(fd)  # unlinked by its previous holder: take the current one
+                        continue
+            except BlockingIOError:
+                os.close(fd)
+                if time.monotonic() >= deadline:
+                    return None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.05)
+                continue
+            except BaseException:
+                os.close(fd)
+                raise
+            return cls(path, fd)
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            _unlink_quietly(self.path)  # (still holding it: see the module doc)
+            os.close(fd)  # (releases the flock)
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None

@@ -14,10 +14,13 @@ import random
 import weakref
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Final, Union
+from typing import TYPE_CHECKING, Final, Union
 
 from ..errors import ConflictError, InvalidKeyError, ReadOnlyError
 from ._coalesce import DEFAULT_MAX_GAP, DEFAULT_MAX_REQUEST, coalesce_ranges
+
+if TYPE_CHECKING:
+    from ._filelock import Lease
 
 #: ``generation`` of a key that does not exist
 MISSING: Final = ("missing",)
@@ -502,14 +505,16 @@ class Store(abc.ABC):
         for attempt in range(retries + 1):
             old, gen = await self.get_versioned(key)
             new = await run_update(update, old)
+            if new is None and old is None:
+                return  # nothing there, nothing to store (a fill write to a missing unit)
             try:
                 await self.set_if(key, new, gen)
                 return
             except ConflictError as e:
                 if attempt >= retries:
                     raise ConflictError(
-                        f"{key!r} kept changing under concurrent writers: {attempt + 1} read-modify-write "
-                        f"attempts lost the race (retry_conflicts={retries}); nothing was written"
+                        f"{key!r} was changed by another writer during each of {attempt + 1} "
+                        f"read-modify-write attempts (retry_conflicts={retries}); nothing was written"
                     ) from e
             await conflict_backoff(attempt)
 
@@ -542,6 +547,16 @@ class Store(abc.ABC):
                 await self._delete(key)
             else:
                 await self._set(key, value if self.accepts_parts else joined(value))
+
+    def lease(self, key: str, timeout: float) -> Lease | None:
+        """An exclusive claim across processes on the unit ``key`` names (held until its
+        ``release()`` or the holder's exit), waiting up to ``timeout`` seconds for the holder
+        to let go; None when it stays taken, or when the backend has no such locks (then
+        ``leases`` is False). Formats with a single writer per dataset (bcolz) use it."""
+        return None
+
+    #: whether ``lease`` can claim units (local files)
+    leases: bool = False
 
     async def delete(self, key: str) -> None:
         """Remove ``key``; removing a missing key is not an error."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import itertools
 import os
 import re
@@ -23,7 +22,7 @@ from pathlib import Path
 
 from .._sync import io_pool
 from ..errors import ConflictError, StoreError
-from ._filelock import is_lock_name, locked
+from ._filelock import Lease, is_lock_name, lock_path, locked
 from .base import (
     MISSING,
     BlockingReader,
@@ -443,20 +442,30 @@ class LocalStore(Store):
         """
         path = self._path(key)
         try:
-            with locked(path) as sidecar:
+            with locked(path):
                 for _ in range(self.retry_conflicts + 1):
                     old, gen = self._read_versioned(key, None)
                     new = update(old)
                     if self._generation(key) != gen:
                         continue  # a plain write replaced it meanwhile: merge again on top of it
-                    if new is None:
-                        self._remove(key, also=sidecar)
-                    else:
+                    if new is not None:
                         self._write(key, new)
-                    return
+                        return
+                    self._remove(key)
+                    break
+                else:
+                    raise ConflictError(f"{key!r} at {path!r} kept changing under plain writes during a read-modify-write")
         except OSError as e:
             raise StoreError(f"cannot lock key {key!r} at {path!r} for a read-modify-write: {_describe(e)}") from e
-        raise ConflictError(f"{key!r} at {path!r} kept changing under plain writes during a read-modify-write")
+        self._prune(os.path.dirname(path))  # (now that the lock file is gone too)
+
+    leases = True
+
+    def lease(self, key: str, timeout: float) -> Lease | None:
+        validate_key(key)
+        if self.read_only:
+            return None
+        return Lease.acquire(lock_path(self._path(key)), timeout)
 
     async def update_many(self, items: Sequence[tuple[str, bytes | Update | None]]) -> None:
         """``Store.update_many`` with each read-modify-write done in a thread under the unit's
@@ -512,12 +521,8 @@ class LocalStore(Store):
                 return
             directory = os.path.dirname(directory)
 
-    def _remove(self, key: str, also: str | None = None) -> None:
-        """Blocking: delete ``key``'s file (and the file ``also``: its lock sidecar)."""
+    def _remove(self, key: str) -> None:
         path = self._path(key)
-        if also is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(also)
         try:
             os.unlink(path)
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):

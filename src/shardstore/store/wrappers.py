@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from .base import BlockingReader, BlockingWriter, ByteRange, Store, Update, validate_key, validate_prefix
+
+if TYPE_CHECKING:
+    from ._filelock import Lease
 
 __all__ = ["PrefixStore", "ReadOnlyStore", "RecordingStore", "Request"]
 
@@ -116,6 +119,13 @@ class PrefixStore(_Wrapper):
 
     async def _get(self, key: str, byte_range: ByteRange | None) -> bytes | None:
         return await self.base.get(self._full(key), byte_range)
+
+    @property
+    def leases(self) -> bool:  # type: ignore[override]
+        return self.base.leases
+
+    def lease(self, key: str, timeout: float) -> Lease | None:
+        return None if self.read_only else self.base.lease(self._full(validate_key(key)), timeout)
 
     async def get_many(
         self, requests: Sequence[tuple[str, ByteRange | None]]
@@ -287,7 +297,8 @@ class RecordingStore(_Wrapper):
         def recorded(old: bytes | None) -> bytes | None:
             self.requests.append(Request("get", key, None))
             new = update(old)
-            self.requests.append(Request("set" if new is not None else "delete", key, None))
+            if new is not None or old is not None:  # (nothing to delete: no request)
+                self.requests.append(Request("set" if new is not None else "delete", key, None))
             return new  # type: ignore[return-value]
 
         return recorded

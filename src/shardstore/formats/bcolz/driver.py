@@ -147,6 +147,17 @@ class BcolzDriver(FormatDriver):
     def sizes_key(self) -> str:
         return _key(self.path, SIZES_KEY)
 
+    def reload_sizes_now(self) -> bool:
+        """Re-read ``meta/sizes`` (another writer appended or resized), synchronously where
+        the store reads so; False when it cannot be read that way."""
+        read = self.store.blocking_reader()
+        raw = None if read is None else read(self.sizes_key)
+        if raw is None:
+            return False
+        self.sizes = parse_sizes(raw, self.where(self.sizes_key))
+        self._layout = None
+        return True
+
     async def save_sizes(self) -> None:
         await self.store.set(self.sizes_key, self.sizes.to_bytes())
 
