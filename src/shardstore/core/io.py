@@ -27,7 +27,7 @@ from .rawread import raw_reader
 from .rawwrite import raw_writer
 from .threads import share_now
 
-__all__ = ["read_into", "read_into_now", "write_from", "write_from_now", "writes_now", "reshape_chunks", "UnitLocks"]
+__all__ = ["UnitLocks", "read_into", "read_into_now", "reshape_chunks", "write_from", "write_from_now", "writes_now"]
 
 #: write groups (shards) in flight; each holds its encoded chunks until written
 WRITE_GROUPS_IN_FLIGHT = 2

@@ -31,7 +31,7 @@ from ._uint64_format import (
 if TYPE_CHECKING:
     from .uint64 import Uint64ShardedStore
 
-__all__ = ["ShardState", "ShardCache", "BlockingReads", "value_of"]
+__all__ = ["BlockingReads", "ShardCache", "ShardState", "value_of"]
 
 T = TypeVar("T")
 #: a read whose shards keep being replaced while it runs is redone so often
@@ -50,7 +50,7 @@ RangesReader = Callable[[str, Sequence[ByteRange]], "list[bytes | None]"]
 class ShardState:
     """What is known of one shard: where it lives, its index, decoded minishard indexes."""
 
-    __slots__ = ("gen", "kind", "index", "minis", "n_entries", "read_gen")
+    __slots__ = ("gen", "index", "kind", "minis", "n_entries", "read_gen")
 
     def __init__(self, gen: Hashable | None, kind: str) -> None:
         self.gen = gen  # (generation of .shard, generation of .index) when read
@@ -296,6 +296,7 @@ class BlockingReads:
         for _ in range(READ_ATTEMPTS):
             seen: dict[str, Hashable | None] = {}
             self._seen.value = seen
+            value: object
             try:
                 value = read()
             except CodecError:

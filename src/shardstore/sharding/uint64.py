@@ -29,8 +29,18 @@ import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from typing import TypeVar
 
-from ..errors import CodecError, ConflictError, UnsupportedFeatureError
-from ..store.base import MISSING, BlockingReader, ByteRange, Parts, RangeBR, Store, Update, inherited_retry_conflicts, joined
+from ..errors import ConflictError, UnsupportedFeatureError
+from ..store.base import (
+    MISSING,
+    BlockingReader,
+    ByteRange,
+    Parts,
+    RangeBR,
+    Store,
+    Update,
+    inherited_retry_conflicts,
+    joined,
+)
 from ._uint64_format import (
     MinishardIndex,
     ShardingSpec,
@@ -41,9 +51,16 @@ from ._uint64_format import (
     shard_entries,
     sub_range,
 )
-from ._uint64_read import BlockingReads, ShardCache, ShardState, blocking_reads, shard_generation, value_of
+from ._uint64_read import (
+    BlockingReads,
+    ShardCache,
+    ShardState,
+    blocking_reads,
+    shard_generation,
+    value_of,
+)
 
-__all__ = ["Uint64ShardedStore", "parse_uint64_key", "ShardingSpec"]
+__all__ = ["ShardingSpec", "Uint64ShardedStore", "parse_uint64_key"]
 
 T = TypeVar("T")
 
@@ -66,7 +83,7 @@ class _Replaced(Exception):
 class _Changes:
     """One shard's part of a write batch."""
 
-    __slots__ = ("values", "minishard", "nbytes")
+    __slots__ = ("minishard", "nbytes", "values")
 
     def __init__(self) -> None:
         self.values: dict[int, bytes | Update | None] = {}  # None: delete
@@ -98,7 +115,7 @@ class Uint64ShardedStore(Store):
         self._blocking: BlockingReads | None | bool = False  # made on first use
 
     @property
-    def retry_conflicts(self) -> int:
+    def retry_conflicts(self) -> int:  # type: ignore[override]
         """How often the core redoes a shard read-merge-write that lost a race (the setting of
         the base store chain, e.g. ``S3Store(retry_conflicts=3)``)."""
         return inherited_retry_conflicts(self.base)
@@ -332,12 +349,12 @@ class Uint64ShardedStore(Store):
     async def set_many(self, items: Sequence[tuple[str, bytes | None]]) -> None:
         await self.update_many(items)
 
-    async def update_many(self, items: Sequence[tuple[str, bytes | Update | None]]) -> None:
+    async def update_many(self, items: Sequence[tuple[str, bytes | Parts | Update | None]]) -> None:
         if items:
             self._check_writable(items[0][0], more=len(items) - 1)
         await self.set_many_ids([(parse_uint64_key(k), v) for k, v in items])
 
-    async def set_many_ids(self, items: Sequence[tuple[int, bytes | Update | None]]) -> None:
+    async def set_many_ids(self, items: Sequence[tuple[int, bytes | Parts | Update | None]]) -> None:
         """Write (None: delete; an ``Update``: read-modify-write the stored value) uint64 keys
         (already validated ints) in one batch: one read-modify-write per shard."""
         if not items:
@@ -359,7 +376,7 @@ class Uint64ShardedStore(Store):
                 ch.values[k] = value
                 ch.nbytes += len(value)
             ch.minishard[k] = m
-        writes: list[tuple[str, bytes | Update | None]] = []
+        writes: list[tuple[str, bytes | Parts | Update | None]] = []
         stems = []
         for shard, changes in sorted(by_shard.items()):
             stem = self.spec.shard_name(shard)
@@ -403,16 +420,19 @@ class Uint64ShardedStore(Store):
             values = shard_entries(old, self.spec, shard_file, minishard_of)
         gz = self.spec.data_encoding == "gzip"
         for k, v in changes.values.items():
+            value: bytes | Parts | None
             if callable(v):
                 stored = values.get(k)
                 if stored is not None and gz:
                     stored = gzip_decompress(stored, f"shard {shard_file!r}: value of key {k}")
-                v = v(None if stored is None else bytes(stored))
-                v = None if v is None else joined(v)
-            if v is None:
+                value = v(None if stored is None else bytes(stored))
+            else:
+                value = v
+            if value is None:
                 values.pop(k, None)
             else:
-                values[k] = gzip_compress(v) if gz else v
+                value = joined(value)
+                values[k] = gzip_compress(value) if gz else value
         parts = assemble_shard(self.spec, values, minishard_of)
         # one buffer: a single write call (thousands of small parts cost a syscall per few KiB)
         return None if parts is None else b"".join(parts)

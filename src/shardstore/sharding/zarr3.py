@@ -39,7 +39,16 @@ from ..codecs.base import ChunkSpec
 from ..codecs.sharding_indexed import EMPTY, ShardingCodec
 from ..errors import CodecError, ConflictError, InvalidKeyError, UnsupportedFeatureError
 from ..store.base import (
-    BlockingReader, ByteRange, OffsetBR, Parts, RangeBR, Store, SuffixBR, Update, inherited_retry_conflicts, joined,
+    BlockingReader,
+    ByteRange,
+    OffsetBR,
+    Parts,
+    RangeBR,
+    Store,
+    SuffixBR,
+    Update,
+    inherited_retry_conflicts,
+    joined,
     validate_key,
 )
 
@@ -252,7 +261,7 @@ class ZarrShardingStore(Store):
         return whole, index, gen
 
     @property
-    def retry_conflicts(self) -> int:
+    def retry_conflicts(self) -> int:  # type: ignore[override]
         """How often a shard read-modify-write that lost a race is redone: the setting of the
         base store chain (which does the read-modify-write), e.g. ``S3Store(retry_conflicts=3)``."""
         return inherited_retry_conflicts(self.base)
@@ -421,16 +430,16 @@ class ZarrShardingStore(Store):
     async def set_many(self, items: Sequence[tuple[str, bytes | None]]) -> None:
         await self.update_many(items)
 
-    async def update_many(self, items: Sequence[tuple[str, bytes | Update | None]]) -> None:
+    async def update_many(self, items: Sequence[tuple[str, bytes | Parts | Update | None]]) -> None:
         """Write inner chunks (values, None: delete, or ``Update`` functions of the inner
         chunk's stored bytes): each touched shard is written once, see the module docstring."""
         if items:
             self._check_writable(items[0][0], more=len(items) - 1)
-        by_shard: dict[tuple[int, ...], dict[int, bytes | Update | None]] = {}
+        by_shard: dict[tuple[int, ...], dict[int, bytes | Parts | Update | None]] = {}
         for key, value in items:
             shard, i = self.layout.locate(parse_inner_key(key, self._rank))
             by_shard.setdefault(shard, {})[i] = value if value is None or callable(value) else joined(value)
-        writes: list[tuple[str, bytes | Update | None]] = []
+        writes: list[tuple[str, bytes | Parts | Update | None]] = []
         for shard, new in sorted(by_shard.items()):
             shard_key = self.layout.shard_key(shard)
             if self._covers_shard(shard, new) and not any(callable(v) for v in new.values()):
@@ -446,10 +455,10 @@ class ZarrShardingStore(Store):
             for shard_key, _ in writes:
                 self._index_cache.pop(shard_key, None)
 
-    def _covers_shard(self, shard: tuple[int, ...], new: dict[int, bytes | Update | None]) -> bool:
+    def _covers_shard(self, shard: tuple[int, ...], new: dict[int, bytes | Parts | Update | None]) -> bool:
         return set(new) >= set(self.layout.valid_in_shard(shard))
 
-    def _merged(self, shard_key: str, new: dict[int, bytes | Update | None], old: bytes | None) -> Parts | None:
+    def _merged(self, shard_key: str, new: dict[int, bytes | Parts | Update | None], old: bytes | None) -> Parts | None:
         """The shard ``old`` (None: missing) with the inner chunks ``new`` merged in: the
         ``Update`` of one shard (None: no inner chunk is left, delete the shard)."""
         chunks: dict[int, bytes] = {}
@@ -460,12 +469,11 @@ class ZarrShardingStore(Store):
                     continue  # empty, or replaced whole by this write
                 chunks[i] = old[off : off + n]
         for i, v in new.items():
-            if callable(v):
-                v = v(chunks.get(i))
-            if v is None:
+            value = v(chunks.get(i)) if callable(v) else v
+            if value is None:
                 chunks.pop(i, None)
             else:
-                chunks[i] = joined(v)
+                chunks[i] = joined(value)
         parts = self.layout.codec.assemble(chunks, self.layout.shard_spec)
         return None if parts is None else Parts(parts)
 

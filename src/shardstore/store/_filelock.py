@@ -31,7 +31,7 @@ try:
 except ImportError:  # Windows
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["Lease", "lock_path", "is_lock_name", "locked"]
+__all__ = ["Lease", "is_lock_name", "lock_path", "locked"]
 
 #: sidecar names end so; listings skip hidden names ending so
 LOCK_SUFFIX = ".lock"

@@ -14,7 +14,7 @@ import random
 import weakref
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, Union
+from typing import TYPE_CHECKING, Final, cast
 
 from ..errors import ConflictError, InvalidKeyError, ReadOnlyError
 from ._coalesce import DEFAULT_MAX_GAP, DEFAULT_MAX_REQUEST, coalesce_ranges
@@ -26,21 +26,21 @@ if TYPE_CHECKING:
 MISSING: Final = ("missing",)
 
 __all__ = [
+    "DEFAULT_RETRY_CONFLICTS",
     "MISSING",
-    "Parts",
-    "joined",
-    "RangeBR",
-    "OffsetBR",
-    "SuffixBR",
     "ByteRange",
+    "OffsetBR",
+    "Parts",
+    "RangeBR",
     "Store",
+    "SuffixBR",
+    "Update",
+    "conflict_backoff",
+    "joined",
+    "resolve_range",
+    "slice_range",
     "validate_key",
     "validate_prefix",
-    "slice_range",
-    "resolve_range",
-    "Update",
-    "DEFAULT_RETRY_CONFLICTS",
-    "conflict_backoff",
 ]
 
 #: read-modify-writes that lost a race are redone this often by default before the
@@ -173,7 +173,7 @@ def joined(value: bytes | Parts) -> bytes:
 #: a read-modify-write of one stored value: ``update(old) -> new``, where ``old`` is the value
 #: as stored (None: missing) and ``new`` the value to store (None: delete the key). It must be
 #: a pure function of ``old``: after a lost race it is called again with the newer value.
-Update = Callable[[Union[bytes, None]], Union[bytes, Parts, None]]
+Update = Callable[[bytes | None], bytes | Parts | None]
 
 
 async def conflict_backoff(attempt: int) -> None:
@@ -459,7 +459,7 @@ class Store(abc.ABC):
 
         await asyncio.gather(*(one(k, v) for k, v in final.items()))
 
-    async def update_many(self, items: Sequence[tuple[str, bytes | Update | None]]) -> None:
+    async def update_many(self, items: Sequence[tuple[str, bytes | Parts | Update | None]]) -> None:
         """Writes where some values are ``Update`` functions: the one read-modify-write.
 
         Plain values (and None) are written as ``set_many`` writes them. For each key with an
@@ -479,18 +479,18 @@ class Store(abc.ABC):
                 await self._update(key, update)
 
         jobs = [one(k, u) for k, u in updates]
-        if plain:
-            jobs.append(self.set_many(plain))
+        if plain:  # (Parts values are bytes-like: set_many joins them where needed)
+            jobs.append(self.set_many(cast("list[tuple[str, bytes | None]]", plain)))
         if len(jobs) == 1:
             await jobs[0]
         else:
             await asyncio.gather(*jobs)
 
-    def _checked_updates(self, items: Sequence[tuple[str, bytes | Update | None]]) -> dict[str, bytes | Update | None]:
+    def _checked_updates(self, items: Sequence[tuple[str, bytes | Parts | Update | None]]) -> dict[str, bytes | Parts | Update | None]:
         """``_checked_batch`` for ``update_many`` items (functions are not checked as values)."""
         if items:
             self._check_writable(items[0][0], more=len(items) - 1)
-        final: dict[str, bytes | Update | None] = {}
+        final: dict[str, bytes | Parts | Update | None] = {}
         for key, value in items:
             validate_key(key)
             if value is not None and not callable(value):
@@ -518,7 +518,7 @@ class Store(abc.ABC):
                     ) from e
             await conflict_backoff(attempt)
 
-    async def set_if(self, key: str, value: bytes | None, generation: Hashable | None) -> None:
+    async def set_if(self, key: str, value: bytes | Parts | None, generation: Hashable | None) -> None:
         """Write (or, for ``None``, delete) ``key`` only if it is still at ``generation``.
 
         ``generation`` is what ``get_versioned`` / ``generation`` returned; ``MISSING`` means
@@ -545,8 +545,8 @@ class Store(abc.ABC):
                     )
             if value is None:
                 await self._delete(key)
-            else:
-                await self._set(key, value if self.accepts_parts else joined(value))
+            else:  # (Parts reach only backends that take them: accepts_parts)
+                await self._set(key, value if self.accepts_parts else joined(value))  # type: ignore[arg-type]
 
     def lease(self, key: str, timeout: float) -> Lease | None:
         """An exclusive claim across processes on the unit ``key`` names (held until its

@@ -19,6 +19,7 @@ import stat
 import threading
 from collections.abc import AsyncIterator, Callable, Hashable, Iterator, Sequence
 from pathlib import Path
+from typing import cast
 
 from .._sync import io_pool
 from ..errors import ConflictError, StoreError
@@ -390,7 +391,7 @@ class LocalStore(Store):
         return await asyncio.to_thread(os.path.isfile, self._path(validate_key(key)))
 
     # -- writes ------------------------------------------------------------------------------
-    def _write(self, key: str, value: bytes) -> None:
+    def _write(self, key: str, value: bytes | Parts) -> None:
         """Blocking: write ``value`` to a temp file beside the target, then rename it into place.
 
         Runs once per chunk of every unsharded write, so it is lean: the directory is made
@@ -467,15 +468,15 @@ class LocalStore(Store):
             return None
         return Lease.acquire(lock_path(self._path(key)), timeout)
 
-    async def update_many(self, items: Sequence[tuple[str, bytes | Update | None]]) -> None:
+    async def update_many(self, items: Sequence[tuple[str, bytes | Parts | Update | None]]) -> None:
         """``Store.update_many`` with each read-modify-write done in a thread under the unit's
         advisory lock (``_filelock``): writers in other processes wait instead of conflicting."""
         final = self._checked_updates(items)
         plain = [(k, v) for k, v in final.items() if not callable(v)]
         updates = [(k, v) for k, v in final.items() if callable(v)]
-        jobs = [asyncio.to_thread(self._update_locked, k, u) for k, u in updates]  # type: ignore[arg-type]
-        if plain:
-            jobs.append(self.set_many(plain))  # type: ignore[arg-type]
+        jobs = [asyncio.to_thread(self._update_locked, k, cast(Update, u)) for k, u in updates]
+        if plain:  # (Parts values are bytes-like: written without joining)
+            jobs.append(self.set_many(cast("list[tuple[str, bytes | None]]", plain)))
         # every job finishes before an error is raised (see set_many)
         done = await asyncio.gather(*jobs, return_exceptions=True)
         for result in done:

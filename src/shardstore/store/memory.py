@@ -7,7 +7,17 @@ import threading
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 
 from .base import (
-    MISSING, BlockingReader, BlockingWriter, ByteRange, Store, Update, _check_value, joined, slice_range, validate_key,
+    MISSING,
+    BlockingReader,
+    BlockingWriter,
+    ByteRange,
+    Parts,
+    Store,
+    Update,
+    _check_value,
+    joined,
+    slice_range,
+    validate_key,
 )
 
 __all__ = ["MemoryStore"]
@@ -65,7 +75,7 @@ class MemoryStore(Store):
         if self.read_only:
             return None
 
-        def write(key: str, value: bytes | Update | None, atomic: bool = True) -> None:  # (always atomic)
+        def write(key: str, value: bytes | Parts | Update | None, atomic: bool = True) -> None:  # (always atomic)
             validate_key(key)
             if callable(value):  # a read-modify-write: one at a time per store
                 with self._rmw_lock:

@@ -23,7 +23,17 @@ from urllib.parse import urlsplit
 
 from ..errors import ConflictError, StoreError
 from ._coalesce import coalesce_ranges
-from .base import DEFAULT_RETRY_CONFLICTS, MISSING, ByteRange, RangeBR, _check_value, joined, slice_range, validate_key
+from .base import (
+    DEFAULT_RETRY_CONFLICTS,
+    MISSING,
+    ByteRange,
+    Parts,
+    RangeBR,
+    _check_value,
+    joined,
+    slice_range,
+    validate_key,
+)
 from .http import (
     ObjectStoreBase,
     RangeCache,
@@ -206,7 +216,7 @@ class S3Store(ObjectStoreBase):
             jobs.append(self._delete_many(deletes))
         await asyncio.gather(*jobs)
 
-    async def set_if(self, key: str, value: bytes | None, generation: Hashable | None) -> None:
+    async def set_if(self, key: str, value: bytes | Parts | None, generation: Hashable | None) -> None:
         """Conditional PUT: ``If-Match: <etag>``, or ``If-None-Match: *`` for ``MISSING``."""
         self._check_writable(key)
         validate_key(key)
@@ -269,8 +279,8 @@ class S3Store(ObjectStoreBase):
             except Exception as e:
                 raise self._error("read", key, e) from e
             for i in members:
-                s, e = spans[i]
-                out[i] = slice_range(data, RangeBR(s - start, e - start))
+                lo, hi = spans[i]
+                out[i] = slice_range(data, RangeBR(lo - start, hi - start))
 
         await asyncio.gather(*(one(s, e, m) for s, e, m in groups))
         return None if stale else out

@@ -5,7 +5,18 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
-from .base import BlockingReader, BlockingWriter, ByteRange, Store, Update, validate_key, validate_prefix
+from ._coalesce import coalesce_ranges
+from .base import (
+    BlockingReader,
+    BlockingWriter,
+    ByteRange,
+    Parts,
+    RangeBR,
+    Store,
+    Update,
+    validate_key,
+    validate_prefix,
+)
 
 if TYPE_CHECKING:
     from ._filelock import Lease
@@ -38,7 +49,7 @@ class _Wrapper(Store):
     ) -> tuple[bytes | None, Hashable | None]:
         return await self.base.get_versioned(self._full(validate_key(key)), byte_range)
 
-    async def set_if(self, key: str, value: bytes | None, generation: Hashable | None) -> None:
+    async def set_if(self, key: str, value: bytes | Parts | None, generation: Hashable | None) -> None:
         self._check_writable(key)
         await self.base.set_if(self._full(validate_key(key)), value, generation)
 
@@ -47,7 +58,7 @@ class _Wrapper(Store):
     ) -> list[bytes | None] | None:
         return await self.base.get_ranges_at(self._full(validate_key(key)), ranges, generation)
 
-    async def update_many(self, items: Sequence[tuple[str, bytes | Update | None]]) -> None:
+    async def update_many(self, items: Sequence[tuple[str, bytes | Parts | Update | None]]) -> None:
         # the base does the read-modify-writes: its locks and conditional writes apply
         if items:
             self._check_writable(items[0][0], more=len(items) - 1)
@@ -201,9 +212,6 @@ class ReadOnlyStore(_Wrapper):
 
 def _merged(store: Store, ranges: Sequence[ByteRange | None]) -> list[ByteRange | None]:
     """The requests ``ranges`` of one key cost on a backend that coalesces like ``store``."""
-    from .base import RangeBR
-    from ._coalesce import coalesce_ranges
-
     spans = sorted({(br.start, br.end) for br in ranges if isinstance(br, RangeBR)})
     others = list(dict.fromkeys(br for br in ranges if not isinstance(br, RangeBR)))
     if None in others:
@@ -262,7 +270,7 @@ class RecordingStore(_Wrapper):
         self.requests.append(Request("get", validate_key(key), byte_range))
         return await self.base.get_versioned(key, byte_range)
 
-    async def set_if(self, key: str, value: bytes | None, generation: Hashable | None) -> None:
+    async def set_if(self, key: str, value: bytes | Parts | None, generation: Hashable | None) -> None:
         self._check_writable(key)
         self.requests.append(Request("set" if value is not None else "delete", validate_key(key), None))
         await self.base.set_if(key, value, generation)
@@ -278,12 +286,12 @@ class RecordingStore(_Wrapper):
         self.requests.extend(Request("get", key, br) for br in _merged(self, ranges))
         return await self.base.get_ranges_at(key, ranges, generation)
 
-    async def update_many(self, items: Sequence[tuple[str, bytes | Update | None]]) -> None:
+    async def update_many(self, items: Sequence[tuple[str, bytes | Parts | Update | None]]) -> None:
         """Forwarded; each call of an update function counts as the GET of the value it was
         given and the (conditional) PUT or DELETE of its result, as on a remote backend."""
         if items:
             self._check_writable(items[0][0], more=len(items) - 1)
-        out: list[tuple[str, bytes | Update | None]] = []
+        out: list[tuple[str, bytes | Parts | Update | None]] = []
         for key, value in items:
             validate_key(key)
             if callable(value):
@@ -294,12 +302,12 @@ class RecordingStore(_Wrapper):
         await self.base.update_many(out)
 
     def _recorded(self, key: str, update: Update) -> Update:
-        def recorded(old: bytes | None) -> bytes | None:
+        def recorded(old: bytes | None) -> bytes | Parts | None:
             self.requests.append(Request("get", key, None))
             new = update(old)
             if new is not None or old is not None:  # (nothing to delete: no request)
                 self.requests.append(Request("set" if new is not None else "delete", key, None))
-            return new  # type: ignore[return-value]
+            return new
 
         return recorded
 

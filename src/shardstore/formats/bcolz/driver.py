@@ -16,14 +16,24 @@ from typing import Any
 
 import numpy as np
 
-from ...codecs.bloscpack import HEADER_SIZE, BloscpackCodec
 from ...codecs.base import ChunkSpec
+from ...codecs.bloscpack import HEADER_SIZE, BloscpackCodec
 from ...codecs.pipeline import CodecPipeline
 from ...core.grid import RegularGrid
 from ...core.layout import ArraySpec, ChunkLayout, FormatDriver
 from ...errors import MetadataError
 from ...store.base import RangeBR, Store
-from .metadata import ATTRS_KEY, SIZES_KEY, STORAGE_KEY, Sizes, Storage, dump_json, parse_json_object, parse_sizes, parse_storage
+from .metadata import (
+    ATTRS_KEY,
+    SIZES_KEY,
+    STORAGE_KEY,
+    Sizes,
+    Storage,
+    dump_json,
+    parse_json_object,
+    parse_sizes,
+    parse_storage,
+)
 
 __all__ = ["BcolzDriver", "read_driver"]
 
