@@ -19,6 +19,7 @@ from shardstore.sharding.uint64 import Uint64ShardedStore
 from shardstore.store import LocalStore, MemoryStore, SuffixBR
 from shardstore.store.wrappers import RecordingStore
 
+pytest_plugins = ["_servers"]
 pytestmark = pytest.mark.timeout(60)
 
 
@@ -157,3 +158,36 @@ def test_reader_never_mixes_versions_of_a_shard() -> None:
     assert replaced == ["c/0/0"]
     fresh = shardstore.zarr3.open(base, mode="r")._async.driver.layout.store
     assert datas == asyncio.run(fresh.get_many(keys))  # the new version's inner chunks, whole
+
+
+@pytest.fixture(params=["memory", "local", "prefix-local", "s3"])
+def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    if request.param == "memory":
+        return MemoryStore()
+    if request.param == "local":
+        return LocalStore(tmp_path / "s")
+    if request.param == "prefix-local":
+        from shardstore.store.wrappers import PrefixStore
+
+        return PrefixStore(LocalStore(tmp_path / "s"), "a/b")
+    import uuid
+
+    from shardstore.store import store_from_url
+
+    server = request.getfixturevalue("seaweedfs")
+    return store_from_url(server.url(f"update-{uuid.uuid4().hex[:8]}"), mode="r+", storage_options=server.storage_options())
+
+
+def test_update_many_merges_every_concurrent_update(any_store: Any) -> None:
+    """``update_many`` from many tasks at once: every update function sees the value the one
+    before it wrote (no lost update), None deletes, a missing key reads as None."""
+
+    def bump(old: bytes | None) -> bytes:
+        return b"%d" % (int(old or b"0") + 1)
+
+    async def go() -> list[bytes | None]:
+        await asyncio.gather(*(any_store.update_many([("n", bump), (f"k{i}", b"v")]) for i in range(20)))
+        await any_store.update_many([("k3", lambda old: None), ("gone", lambda old: None)])
+        return await any_store.get_many([("n", None), ("k2", None), ("k3", None), ("gone", None)])
+
+    assert asyncio.run(go()) == [b"20", b"v", None, None]
