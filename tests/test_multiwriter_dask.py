@@ -42,7 +42,7 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
     tmp = str(tmp_path_factory.mktemp("dask"))
     with dask.config.set({"temporary-directory": tmp}):
-        cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=2, processes=True, host="127.0.0.1",
+        cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
                                            dashboard_address=None, local_directory=tmp)
         with cluster, distributed.Client(cluster) as c:
             yield c
@@ -66,6 +66,7 @@ def test_dask_store_unaligned_into_zarr3_shards_local(client: Any, tmp_path: Pat
     _store_and_check(client, "zarr3", where, None, (64, 64), (12, 20))
 
 
+@pytest.mark.slow  # (the zarr3 case covers the default run)
 def test_dask_store_unaligned_into_n5_blocks_local(client: Any, tmp_path: Path) -> None:
     where = str(tmp_path / "n5")
     shardstore.n5.create(where, shape=(64, 64), dtype="uint32", block_size=(32, 32))
