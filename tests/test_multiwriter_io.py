@@ -16,7 +16,7 @@ import pytest
 import shardstore
 from shardstore.sharding._uint64_format import ShardingSpec
 from shardstore.sharding.uint64 import Uint64ShardedStore
-from shardstore.store import LocalStore, MemoryStore, SuffixBR
+from shardstore.store import LocalStore, MemoryStore, RangeBR, SuffixBR
 from shardstore.store.wrappers import RecordingStore
 
 pytest_plugins = ["_servers"]
@@ -114,7 +114,16 @@ def test_kv_shard_write_is_one_get_one_put(base: Any) -> None:
     assert got == [b"old2", b"old3+", b"new"]
 
 
-def test_concurrent_cold_reads_fetch_the_index_once(base: Any) -> None:
+class SlowStore(MemoryStore):
+    """Versioned reads (shard indexes) take a while, so that concurrent reads overlap."""
+
+    async def get_versioned(self, key: str, byte_range: Any = None) -> Any:
+        await asyncio.sleep(0.02)
+        return await super().get_versioned(key, byte_range)
+
+
+def test_concurrent_cold_reads_fetch_the_index_once() -> None:
+    base = SlowStore()
     shardstore.zarr3.create(base, shape=(16, 16), dtype="uint16", chunks=(4, 4), shards=(16, 16))[...] = 1
     rec = RecordingStore(base)
     a = shardstore.zarr3.open(rec, mode="r")
@@ -191,3 +200,20 @@ def test_update_many_merges_every_concurrent_update(any_store: Any) -> None:
         return await any_store.get_many([("n", None), ("k2", None), ("k3", None), ("gone", None)])
 
     assert asyncio.run(go()) == [b"20", b"v", None, None]
+
+
+def test_concurrent_cold_kv_reads_fetch_the_shard_index_once() -> None:
+    spec = ShardingSpec.from_json({"@type": "neuroglancer_uint64_sharded_v1", "hash": "identity", "preshift_bits": 0,
+                                   "minishard_bits": 2, "shard_bits": 0, "minishard_index_encoding": "raw",
+                                   "data_encoding": "raw"})
+    base = SlowStore()
+    asyncio.run(Uint64ShardedStore(base, spec).set_many([(str(k), b"v%d" % k) for k in range(16)]))
+    rec = RecordingStore(base)
+    kv = Uint64ShardedStore(rec, spec)
+
+    async def go() -> list[list[bytes | None]]:
+        return list(await asyncio.gather(*(kv.get_many([(str(k), None)]) for k in range(8))))
+
+    assert asyncio.run(go()) == [[b"v%d" % k] for k in range(8)]
+    index_reads = [r for r in rec.requests if r.byte_range == RangeBR(0, 64)]  # 4 minishards x 16 bytes
+    assert len(index_reads) == 1, describe(rec)

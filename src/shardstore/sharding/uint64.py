@@ -25,6 +25,7 @@ legacy ``<hex>.index`` + ``<hex>.data`` pairs, whose concatenation is a ``.shard
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from typing import TypeVar
@@ -113,6 +114,7 @@ class Uint64ShardedStore(Store):
         # stem -> what is known of the shard (LRU; bounded by shards and by minishard entries)
         self._cache = ShardCache(spec, cache_entries, cache_shards)
         self._blocking: BlockingReads | None | bool = False  # made on first use
+        self._index_loads: dict[str, asyncio.Future] = {}  # stem -> index fetch in flight
 
     @property
     def retry_conflicts(self) -> int:  # type: ignore[override]
@@ -151,7 +153,27 @@ class Uint64ShardedStore(Store):
         return self._cache.state_for(stem, shard_generation(shard_gen, lambda: index_gen))
 
     async def _load_index(self, stem: str, st: ShardState, minishards: set[int], *, whole: bool = False) -> None:
-        """Make sure ``st.index`` holds the entries of ``minishards`` (``whole``: all of it)."""
+        """Make sure ``st.index`` holds the entries of ``minishards`` (``whole``: all of it);
+        concurrent reads of a cold shard wait for one fetch of its index."""
+        loop = asyncio.get_running_loop()
+        while self._cache.index_request(st, minishards, whole) is not None:
+            pending = self._index_loads.get(stem)
+            if pending is None or pending.get_loop() is not loop:
+                break
+            with contextlib.suppress(Exception):  # (a failed load: we try ourselves, and raise)
+                await asyncio.shield(pending)
+        else:
+            return
+        fut: asyncio.Future = loop.create_future()
+        self._index_loads[stem] = fut
+        try:
+            await self._fetch_index(stem, st, minishards, whole)
+        finally:
+            if self._index_loads.get(stem) is fut:
+                del self._index_loads[stem]
+            fut.set_result(None)
+
+    async def _fetch_index(self, stem: str, st: ShardState, minishards: set[int], whole: bool) -> None:
         req = self._cache.index_request(st, minishards, whole)
         if req is None:
             return
