@@ -137,12 +137,15 @@ class GzipChunkFiles(_Wrapper):
 
         out = [(k, from_gz(k, v) if callable(v) else v) for k, v in items]
         out += [(k + GZ, None) for k, v in items if v is None]
-        try:
-            await self.base.update_many(out)
-        except _NeedGz:
-            keys = list(dict.fromkeys(need))
-            gz_old.update(zip(keys, await self.base.get_many([(k + GZ, None) for k in keys])))
-            await self.base.update_many(out)
+        while True:  # (each round learns the .gz of at least one more missing chunk)
+            try:
+                await self.base.update_many(out)
+                break
+            except _NeedGz:
+                keys = [k for k in dict.fromkeys(need) if k not in gz_old]
+                if not keys:
+                    raise
+                gz_old.update(zip(keys, await self.base.get_many([(k + GZ, None) for k in keys])))
         if emptied:
             await self.base.set_many([(k + GZ, None) for k in dict.fromkeys(emptied)])
 
