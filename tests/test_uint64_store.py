@@ -205,9 +205,15 @@ def test_conflict_when_another_writer_changed_the_shard():
         base.get_versioned = slow_versioned  # type: ignore[method-assign]
         await a.set("3", b"three")
 
-    with pytest.raises(ConflictError):
+    # by default the lost read-modify-write is redone on top of the other writer's shard
+    run(racing())
+    assert run(a.get_many([("1", None), ("2", None), ("3", None)])) == [b"one", b"two", b"three"]
+    # without retries the loser raises ConflictError naming the shard, and writes nothing
+    base.retry_conflicts = 0
+    run(a.set("1", b"one"))
+    with pytest.raises(ConflictError, match="0.shard"):
         run(racing())
-    assert run(a.get_many([("1", None), ("2", None), ("3", None)])) == [b"one", b"two", None]
+    assert run(a.get_many([("1", None), ("2", None), ("3", None)])) == [b"one", b"two", b"three"]
 
 
 def test_concurrent_batches_same_shard_keep_everything():

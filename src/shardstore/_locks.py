@@ -1,9 +1,11 @@
-"""Keyed asyncio locks: one per shard or write unit, held across a read-merge-write.
+"""Keyed asyncio locks: one per write unit of an array handle, held while a write runs.
 
-Without them two concurrent partial writes to one shard both read the old shard and the later
-write drops the earlier one's data. Used by the core (per write unit) and by the sharding
-adapters (per shard file). They are asyncio locks, taken on the event loop; a write that runs
-on another thread (``core.io.write_from_now``) takes them on the loop too (``hold_from_thread``).
+They order the writes of one handle to one unit (a shard, a chunk), so that they do not race
+each other inside the store's read-modify-write and need no retries; correctness across
+handles, processes and machines comes from that read-modify-write itself
+(``Store.update_many``: file locks, conditional PUTs). They are asyncio locks, taken on the
+event loop; a write that runs on another thread (``core.io.write_from_now``) takes them on the
+loop too (``hold_from_thread``).
 """
 
 from __future__ import annotations

@@ -9,8 +9,7 @@ index once and rewrites each shard once. Decoding and encoding run in the codec 
 from __future__ import annotations
 
 import asyncio
-import itertools
-import random
+import functools
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
@@ -20,7 +19,7 @@ import numpy as np
 from .._assign import assign
 from .._locks import KeyedLocks
 from .._sync import codec_pool, codec_pool_size, io_pool
-from ..errors import ChunkNotFoundError, CodecError, ConflictError
+from ..errors import ChunkNotFoundError, CodecError
 from ..store.base import RangeBR
 from .indexing import ChunkProjection
 from .layout import ChunkLayout, fill_mask
@@ -28,7 +27,7 @@ from .rawread import raw_reader
 from .rawwrite import raw_writer
 from .threads import share_now
 
-__all__ = ["read_into", "read_into_now", "write_from", "write_from_now", "writes_now", "reshape_chunks", "UnitLocks"]
+__all__ = ["UnitLocks", "read_into", "read_into_now", "reshape_chunks", "write_from", "write_from_now", "writes_now"]
 
 #: write groups (shards) in flight; each holds its encoded chunks until written
 WRITE_GROUPS_IN_FLIGHT = 2
@@ -335,15 +334,30 @@ def _encode_batch(batch: list, layout: ChunkLayout, value: np.ndarray) -> list[t
     return [_encode(layout, p, key, old, value) for p, key, old in batch]
 
 
+def _merged(layout: ChunkLayout, p: ChunkProjection, key: str, value: np.ndarray, old: bytes | None) -> bytes | None:
+    """The chunk ``old`` (as stored; None: missing) with the projection's part of ``value``
+    written into it, encoded (None: all fill, delete it)."""
+    return _encode(layout, p, key, old, value)[1]
+
+
+def _merger(layout: ChunkLayout, p: ChunkProjection, key: str, value: np.ndarray) -> Callable[[bytes | None], bytes | None]:
+    """The store-layer ``Update`` of a partially written chunk: the store reads the chunk
+    (or the shard holding it) once, calls this, and writes the result once, under its lock
+    and generation check, calling it again after a lost race."""
+    return functools.partial(_merged, layout, p, key, value)
+
+
 def _encode_write(
     batch: list[tuple[ChunkProjection, str]],
     layout: ChunkLayout,
     value: np.ndarray,
-    read: Callable[[str], bytes | None],
-    write: Callable[[str, bytes | None], None],
+    write: Callable[[str, object], None],
 ) -> list:
     for p, key in batch:
-        write(*_encode(layout, p, key, None if p.is_complete else read(key), value))
+        if p.is_complete:
+            write(*_encode(layout, p, key, None, value))
+        else:
+            write(key, _merger(layout, p, key, value))  # read-modify-write in the store
     return []
 
 
@@ -361,7 +375,7 @@ def write_from_now(layout: ChunkLayout, projections: Iterable[ChunkProjection], 
     """
     if not writes_now(layout):
         return False
-    read, write = layout.store.blocking_reader(), layout.store.blocking_writer()
+    write = layout.store.blocking_writer()
     items = [(p, layout.chunk_key(p.coords)) for p in projections]
     native = raw_writer(layout, value)
     if native is not None:
@@ -370,9 +384,9 @@ def write_from_now(layout: ChunkLayout, projections: Iterable[ChunkProjection], 
         # path wants, to hide its GIL hand-offs) only contend (measured on 512^3 raw N5:
         # ~1000 MB/s on 2 threads, ~850 on 8); a first block that waits on the disk still
         # gets the I/O threads (``threads.threads_for``)
-        share_now(_native_then, items, native, _encode_write, layout, value, read, write, free=True)
+        share_now(_native_then, items, native, _encode_write, layout, value, write, free=True)
     else:
-        share_now(_encode_write, items, layout, value, read, write, writes=True)
+        share_now(_encode_write, items, layout, value, write, writes=True)
     return True
 
 
@@ -385,9 +399,9 @@ async def write_from(
 ) -> None:
     """Write ``value`` (already broadcast to the selection's shape) into the chunks.
 
-    Complete chunks are encoded directly; partial ones are read, merged and re-encoded;
-    chunks equal to the fill value become deletes. Each group is encoded in full before
-    anything of it is written, so an encoder error leaves that shard as it was.
+    Complete chunks are encoded directly; partial ones are read, merged and re-encoded by the
+    store's read-modify-write (``Store.update_many``); chunks equal to the fill value become
+    deletes. An encoder error inside a shard's merge leaves that shard as it was.
     """
     locks = locks or UnitLocks()
 
@@ -395,23 +409,15 @@ async def write_from(
         async with locks.holding(layout.write_unit(p.coords) for p in group):
             await write_unit(group)
 
-    retries = int(getattr(layout.store, "retry_conflicts", 0) or 0)
-
     async def write_unit(group: list[ChunkProjection]) -> None:
+        # complete chunks are encoded here (spread over the codec pool); partial ones become
+        # update functions, merged by the store's read-modify-write of their unit (one read,
+        # one conditional write per shard or chunk, retried there after a lost race)
         keys = [layout.chunk_key(p.coords) for p in group]
-        partial = [k for p, k in zip(group, keys) if not p.is_complete]
-        for attempt in itertools.count():
-            olds = dict(zip(partial, await layout.store.get_many([(k, None) for k in partial]))) if partial else {}
-            jobs = [(p, k, olds.get(k)) for p, k in zip(group, keys)]
-            try:
-                await layout.store.set_many(await _spread(_encode_batch, jobs, layout, value))
-                return
-            except ConflictError:
-                # another writer changed a shard between our read and write: redo the whole
-                # read-modify-write (chunks merged from the stale read included), with backoff
-                if attempt >= retries:
-                    raise
-                await asyncio.sleep(0.01 * 2 ** min(attempt, 6) * (0.5 + random.random()))
+        whole = [(p, k, None) for p, k in zip(group, keys) if p.is_complete]
+        items: list = await _spread(_encode_batch, whole, layout, value) if whole else []
+        items += [(k, _merger(layout, p, k, value)) for p, k in zip(group, keys) if not p.is_complete]
+        await layout.store.update_many(items)
 
     groups = _group(layout, projections)
     await _bounded(WRITE_GROUPS_IN_FLIGHT, [lambda g=g: write_group(g) for g in groups])

@@ -14,9 +14,9 @@ import struct
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
-from ..errors import CodecError
+from ..errors import CodecError, ConflictError
 from ..store.base import MISSING, BlockingReader, ByteRange, RangeBR, slice_range
 from ._uint64_format import (
     MinishardIndex,
@@ -31,7 +31,12 @@ from ._uint64_format import (
 if TYPE_CHECKING:
     from .uint64 import Uint64ShardedStore
 
-__all__ = ["ShardState", "ShardCache", "BlockingReads", "value_of"]
+__all__ = ["BlockingReads", "ShardCache", "ShardState", "value_of"]
+
+T = TypeVar("T")
+#: a read whose shards keep being replaced while it runs is redone so often
+READ_ATTEMPTS = 32
+_REPLACED = object()
 
 #: shard indexes up to this size are read whole (one request serves every minishard)
 WHOLE_INDEX_MAX = 64 * 1024
@@ -45,10 +50,13 @@ RangesReader = Callable[[str, Sequence[ByteRange]], "list[bytes | None]"]
 class ShardState:
     """What is known of one shard: where it lives, its index, decoded minishard indexes."""
 
-    __slots__ = ("gen", "kind", "index", "minis", "n_entries")
+    __slots__ = ("gen", "index", "kind", "minis", "n_entries", "read_gen")
 
     def __init__(self, gen: Hashable | None, kind: str) -> None:
         self.gen = gen  # (generation of .shard, generation of .index) when read
+        # the base's generation of the .shard file its index bytes were read at (an ETag on
+        # S3): minishard indexes and values are read at it (``Store.get_ranges_at``)
+        self.read_gen: Hashable | None = None
         self.kind = kind  # "missing" | "shard" | "pair" (legacy .index + .data) | "unknown"
         # the whole shard index (bytes) or the entries read so far ({minishard: (start, end)})
         self.index: bytes | dict[int, tuple[int, int]] | None = None
@@ -99,6 +107,11 @@ class ShardCache:
         with self._lock:
             self._states.clear()
             self._cached = 0
+
+    def peek(self, stem: str) -> ShardState | None:
+        """The cached state of a shard, if any (no generation check)."""
+        with self._lock:
+            return self._states.get(stem)
 
     def forget(self, stem: str) -> None:
         with self._lock:
@@ -268,10 +281,44 @@ class BlockingReads:
         self._generation = generation
         self._read_ranges = read_ranges
         self.batches = read_ranges is not None
+        self._seen = threading.local()  # generations seen by the read in progress (per thread)
 
-    def _state(self, stem: str) -> ShardState:
+    def _state(self, stem: str, shard_gen: Hashable | None) -> ShardState:
         gen = self._generation
-        return self._cache.state_for(stem, shard_generation(gen(stem + ".shard"), lambda: gen(stem + ".index")))
+        return self._cache.state_for(stem, shard_generation(shard_gen, lambda: gen(stem + ".index")))
+
+    def _consistent(self, read: Callable[[], T]) -> T:
+        """``read()``, redone until the shards it read (with the generations noted by
+        ``_state_seen``) were not replaced while it ran: then every
+        index and value came from one version of its shard (a replaced file never returns to
+        a generation). A CodecError from a shard replaced meanwhile is retried, not raised."""
+        gen = self._generation
+        for _ in range(READ_ATTEMPTS):
+            seen: dict[str, Hashable | None] = {}
+            self._seen.value = seen
+            value: object
+            try:
+                value = read()
+            except CodecError:
+                if all(gen(stem + ".shard") == g for stem, g in seen.items()):
+                    raise
+                value = _REPLACED
+            finally:
+                self._seen.value = None
+            changed = [stem for stem, g in seen.items() if gen(stem + ".shard") != g]
+            if value is not _REPLACED and not changed:
+                return value  # type: ignore[return-value]
+            for stem in changed or seen:
+                self._cache.forget(stem)
+        raise ConflictError(f"shards {sorted(seen)[:4]} kept being replaced while they were read")
+
+    def _state_seen(self, stem: str) -> ShardState:
+        """``_state`` noting the generation it saw for ``_consistent``."""
+        g = self._generation(stem + ".shard")
+        seen = self._seen.value
+        if seen is not None:
+            seen.setdefault(stem, g)
+        return self._state(stem, g)
 
     def _load_index(self, stem: str, st: ShardState, minishards: set[int]) -> None:
         req = self._cache.index_request(st, minishards)
@@ -302,7 +349,7 @@ class BlockingReads:
         """``(data key, start, size)`` of a stored key, or None when it is absent."""
         shard, m = self._spec.locate(key)
         stem = self._spec.shard_name(shard)
-        st = self._state(stem)
+        st = self._state_seen(stem)
         if st.kind == "missing":
             return None
         mi = st.minis.get(m)
@@ -321,6 +368,9 @@ class BlockingReads:
 
     def get_id(self, key: int, byte_range: ByteRange | None = None) -> bytes | None:
         """The value of uint64 ``key`` (an already validated int), or None."""
+        return self._consistent(lambda: self._get_id(key, byte_range))
+
+    def _get_id(self, key: int, byte_range: ByteRange | None) -> bytes | None:
         hit = self.locate(key)
         if hit is None:
             return None
@@ -336,6 +386,9 @@ class BlockingReads:
     def get_many_ids(self, keys: Sequence[int]) -> list[bytes | None]:
         """Values of many keys (needs ``batches``): per shard the indexes it lacks, then its
         values in file order, each step one multi-range read of the shard file."""
+        return self._consistent(lambda: self._get_many_ids(keys))
+
+    def _get_many_ids(self, keys: Sequence[int]) -> list[bytes | None]:
         read_ranges = self._read_ranges
         if read_ranges is None:
             raise TypeError("get_many_ids needs a base store with a blocking_ranges_reader (see batches)")
@@ -349,7 +402,7 @@ class BlockingReads:
         fetch: list[tuple[str, int, int, int]] = []  # (data key, start, end, position)
         for shard, reqs in by_shard.items():
             stem = spec.shard_name(shard)
-            st = self._state(stem)
+            st = self._state_seen(stem)
             if st.kind == "missing":
                 continue
             wanted = {m for _, _, m in reqs}

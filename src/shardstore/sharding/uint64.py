@@ -9,24 +9,39 @@ legacy ``<hex>.index`` + ``<hex>.data`` pairs, whose concatenation is a ``.shard
   step one ``base.get_many`` (the base coalesces ranges). Shard indexes and decoded minishard
   indexes are cached (LRU, bounded by entries) and used only while the shard's generation is
   unchanged. A cold point read costs 3 GETs, a warm one 1.
-- Writes: ``set_many`` rewrites each touched shard once per batch, merging with what the shard
-  holds (read with ``get_versioned``, written with ``set_if``, so a concurrent writer in
-  another process makes the write fail with ConflictError instead of losing its keys). A
-  per-shard asyncio lock serializes read-merge-write of one shard inside this process. When
-  the caller says the batch holds every key a shard can have (``complete_shard``), the shard
-  is written without reading it.
+- Writes: ``set_many`` / ``update_many`` rewrite each touched shard once per batch, as one
+  ``Update`` of the base store: its single read-modify-write (one read of the shard, one
+  conditional write, under the base's lock across processes, re-read and retried after a lost
+  race) merges every key of the batch, values given as ``Update`` functions of the stored
+  value included (the core's partial chunks). So concurrent writers in other handles,
+  processes or machines never lose each other's keys. When the caller says the batch holds
+  every key a shard can have (``complete_shard``), the shard is written without reading it.
+- Reads take a shard's indexes and values from one version of it: the shard's generation is
+  compared again after the values are read (files, memory) or the values are read with
+  ``If-Match`` on the ETag the index was read at (S3), and a shard replaced in between is read
+  again.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Hashable, Sequence
-from typing import Literal
+import contextlib
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
+from typing import Literal, TypeVar
 
-from .._locks import KeyedLocks
-from .._sync import codec_pool
-from ..errors import UnsupportedFeatureError
-from ..store.base import MISSING, BlockingReader, ByteRange, Parts, RangeBR, Store, inherited_retry_conflicts, joined
+from ..errors import ConflictError, UnsupportedFeatureError
+from ..store.base import (
+    MISSING,
+    BlockingReader,
+    ByteRange,
+    Parts,
+    RangeBR,
+    Store,
+    Update,
+    inherited_retry_conflicts,
+    joined,
+)
 from ._uint64_format import (
     SHARDING_TYPE,
     UINT64_MAX,
@@ -34,32 +49,49 @@ from ._uint64_format import (
     ShardingSpec,
     assemble_shard,
     gzip_compress,
+    gzip_decompress,
     parse_uint64_key,
     shard_entries,
     sub_range,
 )
-from ._uint64_read import BlockingReads, ShardCache, ShardState, blocking_reads, shard_generation, value_of
+from ._uint64_read import (
+    BlockingReads,
+    ShardCache,
+    ShardState,
+    blocking_reads,
+    shard_generation,
+    value_of,
+)
 
 # the spec and key helpers are public here: users of the format (formats/precomputed) need
 # not import the private modules that implement it
 __all__ = ["SHARDING_TYPE", "UINT64_MAX", "CompleteShard", "ShardingSpec", "Uint64ShardedStore", "parse_uint64_key"]
 
-#: rewrites touching more bytes than this run their CPU work (parse, encode, assemble) in the
-#: codec thread pool; smaller ones inline (a thread hop costs more than the work)
-_INLINE_WORK = 1 << 20
+T = TypeVar("T")
+
+#: a read whose shard keeps being replaced between its indexes and its values is retried so often
+READ_ATTEMPTS = 32
 
 #: complete_shard(shard number, keys of the batch in that shard) -> True when the batch holds
 #: every key that shard may contain (then the shard is written without being read)
 CompleteShard = Callable[[int, frozenset[int]], bool]
 
 
+class _Replaced(Exception):
+    """Raised inside a read when a shard was replaced since its index was read."""
+
+    def __init__(self, stems: list[str]) -> None:
+        super().__init__(stems)
+        self.stems = stems
+
+
 class _Changes:
     """One shard's part of a write batch."""
 
-    __slots__ = ("values", "minishard", "nbytes")
+    __slots__ = ("minishard", "nbytes", "values")
 
     def __init__(self) -> None:
-        self.values: dict[int, bytes | None] = {}  # None: delete
+        self.values: dict[int, bytes | Update | None] = {}  # None: delete
         self.minishard: dict[int, int] = {}
         self.nbytes = 0
 
@@ -86,10 +118,10 @@ class Uint64ShardedStore(Store):
         # stem -> what is known of the shard (LRU; bounded by shards and by minishard entries)
         self._cache = ShardCache(spec, cache_entries, cache_shards)
         self._blocking: BlockingReads | None | Literal[False] = False  # made on first use
-        self._shard_locks = KeyedLocks()
+        self._index_loads: dict[str, asyncio.Future] = {}  # stem -> index fetch in flight
 
     @property
-    def retry_conflicts(self) -> int:
+    def retry_conflicts(self) -> int:  # type: ignore[override]
         """How often the core redoes a shard read-merge-write that lost a race (the setting of
         the base store chain, e.g. ``S3Store(retry_conflicts=3)``)."""
         return inherited_retry_conflicts(self.base)
@@ -125,28 +157,68 @@ class Uint64ShardedStore(Store):
         return self._cache.state_for(stem, shard_generation(shard_gen, lambda: index_gen))
 
     async def _load_index(self, stem: str, st: ShardState, minishards: set[int], *, whole: bool = False) -> None:
-        """Make sure ``st.index`` holds the entries of ``minishards`` (``whole``: all of it)."""
+        """Make sure ``st.index`` holds the entries of ``minishards`` (``whole``: all of it);
+        concurrent reads of a cold shard wait for one fetch of its index."""
+        loop = asyncio.get_running_loop()
+        while self._cache.index_request(st, minishards, whole) is not None:
+            pending = self._index_loads.get(stem)
+            if pending is None or pending.get_loop() is not loop:
+                break
+            with contextlib.suppress(Exception):  # (a failed load: we try ourselves, and raise)
+                await asyncio.shield(pending)
+        else:
+            return
+        fut: asyncio.Future = loop.create_future()
+        self._index_loads[stem] = fut
+        try:
+            await self._fetch_index(stem, st, minishards, whole)
+        finally:
+            if self._index_loads.get(stem) is fut:
+                del self._index_loads[stem]
+            fut.set_result(None)
+
+    async def _fetch_index(self, stem: str, st: ShardState, minishards: set[int], whole: bool) -> None:
         req = self._cache.index_request(st, minishards, whole)
         if req is None:
             return
         whole, wanted, ranges = req
         if st.kind == "unknown":  # no generations: probe the layouts
             st.kind = "shard"
-            datas = await self.base.get_many([(stem + ".shard", r) for r in ranges])
+            datas, gen = await self._read_index(stem + ".shard", ranges)
             if datas[0] is None:
                 st.kind = "pair"
                 datas = await self.base.get_many([(stem + ".index", r) for r in ranges])
+        elif st.kind == "shard":
+            datas, gen = await self._read_index(stem + ".shard", ranges)
         else:
-            index_key = self._cache.keys(stem, st)[0]
-            datas = await self.base.get_many([(index_key, r) for r in ranges])
+            datas = await self.base.get_many([(self._cache.keys(stem, st)[0], r) for r in ranges])
+        if st.kind == "shard" and datas[0] is not None:
+            if st.read_gen is not None and gen != st.read_gen:
+                raise _Replaced([stem])  # parts of the index from two versions
+            st.read_gen = gen
         self._cache.set_index(stem, st, whole, wanted, datas)
+
+    async def _read_index(self, key: str, ranges: list[RangeBR]) -> tuple[list[bytes | None], Hashable | None]:
+        """Index ranges of one version of a shard, and its generation."""
+        first, gen = await self.base.get_versioned(key, ranges[0])
+        if len(ranges) == 1 or first is None:
+            return [first] * len(ranges) if first is None else [first], gen
+        rest = await self.base.get_ranges_at(key, ranges[1:], gen)
+        if rest is None:
+            raise _Replaced([key.rpartition(".")[0]])
+        return [first, *rest], gen
+
+    def _read_gen(self, st: ShardState) -> Hashable | None:
+        return st.read_gen if st.kind == "shard" else None  # (legacy pairs: two files, read-only)
 
     async def _minishards(self, stem: str, st: ShardState, wanted: set[int]) -> dict[int, MinishardIndex]:
         """The decoded minishard indexes ``wanted`` (empty ones left out); the index is loaded."""
         found, fetch = self._cache.minis_request(stem, st, wanted)
         if fetch:
             data_key = self._cache.keys(stem, st)[1]
-            datas = await self.base.get_many([(data_key, RangeBR(s, e)) for _, s, e in fetch])
+            datas = await self.base.get_ranges_at(data_key, [RangeBR(s, e) for _, s, e in fetch], self._read_gen(st))
+            if datas is None:
+                raise _Replaced([stem])
             self._cache.minis_loaded(stem, st, fetch, datas, found)
         return found
 
@@ -207,7 +279,24 @@ class Uint64ShardedStore(Store):
     async def get_many_ids(
         self, keys: Sequence[int], byte_ranges: Sequence[ByteRange | None] | None = None
     ) -> list[bytes | None]:
-        """Values of uint64 ``keys`` (already validated ints; optional byte range per key)."""
+        """Values of uint64 ``keys`` (already validated ints; optional byte range per key),
+        each from one version of its shard (see the module docstring)."""
+        return await self._consistent(lambda: self._get_many_once(keys, byte_ranges), keys)
+
+    async def _consistent(self, read: Callable[[], Awaitable[T]], keys: Sequence[int]) -> T:
+        """``await read()``, redone (indexes read again) while a shard it reads is replaced
+        between its index and its values."""
+        for _ in range(READ_ATTEMPTS):
+            try:
+                return await read()
+            except _Replaced as e:
+                for stem in e.stems:
+                    self._cache.forget(stem)
+        raise ConflictError(f"the shards of keys {list(keys)[:4]} kept being replaced while they were read")
+
+    async def _get_many_once(
+        self, keys: Sequence[int], byte_ranges: Sequence[ByteRange | None] | None
+    ) -> list[bytes | None]:
         located = await self._locate(keys)
         gz = self.spec.data_encoding == "gzip"
         # (data key, start, end, position), sorted: file order, sequential reads
@@ -225,10 +314,27 @@ class Uint64ShardedStore(Store):
         if not fetch:
             return results
         fetch.sort()
-        datas = await self.base.get_many([(k, RangeBR(s, e)) for k, s, e, _ in fetch])
-        for (data_key, s, e, pos), data in zip(fetch, datas):
-            br = None if byte_ranges is None else byte_ranges[pos]
-            results[pos] = value_of(keys[pos], data_key, s, e, data, gz, br)
+        # per data file, the values of the version its indexes were read at
+        by_key: dict[str, list[tuple[int, int, int]]] = {}
+        for data_key, s, e, pos in fetch:
+            by_key.setdefault(data_key, []).append((s, e, pos))
+        stale: list[str] = []
+
+        async def read_file(data_key: str, spans: list[tuple[int, int, int]]) -> None:
+            stem = data_key.rpartition(".")[0]
+            st = self._cache.peek(stem)
+            gen = None if st is None else self._read_gen(st)
+            datas = await self.base.get_ranges_at(data_key, [RangeBR(s, e) for s, e, _ in spans], gen)
+            if datas is None:
+                stale.append(stem)
+                return
+            for (s, e, pos), data in zip(spans, datas):
+                br = None if byte_ranges is None else byte_ranges[pos]
+                results[pos] = value_of(keys[pos], data_key, s, e, data, gz, br)
+
+        await asyncio.gather(*(read_file(k, spans) for k, spans in by_key.items()))
+        if stale:
+            raise _Replaced(stale)
         return results
 
     # -- blocking reads ---------------------------------------------------------------------
@@ -253,11 +359,11 @@ class Uint64ShardedStore(Store):
         return lambda key: generation(self.shard_file(parse_uint64_key(key)))
 
     async def exists(self, key: str) -> bool:
-        return (await self._locate([parse_uint64_key(key)]))[0] is not None
+        return await self.exists_id(parse_uint64_key(key))
 
     async def exists_id(self, key: int) -> bool:
         """Whether uint64 ``key`` (an already validated int) is stored."""
-        return (await self._locate([key]))[0] is not None
+        return (await self._consistent(lambda: self._locate([key]), [key]))[0] is not None
 
     # -- writes -----------------------------------------------------------------------------
     async def _set(self, key: str, value: bytes) -> None:
@@ -267,12 +373,16 @@ class Uint64ShardedStore(Store):
         await self.set_many([(key, None)])
 
     async def set_many(self, items: Sequence[tuple[str, bytes | None]]) -> None:
+        await self.update_many(items)
+
+    async def update_many(self, items: Sequence[tuple[str, bytes | Parts | Update | None]]) -> None:
         if items:
             self._check_writable(items[0][0], more=len(items) - 1)
         await self.set_many_ids([(parse_uint64_key(k), v) for k, v in items])
 
-    async def set_many_ids(self, items: Sequence[tuple[int, bytes | None]]) -> None:
-        """Write (None: delete) uint64 keys (already validated ints) in one batch."""
+    async def set_many_ids(self, items: Sequence[tuple[int, bytes | Parts | Update | None]]) -> None:
+        """Write (None: delete; an ``Update``: read-modify-write the stored value) uint64 keys
+        (already validated ints) in one batch: one read-modify-write per shard."""
         if not items:
             return
         self._check_writable(str(items[0][0]), more=len(items) - 1)
@@ -282,8 +392,8 @@ class Uint64ShardedStore(Store):
             ch = by_shard.get(shard)
             if ch is None:
                 ch = by_shard[shard] = _Changes()
-            if value is None:
-                ch.values[k] = None
+            if value is None or callable(value):
+                ch.values[k] = value
             else:
                 if isinstance(value, str) or not hasattr(value, "__len__"):
                     raise TypeError(f"value for key {k} must be bytes-like, got {type(value).__name__}")
@@ -292,60 +402,63 @@ class Uint64ShardedStore(Store):
                 ch.values[k] = value
                 ch.nbytes += len(value)
             ch.minishard[k] = m
-        jobs = sorted((self.spec.shard_name(s), s, ch) for s, ch in by_shard.items())
-        # one lock per shard (taken in name order: overlapping batches cannot deadlock)
-        async with self._shard_locks.holding(stem for stem, _, _ in jobs):
-            try:
-                if len(jobs) == 1:
-                    await self._rewrite(*jobs[0])
-                else:
-                    await asyncio.gather(*(self._rewrite(*job) for job in jobs))
-            finally:
-                for stem, _, _ in jobs:  # these shards changed (or may have): re-read next time
-                    self._cache.forget(stem)
+        writes: list[tuple[str, bytes | Parts | Update | None]] = []
+        stems = []
+        for shard, changes in sorted(by_shard.items()):
+            stem = self.spec.shard_name(shard)
+            stems.append(stem)
+            key = stem + ".shard"
+            complete = (
+                self._complete_shard is not None
+                and not any(callable(v) for v in changes.values.values())
+                and self._complete_shard(shard, frozenset(changes.values))
+            )
+            if complete:
+                writes.append((key, self._merge(key, changes, None)))  # no read needed
+            else:
+                await self._refuse_legacy(stem)
+                writes.append((key, functools.partial(self._merge, key, changes)))
+        try:
+            await self.base.update_many(writes)
+        except ConflictError as e:
+            raise ConflictError(f"shard {e}") from e  # (the message starts with the shard's key)
+        finally:
+            for stem in stems:  # these shards changed (or may have): re-read next time
+                self._cache.forget(stem)
 
-    async def _rewrite(self, stem: str, shard: int, changes: _Changes) -> None:
-        key = stem + ".shard"
-        complete = self._complete_shard is not None and self._complete_shard(shard, frozenset(changes.values))
-        old: bytes | None = None
-        gen: Hashable | None = None
-        if not complete:
-            old, gen = await self.base.get_versioned(key)
-            if old is None:
-                igen = await self.base.generation(stem + ".index")
-                if igen is not MISSING and igen is not None:
-                    raise UnsupportedFeatureError(
-                        f"shard {stem!r} is stored in the legacy {stem}.index + {stem}.data layout, "
-                        "which shardstore reads but does not write"
-                    )
-        if changes.nbytes + (len(old) if old else 0) <= _INLINE_WORK:
-            data = self._merge(key, old, changes)
-        else:
-            loop = asyncio.get_running_loop()
-            data = await loop.run_in_executor(codec_pool(), self._merge, key, old, changes)
-        if data is None:  # the shard is left without keys: remove its file
-            if complete:  # not read, so it may exist: delete whatever is there
-                await self.base.delete(key)
-            elif old is not None:
-                await self.base.set_if(key, None, gen)
-            return
-        if complete:
-            await self.base.set(key, data)
-        else:
-            await self.base.set_if(key, data, gen)
+    async def _refuse_legacy(self, stem: str) -> None:
+        """Refuse to write a shard stored as a legacy ``.index`` + ``.data`` pair (a new
+        ``.shard`` would hide its keys)."""
+        igen = await self.base.generation(stem + ".index")
+        if igen is not MISSING and igen is not None and await self.base.generation(stem + ".shard") is MISSING:
+            raise UnsupportedFeatureError(
+                f"shard {stem!r} is stored in the legacy {stem}.index + {stem}.data layout, "
+                "which shardstore reads but does not write"
+            )
 
-    def _merge(self, shard_file: str, old: bytes | None, changes: _Changes) -> bytes | None:
-        """The new shard: the old entries, minus deletes, plus (encoded) new values."""
-        minishard_of = changes.minishard
+    def _merge(self, shard_file: str, changes: _Changes, old: bytes | None) -> bytes | None:
+        """The shard ``old`` (None: missing) with the batch merged in: the old entries, minus
+        deletes, plus new values (encoded), ``Update`` functions applied to the stored values
+        (None: no key is left, delete the shard)."""
+        minishard_of = dict(changes.minishard)
         values: dict[int, bytes | memoryview] = {}
         if old is not None:
             values = shard_entries(old, self.spec, shard_file, minishard_of)
         gz = self.spec.data_encoding == "gzip"
         for k, v in changes.values.items():
-            if v is None:
+            value: bytes | Parts | None
+            if callable(v):
+                stored = values.get(k)
+                if stored is not None and gz:
+                    stored = gzip_decompress(stored, f"shard {shard_file!r}: value of key {k}")
+                value = v(None if stored is None else bytes(stored))
+            else:
+                value = v
+            if value is None:
                 values.pop(k, None)
             else:
-                values[k] = gzip_compress(v) if gz else v
+                value = joined(value)
+                values[k] = gzip_compress(value) if gz else value
         parts = assemble_shard(self.spec, values, minishard_of)
         # one buffer: a single write call (thousands of small parts cost a syscall per few KiB)
         return None if parts is None else b"".join(parts)

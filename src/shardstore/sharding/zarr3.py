@@ -6,18 +6,17 @@ Keys of this store name inner chunks by their coordinates in the array's inner-c
 - reads fetch the shard index once (suffix or prefix range; cached in an LRU), then the byte
   ranges of the wanted inner chunks, which the base store coalesces; a request for every inner
   chunk of a shard fetches the shard whole in one request;
-- ``set_many`` rewrites each touched shard once per batch: a batch holding every inner chunk of
-  the shard that lies inside the array writes without reading; otherwise the old shard is read
-  and merged. A shard left with no inner chunks is deleted. The new shard replaces the old one
-  through the base store's atomic ``set``, so a failure leaves the old shard readable.
-- a read-merge-write is conditional: the old shard is read with ``get_versioned`` and the new
-  one written with ``set_if`` (on S3: ``If-Match`` on the ETag read, ``If-None-Match: *`` for a
-  new shard), so a concurrent writer's shard is never silently overwritten. The loser raises
-  ``ConflictError`` naming the shard. The core redoes its whole read-modify-write up to
-  ``retry_conflicts`` times (an adapter argument, else the ``retry_conflicts`` attribute of
-  the base store chain, e.g. ``S3Store(retry_conflicts=3)``), so inner chunks it merged from
-  stale data are rebuilt as well. Whole-shard writes need no read and are one
-  plain write (last writer wins, as for any whole value).
+- reads take the index and the data from one version of the shard: the data ranges are read
+  with ``get_ranges_at`` the generation the index was read at (``If-Match`` on S3; a second
+  ``stat`` on files), and a shard replaced in between is read again, index first;
+- ``update_many`` / ``set_many`` write each touched shard once per batch: a batch of plain
+  values for every inner chunk of the shard that lies inside the array writes without
+  reading; otherwise the shard becomes one ``Update`` of the base store, whose single
+  read-modify-write (one read of the shard, one conditional write, under the base's lock,
+  retried on conflict) merges every inner chunk of the batch, including the core's partial
+  chunks, given as ``Update`` functions of the inner chunk's bytes. A shard left with no inner
+  chunks is deleted. The new shard replaces the old one atomically, so a failure leaves the
+  old shard readable. Whole-shard writes are one plain write (last writer wins).
 
 Nested sharding is this adapter over another one: the base keys are then inner-chunk keys of
 the outer adapter, and byte ranges requested from it are relative to that inner chunk.
@@ -33,11 +32,9 @@ import math
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import cast
 
 import numpy as np
 
-from .._locks import KeyedLocks
 from ..codecs.base import ChunkSpec
 from ..codecs.sharding_indexed import EMPTY, ShardingCodec
 from ..errors import CodecError, ConflictError, InvalidKeyError, UnsupportedFeatureError
@@ -49,6 +46,7 @@ from ..store.base import (
     RangeBR,
     Store,
     SuffixBR,
+    Update,
     inherited_retry_conflicts,
     joined,
     validate_key,
@@ -57,14 +55,10 @@ from ..store.base import (
 __all__ = ["ShardLayout", "ZarrShardingStore", "inner_key", "parse_inner_key"]
 
 
-def _stored(value: Parts | None) -> bytes | None:
-    """A merged shard as the base Store's write methods are annotated. Every Store takes
-    ``Parts`` values (joined first unless ``accepts_parts``); only the annotations of
-    ``set_many`` / ``set_if`` and their overrides say ``bytes``: a static cast, no copy."""
-    return cast("bytes | None", value)
-
 _MISSING = object()
 _EMPTY = int(EMPTY)
+#: a read whose shard keeps being replaced between its index and its data is retried this often
+READ_ATTEMPTS = 32
 
 
 def inner_key(coords: Sequence[int]) -> str:
@@ -139,21 +133,20 @@ class ZarrShardingStore(Store):
     """Inner chunks of ``sharding_indexed`` shards, as a Store."""
 
     def __init__(
-        self, base: Store, layout: ShardLayout, *, index_cache_size: int = 4096, retry_conflicts: int | None = None
+        self, base: Store, layout: ShardLayout, *, index_cache_size: int = 4096
     ) -> None:
         super().__init__(read_only=base.read_only)
         self.base = base
         self.layout = layout
-        self._retry_conflicts = retry_conflicts
         self._rank = len(layout.inner_grid_shape)
         # shard key -> (decoded index or _MISSING, the base's generation token when read);
         # an entry is used only while the shard's generation is unchanged (another writer
         # replacing the shard is noticed), or always when the base cannot tell (None)
         self._index_cache: OrderedDict[str, tuple[object, Hashable | None]] = OrderedDict()
         self._index_cache_size = index_cache_size
-        # one read-merge-write per shard at a time, so concurrent batches in this process
-        # cannot lose each other's inner chunks
-        self._shard_locks = KeyedLocks()
+        # shard key -> the index fetch in flight, so that concurrent reads of a cold shard
+        # fetch its index once
+        self._index_fetches: dict[str, asyncio.Future] = {}
 
     @property
     def runs_on_any_loop(self) -> bool:  # type: ignore[override]
@@ -224,11 +217,35 @@ class ZarrShardingStore(Store):
         return index
 
     async def _get_index(self, shard_key: str) -> list[list[int]] | None:
+        return (await self._index_at(shard_key))[0]
+
+    async def _index_at(self, shard_key: str) -> tuple[list[list[int]] | None, Hashable | None]:
+        """The shard's index (None: missing) and the generation it was read at; cached while
+        the base reports that generation unchanged, fetched once for concurrent callers."""
         gen = await self.base.generation(shard_key)
-        index = self._cached_index(shard_key, gen)
-        if index is not _MISSING:
-            return index  # type: ignore[return-value]
-        return self._keep_index(shard_key, await self.base.get(shard_key, self._index_range()), gen)
+        cached = self._index_cache.get(shard_key)
+        if cached is not None and (gen is None or cached[1] == gen):
+            with contextlib.suppress(KeyError):
+                self._index_cache.move_to_end(shard_key)
+            return (None if cached[0] is _MISSING else cached[0]), cached[1]  # type: ignore[return-value]
+        loop = asyncio.get_running_loop()
+        pending = self._index_fetches.get(shard_key)
+        if pending is not None and pending.get_loop() is loop:
+            return await asyncio.shield(pending)
+        fut: asyncio.Future = loop.create_future()
+        self._index_fetches[shard_key] = fut
+        try:
+            data, read_gen = await self.base.get_versioned(shard_key, self._index_range())
+            result = self._keep_index(shard_key, data, read_gen), read_gen
+        except BaseException as e:
+            fut.set_exception(e)
+            fut.exception()  # (retrieved: no "never retrieved" warning when nobody waited)
+            raise
+        finally:
+            if self._index_fetches.get(shard_key) is fut:
+                del self._index_fetches[shard_key]
+        fut.set_result(result)
+        return result
 
     async def _read_whole(self, shard_key: str) -> tuple[bytes | None, list[list[int]] | None]:
         whole, index, _ = await self._read_versioned(shard_key)
@@ -245,10 +262,9 @@ class ZarrShardingStore(Store):
         return whole, index, gen
 
     @property
-    def retry_conflicts(self) -> int:
-        """How often a read-merge-write that lost a race is redone (see the module docstring)."""
-        if self._retry_conflicts is not None:
-            return self._retry_conflicts
+    def retry_conflicts(self) -> int:  # type: ignore[override]
+        """How often a shard read-modify-write that lost a race is redone: the setting of the
+        base store chain (which does the read-modify-write), e.g. ``S3Store(retry_conflicts=3)``."""
         return inherited_retry_conflicts(self.base)
 
     async def generation(self, key: str) -> Hashable | None:
@@ -316,20 +332,27 @@ class ZarrShardingStore(Store):
                 r = self._sub_range(off, n, br)
                 results[pos] = whole[r.start : r.end]
             return
-        index = await self._get_index(shard_key)
-        if index is None:
-            return
-        fetch: list[tuple[int, int, RangeBR]] = []
-        for pos, i, br in reqs:
-            off, n = index[i]
-            if off == _EMPTY and n == _EMPTY:
+        for _ in range(READ_ATTEMPTS):
+            index, gen = await self._index_at(shard_key)
+            if index is None:
+                return
+            fetch: list[tuple[int, int, RangeBR]] = []
+            for pos, i, br in reqs:
+                off, n = index[i]
+                if off == _EMPTY and n == _EMPTY:
+                    continue
+                fetch.append((pos, i, self._sub_range(off, n, br)))
+            if not fetch:
+                return
+            # the data of the version the index was read at (never another one's bytes)
+            datas = await self.base.get_ranges_at(shard_key, [r for _, _, r in fetch], gen)
+            if datas is None:  # replaced meanwhile: read its new index, then the data again
+                self._index_cache.pop(shard_key, None)
                 continue
-            fetch.append((pos, i, self._sub_range(off, n, br)))
-        if not fetch:
+            for (pos, i, r), data in zip(fetch, datas):
+                results[pos] = self._check_len(data, r, shard_key, i)
             return
-        datas = await self.base.get_many([(shard_key, r) for _, _, r in fetch])
-        for (pos, i, r), data in zip(fetch, datas):
-            results[pos] = self._check_len(data, r, shard_key, i)
+        raise ConflictError(f"shard {shard_key!r} kept being replaced while it was read ({READ_ATTEMPTS} attempts)")
 
     async def exists(self, key: str) -> bool:
         return (await self.get(key, RangeBR(0, 0))) is not None
@@ -352,7 +375,24 @@ class ZarrShardingStore(Store):
         def read_inner(key: str, byte_range: ByteRange | None = None) -> bytes | None:
             shard, i = layout.locate(parse_inner_key(key, rank))
             shard_key = layout.shard_key(shard)
-            gen = generation(shard_key)
+            for _ in range(READ_ATTEMPTS):
+                gen = generation(shard_key)
+                try:
+                    data = read_once(shard_key, gen, i, byte_range)
+                except CodecError:
+                    if generation(shard_key) == gen:
+                        raise  # a truly broken shard, not one replaced while we read it
+                    data = b""
+                else:
+                    # the generation again: unchanged, the index and the data came from one
+                    # version of the shard (a replaced file never returns to a generation);
+                    # "absent" needs no check: it is what the index said at some moment
+                    if data is None or generation(shard_key) == gen:
+                        return data
+                self._index_cache.pop(shard_key, None)
+            raise ConflictError(f"shard {shard_key!r} kept being replaced while it was read ({READ_ATTEMPTS} attempts)")
+
+        def read_once(shard_key: str, gen: Hashable | None, i: int, byte_range: ByteRange | None) -> bytes | None:
             index = self._cached_index(shard_key, gen)
             if index is _MISSING:
                 index = self._keep_index(shard_key, read(shard_key, self._index_range()), gen)
@@ -389,76 +429,54 @@ class ZarrShardingStore(Store):
         await self.set_many([(key, None)])
 
     async def set_many(self, items: Sequence[tuple[str, bytes | None]]) -> None:
-        self._check_writable()
-        by_shard: dict[tuple[int, ...], dict[int, bytes | None]] = {}
+        await self.update_many(items)
+
+    async def update_many(self, items: Sequence[tuple[str, bytes | Parts | Update | None]]) -> None:
+        """Write inner chunks (values, None: delete, or ``Update`` functions of the inner
+        chunk's stored bytes): each touched shard is written once, see the module docstring."""
+        if items:
+            self._check_writable(items[0][0], more=len(items) - 1)
+        by_shard: dict[tuple[int, ...], dict[int, bytes | Parts | Update | None]] = {}
         for key, value in items:
             shard, i = self.layout.locate(parse_inner_key(key, self._rank))
-            by_shard.setdefault(shard, {})[i] = None if value is None else joined(value)
-        keyed = sorted((self.layout.shard_key(s), s, new) for s, new in by_shard.items())
-        # one lock per shard (taken in key order: overlapping batches cannot deadlock)
-        async with self._shard_locks.holding(shard_key for shard_key, _, _ in keyed):
-            try:
-                if isinstance(self.base, ZarrShardingStore):
-                    # nested: one base.set_many keeps the batch to one rewrite per outer shard
-                    # (the outer adapter's own read-merge-write is the conditional one)
-                    merged = await asyncio.gather(*(self._merge_shard(k, s, new) for k, s, new in keyed))
-                    await self.base.set_many([(k, _stored(v)) for (k, _, _), (v, _) in zip(keyed, merged)])
-                else:
-                    await self._write_shards(keyed)
-            finally:
-                # the indexes of these shards changed (or may have): the next read refetches
-                for shard_key, _, _ in keyed:
-                    self._index_cache.pop(shard_key, None)
+            by_shard.setdefault(shard, {})[i] = value if value is None or callable(value) else joined(value)
+        writes: list[tuple[str, bytes | Parts | Update | None]] = []
+        for shard, new in sorted(by_shard.items()):
+            shard_key = self.layout.shard_key(shard)
+            if self._covers_shard(shard, new) and not any(callable(v) for v in new.values()):
+                writes.append((shard_key, self._merged(shard_key, new, None)))  # no read needed
+            else:
+                writes.append((shard_key, functools.partial(self._merged, shard_key, new)))
+        try:
+            await self.base.update_many(writes)
+        except ConflictError as e:
+            raise ConflictError(f"shard {e}") from e  # (the message starts with the shard's key)
+        finally:
+            # the indexes of these shards changed (or may have): the next read refetches
+            for shard_key, _ in writes:
+                self._index_cache.pop(shard_key, None)
 
-    def _covers_shard(self, shard: tuple[int, ...], new: dict[int, bytes | None]) -> bool:
+    def _covers_shard(self, shard: tuple[int, ...], new: dict[int, bytes | Parts | Update | None]) -> bool:
         return set(new) >= set(self.layout.valid_in_shard(shard))
 
-    async def _write_shards(self, keyed: list[tuple[str, tuple[int, ...], dict[int, bytes | None]]]) -> None:
-        """Whole shards in one ``base.set_many``; read-merge-writes each with ``set_if``."""
-        whole = [(k, s, new) for k, s, new in keyed if self._covers_shard(s, new)]
-        partial = [(k, s, new) for k, s, new in keyed if not self._covers_shard(s, new)]
-
-        async def write_whole() -> None:
-            if whole:
-                merged = await asyncio.gather(*(self._merge_shard(k, s, new) for k, s, new in whole))
-                await self.base.set_many([(k, _stored(v)) for (k, _, _), (v, _) in zip(whole, merged)])
-
-        await asyncio.gather(write_whole(), *(self._rewrite_shard(k, s, new) for k, s, new in partial))
-
-    async def _rewrite_shard(self, shard_key: str, shard: tuple[int, ...], new: dict[int, bytes | None]) -> None:
-        """Read-merge-write one shard conditionally; a lost race raises ``ConflictError``.
-
-        The retry (``retry_conflicts``) happens in the core, which redoes its whole
-        read-modify-write: inner chunks it merged from what it read must be rebuilt too.
-        """
-        value, gen = await self._merge_shard(shard_key, shard, new)
-        try:
-            await self.base.set_if(shard_key, _stored(value), gen)
-        except ConflictError as e:
-            self._index_cache.pop(shard_key, None)
-            raise ConflictError(
-                f"shard {shard_key!r} was changed by another writer while this one merged inner "
-                "chunks into it; nothing was written to it. Re-read and retry, or let shardstore "
-                "retry (retry_conflicts=N on the store)"
-            ) from e
-
-    async def _merge_shard(
-        self, shard_key: str, shard: tuple[int, ...], new: dict[int, bytes | None]
-    ) -> tuple[Parts | None, Hashable | None]:
-        """The new shard value and the generation of the shard it was merged with."""
+    def _merged(self, shard_key: str, new: dict[int, bytes | Parts | Update | None], old: bytes | None) -> Parts | None:
+        """The shard ``old`` (None: missing) with the inner chunks ``new`` merged in: the
+        ``Update`` of one shard (None: no inner chunk is left, delete the shard)."""
         chunks: dict[int, bytes] = {}
-        gen: Hashable | None = None
-        if not self._covers_shard(shard, new):
-            whole, index, gen = await self._read_versioned(shard_key)
-            if whole is not None and index is not None:
-                for i in range(len(index)):
-                    off, n = index[i]
-                    if i in new or (off == _EMPTY and n == _EMPTY):
-                        continue
-                    chunks[i] = whole[off : off + n]
-        chunks.update({i: v for i, v in new.items() if v is not None})
+        if old is not None:
+            index = self._index_from_bytes(shard_key, self._slice_index(old), old)
+            for i, (off, n) in enumerate(index):
+                if (off == _EMPTY and n == _EMPTY) or (i in new and not callable(new[i])):
+                    continue  # empty, or replaced whole by this write
+                chunks[i] = old[off : off + n]
+        for i, v in new.items():
+            value = v(chunks.get(i)) if callable(v) else v
+            if value is None:
+                chunks.pop(i, None)
+            else:
+                chunks[i] = joined(value)
         parts = self.layout.codec.assemble(chunks, self.layout.shard_spec)
-        return (None if parts is None else Parts(parts)), gen
+        return None if parts is None else Parts(parts)
 
     # -- listing ----------------------------------------------------------------------------
     async def _list_prefix(self, prefix: str) -> AsyncIterator[str]:

@@ -10,31 +10,42 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import random
 import weakref
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final, cast
 
 from ..errors import ConflictError, InvalidKeyError, ReadOnlyError
 from ._coalesce import DEFAULT_MAX_GAP, DEFAULT_MAX_REQUEST, coalesce_ranges
+
+if TYPE_CHECKING:
+    from ._filelock import Lease
 
 #: ``generation`` of a key that does not exist
 MISSING: Final = ("missing",)
 
 __all__ = [
+    "DEFAULT_RETRY_CONFLICTS",
     "MISSING",
-    "Parts",
-    "joined",
-    "RangeBR",
-    "OffsetBR",
-    "SuffixBR",
     "ByteRange",
+    "OffsetBR",
+    "Parts",
+    "RangeBR",
     "Store",
+    "SuffixBR",
+    "Update",
+    "conflict_backoff",
+    "joined",
+    "resolve_range",
+    "slice_range",
     "validate_key",
     "validate_prefix",
-    "slice_range",
-    "resolve_range",
 ]
+
+#: read-modify-writes that lost a race are redone this often by default before the
+#: ``ConflictError`` is raised (enough for 16+ writers updating one unit at the same moment)
+DEFAULT_RETRY_CONFLICTS = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +170,19 @@ def joined(value: bytes | Parts) -> bytes:
     return b"".join(value) if isinstance(value, Parts) else value
 
 
+#: a read-modify-write of one stored value: ``update(old) -> new``, where ``old`` is the value
+#: as stored (None: missing) and ``new`` the value to store (None: delete the key). It must be
+#: a pure function of ``old``: after a lost race it is called again with the newer value.
+Update = Callable[[bytes | None], bytes | Parts | None]
+
+
+async def conflict_backoff(attempt: int) -> None:
+    """Sleep before retry number ``attempt`` (0-based) of a read-modify-write that lost a
+    race: exponential (5 ms doubling up to ~0.3 s) with full jitter, so that writers that
+    collided spread out instead of colliding again."""
+    await asyncio.sleep(0.005 * 2 ** min(attempt, 6) * (0.25 + random.random()))
+
+
 class Store(abc.ABC):
     """Asynchronous key-value store.
 
@@ -179,6 +203,9 @@ class Store(abc.ABC):
     coalesce_max_gap: int | None = DEFAULT_MAX_GAP
     #: ...but a merged request does not grow beyond this many bytes
     coalesce_max_request: int = DEFAULT_MAX_REQUEST
+    #: how often ``update_many`` redoes a read-modify-write whose conditional write lost a
+    #: race before raising ``ConflictError`` (0: raise at the first conflict)
+    retry_conflicts: int = DEFAULT_RETRY_CONFLICTS
 
     def __init__(self, *, read_only: bool = False) -> None:
         self._read_only = read_only
@@ -349,6 +376,25 @@ class Store(abc.ABC):
         gen = await self.generation(key)
         return await self.get(key, byte_range), gen
 
+    async def get_ranges_at(
+        self, key: str, ranges: Sequence[ByteRange | None], generation: Hashable | None
+    ) -> list[bytes | None] | None:
+        """Byte ranges of ``key``'s value *as it was at* ``generation`` (what ``get_versioned``
+        returned with, say, a shard index), or None when the value has changed since.
+
+        Readers of a unit in two steps (an index, then the data it points to) use it so that
+        the data never comes from another version than the index. The default reads, then
+        compares the generation again: sound for generations that never repeat for a key
+        (files: a rename gives a new inode; memory: a write counter). Object stores override
+        it with ``If-Match``. ``generation`` None (the backend cannot tell) reads plainly.
+        """
+        values = await self.get_many([(key, br) for br in ranges])
+        if generation is not None:
+            now = await self.generation(key)
+            if now is not None and now != generation:
+                return None
+        return values
+
     async def exists(self, key: str) -> bool:
         """Whether ``key`` holds a value."""
         return (await self.get(key, RangeBR(0, 0))) is not None
@@ -413,7 +459,66 @@ class Store(abc.ABC):
 
         await asyncio.gather(*(one(k, v) for k, v in final.items()))
 
-    async def set_if(self, key: str, value: bytes | None, generation: Hashable | None) -> None:
+    async def update_many(self, items: Sequence[tuple[str, bytes | Parts | Update | None]]) -> None:
+        """Writes where some values are ``Update`` functions: the one read-modify-write.
+
+        Plain values (and None) are written as ``set_many`` writes them. For each key with an
+        ``Update``, the stored value is read once with its generation, passed to the function,
+        and the result written once, conditionally on that generation (``set_if``: a lock
+        across processes on local files, a conditional PUT on S3). A lost race re-reads and
+        calls the function again, up to ``retry_conflicts`` times with backoff; then
+        ``ConflictError`` names the key. A key's last item wins, as in ``set_many``.
+        """
+        final = self._checked_updates(items)
+        plain = [(k, v) for k, v in final.items() if not callable(v)]
+        updates = [(k, v) for k, v in final.items() if callable(v)]
+        limit = asyncio.Semaphore(self.max_concurrency)
+
+        async def one(key: str, update: Update) -> None:
+            async with limit:
+                await self._update(key, update)
+
+        jobs = [one(k, u) for k, u in updates]
+        if plain:  # (Parts values are bytes-like: set_many joins them where needed)
+            jobs.append(self.set_many(cast("list[tuple[str, bytes | None]]", plain)))
+        if len(jobs) == 1:
+            await jobs[0]
+        else:
+            await asyncio.gather(*jobs)
+
+    def _checked_updates(self, items: Sequence[tuple[str, bytes | Parts | Update | None]]) -> dict[str, bytes | Parts | Update | None]:
+        """``_checked_batch`` for ``update_many`` items (functions are not checked as values)."""
+        if items:
+            self._check_writable(items[0][0], more=len(items) - 1)
+        final: dict[str, bytes | Parts | Update | None] = {}
+        for key, value in items:
+            validate_key(key)
+            if value is not None and not callable(value):
+                _check_value(key, value)
+            final.pop(key, None)
+            final[key] = value
+        return final
+
+    async def _update(self, key: str, update: Update) -> None:
+        """One read-modify-write of ``key`` through ``get_versioned`` and ``set_if``, retried."""
+        retries = self.retry_conflicts
+        for attempt in range(retries + 1):
+            old, gen = await self.get_versioned(key)
+            new = await run_update(update, old)
+            if new is None and old is None:
+                return  # nothing there, nothing to store (a fill write to a missing unit)
+            try:
+                await self.set_if(key, new, gen)
+                return
+            except ConflictError as e:
+                if attempt >= retries:
+                    raise ConflictError(
+                        f"{key!r} was changed by another writer during each of {attempt + 1} "
+                        f"read-modify-write attempts (retry_conflicts={retries}); nothing was written"
+                    ) from e
+            await conflict_backoff(attempt)
+
+    async def set_if(self, key: str, value: bytes | Parts | None, generation: Hashable | None) -> None:
         """Write (or, for ``None``, delete) ``key`` only if it is still at ``generation``.
 
         ``generation`` is what ``get_versioned`` / ``generation`` returned; ``MISSING`` means
@@ -440,8 +545,18 @@ class Store(abc.ABC):
                     )
             if value is None:
                 await self._delete(key)
-            else:
-                await self._set(key, value if self.accepts_parts else joined(value))
+            else:  # (Parts reach only backends that take them: accepts_parts)
+                await self._set(key, value if self.accepts_parts else joined(value))  # type: ignore[arg-type]
+
+    def lease(self, key: str, timeout: float) -> Lease | None:
+        """An exclusive claim across processes on the unit ``key`` names (held until its
+        ``release()`` or the holder's exit), waiting up to ``timeout`` seconds for the holder
+        to let go; None when it stays taken, or when the backend has no such locks (then
+        ``leases`` is False). Formats with a single writer per dataset (bcolz) use it."""
+        return None
+
+    #: whether ``lease`` can claim units (local files)
+    leases: bool = False
 
     async def delete(self, key: str) -> None:
         """Remove ``key``; removing a missing key is not an error."""
@@ -466,6 +581,20 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def _list_prefix(self, prefix: str) -> AsyncIterator[str]: ...
+
+
+#: merges of more bytes than this run in the codec thread pool, smaller ones inline
+_INLINE_UPDATE = 1 << 20
+
+
+async def run_update(update: Update, old: bytes | None) -> bytes | Parts | None:
+    """``update(old)``; for large values in the codec thread pool (decode, merge and encode
+    release the GIL), so the event loop keeps serving other requests meanwhile."""
+    if old is None or len(old) <= _INLINE_UPDATE:
+        return update(old)
+    from .._sync import codec_pool
+
+    return await asyncio.get_running_loop().run_in_executor(codec_pool(), update, old)
 
 
 def inherited_retry_conflicts(store: Store | None) -> int:

@@ -2,7 +2,9 @@
 
 Writes are atomic: the value goes to a temporary file next to its target, which then replaces
 the target with ``os.replace``, so a reader sees the old value or the new one, never a torn
-one, and a failed write leaves the old value in place. Blocking file I/O runs in the event
+one, and a failed write leaves the old value in place. A read-modify-write (``update_many``)
+holds an advisory lock across processes on the unit (``_filelock``), so concurrent writers in
+other processes never lose each other's merges. Blocking file I/O runs in the event
 loop's default executor; ``get_many`` reads every range of one file in a single thread call.
 """
 
@@ -17,9 +19,11 @@ import stat
 import threading
 from collections.abc import AsyncIterator, Callable, Hashable, Iterator, Sequence
 from pathlib import Path
+from typing import cast
 
 from .._sync import io_pool
-from ..errors import StoreError
+from ..errors import ConflictError, StoreError
+from ._filelock import Lease, is_lock_name, lock_path, locked
 from .base import (
     MISSING,
     BlockingReader,
@@ -29,6 +33,7 @@ from .base import (
     RangeBR,
     Store,
     SuffixBR,
+    Update,
     _check_value,
     resolve_range,
     validate_key,
@@ -136,7 +141,10 @@ def temp_path(path: str) -> str:
 
 
 def _is_temp(name: str) -> bool:
-    return name.startswith(".") and name.endswith(".tmp") and _TEMP_RE.match(name) is not None
+    """Whether a file name is shardstore's own (a temp file of a write, a lock sidecar), not a key."""
+    if name.startswith(".") and name.endswith(".tmp"):
+        return _TEMP_RE.match(name) is not None
+    return is_lock_name(name)
 
 
 def _pread(fd: int, n: int, offset: int) -> bytes:
@@ -321,10 +329,12 @@ class LocalStore(Store):
         if self.read_only:
             return None
 
-        def write(key: str, value: bytes | None, atomic: bool = True) -> None:
+        def write(key: str, value: bytes | Update | None, atomic: bool = True) -> None:
             validate_key(key)
             if value is None:
                 self._remove(key)
+            elif callable(value):
+                self._update_locked(key, value)
             else:
                 _check_value(key, value)
                 (self._write if atomic else self._write_in_place)(key, value)
@@ -351,6 +361,32 @@ class LocalStore(Store):
     def blocking_generation(self) -> Callable[[str], Hashable]:
         return self._generation
 
+    def _read_versioned(self, key: str, byte_range: ByteRange | None) -> tuple[bytes | None, Hashable]:
+        """Blocking: a value (or range) and the generation of the very file it came from (one
+        open file: a concurrent rename cannot make them disagree)."""
+        path = self._path(key)
+        try:
+            try:
+                fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+            except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+                return None, MISSING
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):
+                    return None, MISSING
+                start, end = resolve_range(byte_range, st.st_size)
+                return _pread(fd, end - start, start), (st.st_ino, st.st_mtime_ns, st.st_size)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            raise StoreError(f"cannot read key {key!r} from {path!r}: {_describe(e)}") from e
+
+    async def get_versioned(self, key: str, byte_range: ByteRange | None = None) -> tuple[bytes | None, Hashable | None]:
+        validate_key(key)
+        if isinstance(byte_range, (RangeBR, SuffixBR)) and _span([byte_range]) <= _INLINE_READ:
+            return self._read_versioned(key, byte_range)  # (a shard index: inline, see _INLINE_READ)
+        return await asyncio.to_thread(self._read_versioned, key, byte_range)
+
     async def generation(self, key: str) -> Hashable | None:
         return self._generation(key)  # inline: cheaper than a thread hop
 
@@ -358,7 +394,7 @@ class LocalStore(Store):
         return await asyncio.to_thread(os.path.isfile, self._path(validate_key(key)))
 
     # -- writes ------------------------------------------------------------------------------
-    def _write(self, key: str, value: bytes) -> None:
+    def _write(self, key: str, value: bytes | Parts) -> None:
         """Blocking: write ``value`` to a temp file beside the target, then rename it into place.
 
         Runs once per chunk of every unsharded write, so it is lean: the directory is made
@@ -398,6 +434,57 @@ class LocalStore(Store):
 
     async def _set(self, key: str, value: bytes) -> None:
         await asyncio.to_thread(self._write, key, value)
+
+    def _update_locked(self, key: str, update: Update) -> None:
+        """Blocking: one read-modify-write of ``key`` under its lock across processes.
+
+        Writers through ``update_many`` wait on each other, so none loses another's merge. A
+        plain (whole-value) write takes no lock; one that lands while we merge is noticed by
+        comparing the generation again just before the rename, and the merge is redone on
+        top of it (a plain write in the last microseconds before the rename can still be
+        replaced: whole values follow "last writer wins").
+        """
+        path = self._path(key)
+        try:
+            with locked(path):
+                for _ in range(self.retry_conflicts + 1):
+                    old, gen = self._read_versioned(key, None)
+                    new = update(old)
+                    if self._generation(key) != gen:
+                        continue  # a plain write replaced it meanwhile: merge again on top of it
+                    if new is not None:
+                        self._write(key, new)
+                        return
+                    self._remove(key)
+                    break
+                else:
+                    raise ConflictError(f"{key!r} at {path!r} kept changing under plain writes during a read-modify-write")
+        except OSError as e:
+            raise StoreError(f"cannot lock key {key!r} at {path!r} for a read-modify-write: {_describe(e)}") from e
+        self._prune(os.path.dirname(path))  # (now that the lock file is gone too)
+
+    leases = True
+
+    def lease(self, key: str, timeout: float) -> Lease | None:
+        validate_key(key)
+        if self.read_only:
+            return None
+        return Lease.acquire(lock_path(self._path(key)), timeout)
+
+    async def update_many(self, items: Sequence[tuple[str, bytes | Parts | Update | None]]) -> None:
+        """``Store.update_many`` with each read-modify-write done in a thread under the unit's
+        advisory lock (``_filelock``): writers in other processes wait instead of conflicting."""
+        final = self._checked_updates(items)
+        plain = [(k, v) for k, v in final.items() if not callable(v)]
+        updates = [(k, v) for k, v in final.items() if callable(v)]
+        jobs = [asyncio.to_thread(self._update_locked, k, u) for k, u in updates]
+        if plain:  # (Parts values are bytes-like: written without joining)
+            jobs.append(self.set_many(cast("list[tuple[str, bytes | None]]", plain)))
+        # every job finishes before an error is raised (see set_many)
+        done = await asyncio.gather(*jobs, return_exceptions=True)
+        for result in done:
+            if isinstance(result, BaseException):
+                raise result
 
     async def set_many(self, items: Sequence[tuple[str, bytes | None]]) -> None:
         """Like ``Store.set_many``, but a few thread jobs each write a share of the files.

@@ -3,9 +3,22 @@
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 
-from .base import MISSING, BlockingReader, BlockingWriter, ByteRange, Store, _check_value, joined, slice_range, validate_key
+from .base import (
+    MISSING,
+    BlockingReader,
+    BlockingWriter,
+    ByteRange,
+    Parts,
+    Store,
+    Update,
+    _check_value,
+    joined,
+    slice_range,
+    validate_key,
+)
 
 __all__ = ["MemoryStore"]
 
@@ -23,6 +36,7 @@ class MemoryStore(Store):
         self._data: dict[str, bytes] = {} if data is None else data
         self._writes = itertools.count()
         self._versions: dict[str, int] = {}
+        self._rmw_lock = threading.RLock()
 
     def __repr__(self) -> str:
         flag = ", read_only=True" if self.read_only else ""
@@ -61,8 +75,13 @@ class MemoryStore(Store):
         if self.read_only:
             return None
 
-        def write(key: str, value: bytes | None, atomic: bool = True) -> None:  # (always atomic)
+        def write(key: str, value: bytes | Parts | Update | None, atomic: bool = True) -> None:  # (always atomic)
             validate_key(key)
+            if callable(value):  # a read-modify-write: one at a time per store
+                with self._rmw_lock:
+                    new = value(self._data.get(key))
+                    write(key, new)
+                return
             if value is None:
                 self._data.pop(key, None)
             else:

@@ -22,7 +22,18 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import ConflictError, StoreError
-from .base import MISSING, _check_value, joined, validate_key
+from ._coalesce import coalesce_ranges
+from .base import (
+    DEFAULT_RETRY_CONFLICTS,
+    MISSING,
+    ByteRange,
+    Parts,
+    RangeBR,
+    _check_value,
+    joined,
+    slice_range,
+    validate_key,
+)
 from .http import (
     ObjectStoreBase,
     RangeCache,
@@ -78,7 +89,7 @@ class S3Store(ObjectStoreBase):
         max_concurrency: int = 32,
         multipart_threshold: int = 64 << 20,
         multipart_chunk_size: int = 16 << 20,
-        retry_conflicts: int = 0,
+        retry_conflicts: int = DEFAULT_RETRY_CONFLICTS,
         cache_bytes: int = 0,
         client_options: Mapping[str, Any] | None = None,
         config: Mapping[str, Any] | None = None,
@@ -107,7 +118,7 @@ class S3Store(ObjectStoreBase):
         self.multipart_chunk_size = int(multipart_chunk_size)
         if self.multipart_chunk_size < 5 << 20:
             raise ValueError("multipart_chunk_size must be at least 5 MiB (the S3 minimum part size)")
-        #: how often a shard read-merge-write that lost a race is redone (0: raise ConflictError)
+        #: how often a read-modify-write that lost a race is redone (0: raise ConflictError)
         self.retry_conflicts = int(retry_conflicts)
         self._cache = RangeCache(cache_bytes) if cache_bytes > 0 else None
         cfg: dict[str, Any] = {"region": region}
@@ -205,7 +216,7 @@ class S3Store(ObjectStoreBase):
             jobs.append(self._delete_many(deletes))
         await asyncio.gather(*jobs)
 
-    async def set_if(self, key: str, value: bytes | None, generation: Hashable | None) -> None:
+    async def set_if(self, key: str, value: bytes | Parts | None, generation: Hashable | None) -> None:
         """Conditional PUT: ``If-Match: <etag>``, or ``If-None-Match: *`` for ``MISSING``."""
         self._check_writable(key)
         validate_key(key)
@@ -234,6 +245,46 @@ class S3Store(ObjectStoreBase):
         self._check_writable(prefix)
         keys = [k async for k in self.list_prefix(prefix)]
         await self._delete_many(keys)
+
+    # -- reads of one version ------------------------------------------------------------------
+    async def get_ranges_at(
+        self, key: str, ranges: Sequence[ByteRange | None], generation: Hashable | None
+    ) -> list[bytes | None] | None:
+        """Ranged GETs with ``If-Match: <etag>`` (the ETag a shard index was read at): a 412
+        (the object was replaced meanwhile) gives None, so the caller re-reads the index."""
+        validate_key(key)
+        if not isinstance(generation, str) or any(not isinstance(br, RangeBR) for br in ranges):
+            return await super().get_ranges_at(key, ranges, generation)
+        obs = import_obstore()
+        exc = obs.exceptions
+        spans = [(br.start, br.end) for br in ranges]  # type: ignore[union-attr]
+        groups = coalesce_ranges(spans, self.coalesce_max_gap or 0, self.coalesce_max_request)
+        out: list[bytes | None] = [None] * len(ranges)
+        stale = False
+
+        async def one(start: int, end: int, members: list[int]) -> None:
+            nonlocal stale
+            if end <= start:
+                for i in members:
+                    out[i] = b""
+                return
+            try:
+                async with self._limit():
+                    result = await obs.get_async(
+                        self._client, self._path(key), options={"range": (start, end), "if_match": generation}
+                    )
+                    data = bytes(await result.bytes_async())
+            except (exc.PreconditionError, exc.NotFoundError, FileNotFoundError):
+                stale = True  # replaced or deleted since the index was read
+                return
+            except Exception as e:
+                raise self._error("read", key, e) from e
+            for i in members:
+                lo, hi = spans[i]
+                out[i] = slice_range(data, RangeBR(lo - start, hi - start))
+
+        await asyncio.gather(*(one(s, e, m) for s, e, m in groups))
+        return None if stale else out
 
     # -- listing -----------------------------------------------------------------------------
     async def _list_prefix(self, prefix: str) -> AsyncIterator[str]:

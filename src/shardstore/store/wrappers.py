@@ -3,9 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-from .base import BlockingReader, BlockingWriter, ByteRange, Store, validate_key, validate_prefix
+from ._coalesce import coalesce_ranges
+from .base import (
+    BlockingReader,
+    BlockingWriter,
+    ByteRange,
+    Parts,
+    RangeBR,
+    Store,
+    Update,
+    validate_key,
+    validate_prefix,
+)
+
+if TYPE_CHECKING:
+    from ._filelock import Lease
 
 __all__ = ["PrefixStore", "ReadOnlyStore", "RecordingStore", "Request"]
 
@@ -35,9 +49,24 @@ class _Wrapper(Store):
     ) -> tuple[bytes | None, Hashable | None]:
         return await self.base.get_versioned(self._full(validate_key(key)), byte_range)
 
-    async def set_if(self, key: str, value: bytes | None, generation: Hashable | None) -> None:
+    async def set_if(self, key: str, value: bytes | Parts | None, generation: Hashable | None) -> None:
         self._check_writable(key)
         await self.base.set_if(self._full(validate_key(key)), value, generation)
+
+    async def get_ranges_at(
+        self, key: str, ranges: Sequence[ByteRange | None], generation: Hashable | None
+    ) -> list[bytes | None] | None:
+        return await self.base.get_ranges_at(self._full(validate_key(key)), ranges, generation)
+
+    async def update_many(self, items: Sequence[tuple[str, bytes | Parts | Update | None]]) -> None:
+        # the base does the read-modify-writes: its locks and conditional writes apply
+        if items:
+            self._check_writable(items[0][0], more=len(items) - 1)
+        await self.base.update_many([(self._full(validate_key(k)), v) for k, v in items])
+
+    @property
+    def retry_conflicts(self) -> int:  # type: ignore[override]
+        return self.base.retry_conflicts
 
     def _full(self, key: str) -> str:
         return key
@@ -101,6 +130,13 @@ class PrefixStore(_Wrapper):
 
     async def _get(self, key: str, byte_range: ByteRange | None) -> bytes | None:
         return await self.base.get(self._full(key), byte_range)
+
+    @property
+    def leases(self) -> bool:  # type: ignore[override]
+        return self.base.leases
+
+    def lease(self, key: str, timeout: float) -> Lease | None:
+        return None if self.read_only else self.base.lease(self._full(validate_key(key)), timeout)
 
     async def get_many(
         self, requests: Sequence[tuple[str, ByteRange | None]]
@@ -174,6 +210,19 @@ class ReadOnlyStore(_Wrapper):
             yield key
 
 
+def _merged(store: Store, ranges: Sequence[ByteRange | None]) -> list[ByteRange | None]:
+    """The requests ``ranges`` of one key cost on a backend that coalesces like ``store``."""
+    spans = sorted({(br.start, br.end) for br in ranges if isinstance(br, RangeBR)})
+    others = list(dict.fromkeys(br for br in ranges if not isinstance(br, RangeBR)))
+    if None in others:
+        return [None]
+    if store.coalesce_max_gap is None:
+        merged = [RangeBR(s, e) for s, e in spans]
+    else:
+        merged = [RangeBR(s, e) for s, e, _ in coalesce_ranges(spans, store.coalesce_max_gap, store.coalesce_max_request)]
+    return [*merged, *others]
+
+
 class Request(NamedTuple):
     """One request that reached the backend; compares equal to a plain tuple."""
 
@@ -221,7 +270,7 @@ class RecordingStore(_Wrapper):
         self.requests.append(Request("get", validate_key(key), byte_range))
         return await self.base.get_versioned(key, byte_range)
 
-    async def set_if(self, key: str, value: bytes | None, generation: Hashable | None) -> None:
+    async def set_if(self, key: str, value: bytes | Parts | None, generation: Hashable | None) -> None:
         self._check_writable(key)
         self.requests.append(Request("set" if value is not None else "delete", validate_key(key), None))
         await self.base.set_if(key, value, generation)
@@ -229,6 +278,38 @@ class RecordingStore(_Wrapper):
     async def _set(self, key: str, value: bytes) -> None:
         self.requests.append(Request("set", key, None))
         await self.base.set(key, value)
+
+    async def get_ranges_at(
+        self, key: str, ranges: Sequence[ByteRange | None], generation: Hashable | None
+    ) -> list[bytes | None] | None:
+        validate_key(key)
+        self.requests.extend(Request("get", key, br) for br in _merged(self, ranges))
+        return await self.base.get_ranges_at(key, ranges, generation)
+
+    async def update_many(self, items: Sequence[tuple[str, bytes | Parts | Update | None]]) -> None:
+        """Forwarded; each call of an update function counts as the GET of the value it was
+        given and the (conditional) PUT or DELETE of its result, as on a remote backend."""
+        if items:
+            self._check_writable(items[0][0], more=len(items) - 1)
+        out: list[tuple[str, bytes | Parts | Update | None]] = []
+        for key, value in items:
+            validate_key(key)
+            if callable(value):
+                value = self._recorded(key, value)
+            else:
+                self.requests.append(Request("set" if value is not None else "delete", key, None))
+            out.append((key, value))
+        await self.base.update_many(out)
+
+    def _recorded(self, key: str, update: Update) -> Update:
+        def recorded(old: bytes | None) -> bytes | Parts | None:
+            self.requests.append(Request("get", key, None))
+            new = update(old)
+            if new is not None or old is not None:  # (nothing to delete: no request)
+                self.requests.append(Request("set" if new is not None else "delete", key, None))
+            return new
+
+        return recorded
 
     async def _delete(self, key: str) -> None:
         self.requests.append(Request("delete", key, None))

@@ -15,6 +15,15 @@ handle is garbage-collected and at interpreter exit.
 
 Stores with a blocking writer (files, memory) are written from the calling thread and the
 codec threads, each encoding a chunk and writing its file, with no event-loop round trips.
+
+One writer at a time: on local files a handle holds the rootdir's writer lease (an advisory
+lock across processes, ``Store.lease``) from its first write until everything it wrote is
+flushed. A second writing handle (this or another process) waits for that, up to
+``WRITER_WAIT`` seconds, and then fails with ``ConflictError`` naming the rootdir; so appends
+never interleave. A handle that gets the lease after another writer changed the carray
+(``meta/sizes`` has another generation) first re-reads ``meta/sizes`` and continues from
+there. Readers see a prefix: chunk files before the ``meta/sizes`` that counts them. Other
+stores (S3) have no such lease: one writer per rootdir there.
 """
 
 from __future__ import annotations
@@ -32,7 +41,13 @@ import numpy as np
 from ..._sync import codec_pool, sync
 from ...core.array import AsyncArray
 from ...core.indexing import Indexer, basic_indexer
+from ...errors import ConflictError
 from .driver import BcolzDriver, chunk_file_key
+
+#: how long a writing handle waits for another one (of this or another process) to flush
+WRITER_WAIT = 10.0
+#: the key whose lease is the rootdir's writer lock (a hidden ``.writer.lock`` file)
+_WRITER_KEY = "writer"
 
 __all__ = ["BcolzArray"]
 
@@ -59,6 +74,7 @@ class _Pending:
         self.tail: np.ndarray | None = None  # rows of the last partial chunk, when known
         self.dirty = False  # the leftover file and meta/sizes lag behind ``tail`` / the shape
         self.disk_rows = disk_rows  # the length meta/sizes on disk gives
+        self.lease: Any = None  # the rootdir's writer lease while this handle writes
 
     def visible(self, k: int, chunklen: int) -> bool:
         """Whether readers of the files look at chunk file ``k``: the others (beyond the
@@ -147,6 +163,7 @@ def _flush_abandoned(driver: BcolzDriver, pending: _Pending, key: int) -> None:
     """Finalizer: flush what a collected (or, at exit, still open) handle left pending."""
     _LIVE.pop(key, None)
     if not pending.dirty:
+        _release(pending)
         return
     try:
         if threading.current_thread().name == "shardstore-loop" and _blocking_writer(driver) is None:
@@ -160,6 +177,14 @@ def _flush_abandoned(driver: BcolzDriver, pending: _Pending, key: int) -> None:
             RuntimeWarning,
             stacklevel=1,
         )
+    finally:
+        _release(pending)
+
+
+def _release(pending: _Pending) -> None:
+    lease, pending.lease = pending.lease, None
+    if lease is not None:
+        lease.release()
 
 
 class BcolzArray(AsyncArray):
@@ -175,6 +200,7 @@ class BcolzArray(AsyncArray):
         super().__init__(driver, read_only=read_only, name=name)
         self.autoflush = False
         self._pending = _Pending(driver.sizes.shape[0])
+        self._seen = None if read_only else self._sizes_generation()
         if not read_only:
             key = id(self._pending)
             _LIVE[key] = weakref.finalize(self, _flush_abandoned, driver, self._pending, key)
@@ -184,25 +210,73 @@ class BcolzArray(AsyncArray):
         """Whether appended rows wait for ``flush``."""
         return self._pending.dirty
 
+    # -- one writer at a time (see the module doc) -------------------------------------------
+    def _sizes_generation(self) -> Any:
+        generation = self.driver.store.blocking_generation()
+        return None if generation is None else generation(self.driver.sizes_key)
+
+    def _claim(self) -> None:
+        """Before a write: take the rootdir's writer lease (waiting for another writer to
+        flush) and check that nobody else changed the carray since this handle last looked."""
+        self._check_writable()
+        store = self.driver.store
+        if self._pending.lease is not None or not store.leases:
+            return
+        key = f"{self.driver.path}/{_WRITER_KEY}" if self.driver.path else _WRITER_KEY
+        lease = store.lease(key, WRITER_WAIT)
+        where = self.driver.where(self.driver.path or ".")
+        if lease is None:
+            raise ConflictError(
+                f"bcolz carray {where} is being written by another handle (of this or another process), "
+                f"which did not flush within {WRITER_WAIT} s; flush() or close() it first"
+            )
+        now = self._sizes_generation()
+        if self._seen is not None and now != self._seen:
+            # another writer appended or resized since this handle looked: continue from what
+            # is on disk (nothing of ours is pending: we hold the lease while anything is)
+            if self._pending.dirty or not self.driver.reload_sizes_now():
+                lease.release()
+                raise ConflictError(
+                    f"bcolz carray {where} was changed by another writer since this handle read it; "
+                    "open it again to write"
+                )
+            self._pending.tail = None
+            self._pending.disk_rows = self.driver.sizes.shape[0]
+            self._seen = now
+        self._pending.lease = lease
+
+    def _settle(self) -> None:
+        """After a write or flush: once nothing waits for ``flush``, note what is on disk and
+        let another writer have the rootdir."""
+        if self._pending.lease is None or self._pending.dirty:
+            return
+        self._seen = self._sizes_generation()
+        _release(self._pending)
+
     async def flush(self, *, measure: bool = False) -> None:
         """Write the pending leftover and ``meta/sizes``; with ``measure`` (bcolz' ``flush()``)
         also measure ``cbytes`` first when writes other than appends made it stale."""
         if measure and not self.driver.cbytes_exact and not self.read_only:
+            self._claim()
             await self.driver.measure()
             self._pending.dirty = True
         await _flush(self.driver, self._pending)
+        self._settle()
 
     def flush_now(self, *, measure: bool = False) -> None:
         """``flush`` from synchronous code (a no-op when nothing is pending)."""
         if measure and not self.driver.cbytes_exact and not self.read_only:
+            self._claim()
             sync(self.driver.measure())
             self._pending.dirty = True
         _flush_now(self.driver, self._pending)
+        self._settle()
 
     def discard_pending(self) -> None:
-        """Drop what waits for ``flush`` (the carray is being deleted)."""
+        """Drop what waits for ``flush`` (the carray is being deleted, or a write failed)."""
         self._pending.dirty = False
         self._pending.tail = None
+        _release(self._pending)
 
     def _changed(self) -> None:
         """After a write other than an append: the last chunk may differ, cbytes is stale."""
@@ -219,22 +293,34 @@ class BcolzArray(AsyncArray):
         return super().read_now(indexer, strict=strict)
 
     async def write(self, indexer: Indexer, value: Any) -> None:
-        self._check_writable()
+        self._claim()
         await self.flush()
+        self._claim()
         self._changed()
-        await super().write(indexer, value)
+        try:
+            await super().write(indexer, value)
+        finally:
+            self._settle()
 
     def write_now(self, indexer: Indexer, value: Any) -> bool:
-        self._check_writable()
+        self._claim()
         self.flush_now()
+        self._claim()
         self._changed()
-        return super().write_now(indexer, value)
+        try:
+            return super().write_now(indexer, value)
+        finally:
+            self._settle()
 
     async def resize(self, shape: tuple[int, ...]) -> None:
-        self._check_writable()
+        self._claim()
         await self.flush()
+        self._claim()
         self._changed()
-        await super().resize(shape)
+        try:
+            await super().resize(shape)
+        finally:
+            self._settle()
         self._pending.disk_rows = self.driver.sizes.shape[0]
 
     async def read_chunk_bytes(self, coords: tuple[int, ...]) -> bytes | None:
@@ -242,10 +328,14 @@ class BcolzArray(AsyncArray):
         return await super().read_chunk_bytes(coords)
 
     async def write_chunk_bytes(self, coords: tuple[int, ...], data: bytes | None) -> None:
-        self._check_writable()
+        self._claim()
         await self.flush()
+        self._claim()
         self._changed()
-        await super().write_chunk_bytes(coords, data)
+        try:
+            await super().write_chunk_bytes(coords, data)
+        finally:
+            self._settle()
 
     # -- append ------------------------------------------------------------------------------
     def _rows(self, values: Any) -> np.ndarray:
@@ -287,13 +377,17 @@ class BcolzArray(AsyncArray):
             raise ValueError("a bcolz carray grows along its first axis only")
         arr = self._rows(values)
         if len(arr):
-            if self._pending.tail is None:
-                self._pending.tail = await super().read(self._tail_indexer())
-            jobs, tail = self._split(self._pending.tail, arr)
-            cbytes = await self._write_chunks(jobs) if jobs else 0  # files first: meta/sizes at flush
-            self._appended(len(arr), tail, cbytes)
-            if self.autoflush:
-                await self.flush()
+            self._claim()
+            try:
+                if self._pending.tail is None:
+                    self._pending.tail = await super().read(self._tail_indexer())
+                jobs, tail = self._split(self._pending.tail, arr)
+                cbytes = await self._write_chunks(jobs) if jobs else 0  # files first: meta/sizes at flush
+                self._appended(len(arr), tail, cbytes)
+                if self.autoflush:
+                    await self.flush()
+            finally:
+                self._settle()
         return self.shape
 
     def append_now(self, values: Any) -> None:
@@ -301,17 +395,23 @@ class BcolzArray(AsyncArray):
         thread and the codec threads, each encoding chunks and writing their files."""
         arr = self._rows(values)
         write = _blocking_writer(self.driver)
-        if self._pending.tail is None and write is not None:
-            self._pending.tail = super().read_now(self._tail_indexer())
-        if write is None or self._pending.tail is None:
+        if write is None or not len(arr):
             sync(self.append(arr))
             return
-        if len(arr):
+        self._claim()
+        try:
+            if self._pending.tail is None:
+                self._pending.tail = super().read_now(self._tail_indexer())
+            if self._pending.tail is None:
+                sync(self.append(arr))
+                return
             jobs, tail = self._split(self._pending.tail, arr)
             cbytes = self._write_chunks_now(jobs, write) if jobs else 0
             self._appended(len(arr), tail, cbytes)
             if self.autoflush:
                 self.flush_now()
+        finally:
+            self._settle()
 
     def _encoder(self) -> Callable[[int, np.ndarray], tuple[str, bytes]]:
         driver = self.driver

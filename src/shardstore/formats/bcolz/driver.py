@@ -23,7 +23,17 @@ from ...core.grid import RegularGrid
 from ...core.layout import ArraySpec, ChunkLayout, FormatDriver
 from ...errors import MetadataError
 from ...store.base import RangeBR, Store
-from .metadata import ATTRS_KEY, SIZES_KEY, STORAGE_KEY, Sizes, Storage, dump_json, parse_json_object, parse_sizes, parse_storage
+from .metadata import (
+    ATTRS_KEY,
+    SIZES_KEY,
+    STORAGE_KEY,
+    Sizes,
+    Storage,
+    dump_json,
+    parse_json_object,
+    parse_sizes,
+    parse_storage,
+)
 
 __all__ = ["BcolzDriver", "read_driver"]
 
@@ -146,6 +156,17 @@ class BcolzDriver(FormatDriver):
     @property
     def sizes_key(self) -> str:
         return _key(self.path, SIZES_KEY)
+
+    def reload_sizes_now(self) -> bool:
+        """Re-read ``meta/sizes`` (another writer appended or resized), synchronously where
+        the store reads so; False when it cannot be read that way."""
+        read = self.store.blocking_reader()
+        raw = None if read is None else read(self.sizes_key)
+        if raw is None:
+            return False
+        self.sizes = parse_sizes(raw, self.where(self.sizes_key))
+        self._layout = None
+        return True
 
     async def save_sizes(self) -> None:
         await self.store.set(self.sizes_key, self.sizes.to_bytes())

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 
 from ...codecs.gzip import gunzip
 from ...errors import CodecError
-from ...store.base import BlockingReader, ByteRange, Store, slice_range
+from ...store.base import BlockingReader, ByteRange, Parts, Store, Update, slice_range
 from ...store.wrappers import _Wrapper
 
 __all__ = ["GzipChunkFiles"]
@@ -99,3 +99,56 @@ class GzipChunkFiles(_Wrapper):
 
     async def _delete(self, key: str) -> None:
         await self.base.set_many([(key, None), (key + GZ, None)])
+
+    async def get_ranges_at(
+        self, key: str, ranges: Sequence[ByteRange | None], generation: Hashable | None
+    ) -> list[bytes | None] | None:
+        return await self.get_many([(key, br) for br in ranges])  # (no generations here)
+
+    async def update_many(self, items: Sequence[tuple[str, bytes | Parts | Update | None]]) -> None:
+        """The base's read-modify-write of ``<name>``; an update of a chunk that only has a
+        ``.gz`` starts from the inflated ``.gz`` (which shardstore never rewrites, so it may be
+        read beforehand), and a chunk that becomes empty loses its ``.gz`` too.
+
+        A ``.gz`` is fetched only for chunks found missing: their updates stop the batch,
+        which is then run again knowing those ``.gz`` files (the core's updates are merges
+        of a region: running one again gives the same chunk).
+        """
+        if items:
+            self._check_writable(items[0][0], more=len(items) - 1)
+        gz_old: dict[str, bytes | None] = {}
+        need: list[str] = []
+        emptied: list[str] = []
+
+        def from_gz(key: str, update: Update) -> Update:
+            def merged(old: bytes | None) -> bytes | Parts | None:
+                if old is None:
+                    if key not in gz_old:
+                        need.append(key)
+                        raise _NeedGz(key)
+                    gz = gz_old[key]
+                    old = None if gz is None else self._inflate(key, gz, None)
+                new = update(old)
+                if new is None and gz_old.get(key) is not None:
+                    emptied.append(key)
+                return new
+
+            return merged
+
+        out = [(k, from_gz(k, v) if callable(v) else v) for k, v in items]
+        out += [(k + GZ, None) for k, v in items if v is None]
+        while True:  # (each round learns the .gz of at least one more missing chunk)
+            try:
+                await self.base.update_many(out)
+                break
+            except _NeedGz:
+                keys = [k for k in dict.fromkeys(need) if k not in gz_old]
+                if not keys:
+                    raise
+                gz_old.update(zip(keys, await self.base.get_many([(k + GZ, None) for k in keys])))
+        if emptied:
+            await self.base.set_many([(k + GZ, None) for k in dict.fromkeys(emptied)])
+
+
+class _NeedGz(Exception):
+    """Raised inside an update of a missing chunk whose ``.gz`` has not been read yet."""

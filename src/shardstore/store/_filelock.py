@@ -1,0 +1,159 @@
+"""Advisory locks across processes for the read-modify-write of one local file.
+
+A read-modify-write of a unit (a shard, a block) holds an exclusive ``flock`` on a hidden
+sidecar ``.{name}.lock`` beside the unit's file; every writer of that unit in any process
+(through ``LocalStore.update_many``) takes it, so their merges run one after another and none
+is lost. The lock is on the sidecar, not on the unit's file, because writes replace that file
+(temp file + rename): a lock on its old inode would not exclude a writer that opened the new
+one.
+
+- The holder unlinks the sidecar before it lets go, so no lock files stay in the tree (other
+  tools list the same directories). A waiter that then gets the lock of the unlinked file
+  notices (its inode is no longer the one at the path) and locks the current one instead.
+- The kernel drops the lock when its holder dies, so a crashed writer never blocks others;
+  its sidecar stays behind, hidden from listings, and is reused by the next writer.
+- On NFS, Linux emulates ``flock`` with POSIX byte-range locks (NLM): that works where the
+  lock daemon does; where it does not, ``flock`` fails or locks only per client, and
+  concurrent writers from several machines can then lose updates. Use S3 there.
+- Windows has no ``fcntl``: the lock is then only a lock within this process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import weakref
+from collections.abc import Iterator
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["Lease", "is_lock_name", "lock_path", "locked"]
+
+#: sidecar names end so; listings skip hidden names ending so
+LOCK_SUFFIX = ".lock"
+
+
+def lock_path(path: str) -> str:
+    """The sidecar lock file of the unit stored at ``path``."""
+    parent, name = os.path.split(path)
+    return os.path.join(parent, f".{name}{LOCK_SUFFIX}")
+
+
+def is_lock_name(name: str) -> bool:
+    return name.startswith(".") and name.endswith(LOCK_SUFFIX)
+
+
+# threads of this process wait on a threading lock first: flock would exclude them as well
+# (each open file description is its own lock owner), but a process-local lock costs nothing
+_local: weakref.WeakValueDictionary[str, threading.Lock] = weakref.WeakValueDictionary()
+_local_guard = threading.Lock()
+
+
+def _thread_lock(path: str) -> threading.Lock:
+    with _local_guard:
+        lock = _local.get(path)
+        if lock is None:
+            lock = _local[path] = threading.Lock()
+        return lock
+
+
+def _open_lock(path: str) -> int:
+    for attempt in range(8):
+        try:
+            # O_RDWR: NFS emulates flock with POSIX write locks, which need a writable file
+            return os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+        except FileNotFoundError:  # the unit's directory does not exist (yet, or any more)
+            if attempt == 7:
+                raise
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+    raise AssertionError("unreachable")
+
+
+def _current(fd: int, path: str) -> bool:
+    """Whether the locked file ``fd`` is still the one at ``path`` (not unlinked by its
+    previous holder while we waited)."""
+    try:
+        now = os.stat(path)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(fd)
+    return (now.st_ino, now.st_dev) == (mine.st_ino, mine.st_dev)
+
+
+def _unlink_quietly(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+@contextlib.contextmanager
+def locked(path: str) -> Iterator[None]:
+    """Hold the exclusive lock of the unit stored at ``path`` (blocking until it is free)."""
+    sidecar = lock_path(path)
+    with _thread_lock(sidecar):
+        if fcntl is None:
+            yield
+            return
+        while True:
+            fd = _open_lock(sidecar)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                if not _current(fd, sidecar):
+                    continue  # unlinked by the previous holder while we waited: lock the new one
+                try:
+                    yield
+                finally:
+                    _unlink_quietly(sidecar)  # (still holding it: see the module doc)
+                return
+            finally:
+                os.close(fd)  # (releases the flock)
+
+
+class Lease:
+    """An exclusive ``flock`` on ``path`` held until ``release`` (or the process's end): a
+    writer's claim on a whole dataset (bcolz: one writing handle per rootdir at a time)."""
+
+    def __init__(self, path: str, fd: int) -> None:
+        self.path = path
+        self._fd: int | None = fd
+
+    @classmethod
+    def acquire(cls, path: str, timeout: float) -> Lease | None:
+        """The lease, waiting up to ``timeout`` seconds for the holder to release it; None
+        when it is still held by then (by another handle of this process or another process)."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        delay = 0.001
+        while True:
+            fd = _open_lock(path)
+            try:
+                if fcntl is not None:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    if not _current(fd, path):
+                        os.close(fd)  # unlinked by its previous holder: take the current one
+                        continue
+            except BlockingIOError:
+                os.close(fd)
+                if time.monotonic() >= deadline:
+                    return None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.05)
+                continue
+            except BaseException:
+                os.close(fd)
+                raise
+            return cls(path, fd)
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            _unlink_quietly(self.path)  # (still holding it: see the module doc)
+            os.close(fd)  # (releases the flock)
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
