@@ -35,7 +35,7 @@ from .base import (
     validate_prefix,
 )
 
-__all__ = ["LocalStore"]
+__all__ = ["LocalStore", "is_temp_name"]
 
 #: trees with at least this many files are removed by ``UNLINK_THREADS`` threads
 PARALLEL_UNLINK_FILES = 64
@@ -135,6 +135,12 @@ def temp_path(path: str) -> str:
 
 def _is_temp(name: str) -> bool:
     return name.startswith(".") and name.endswith(".tmp") and _TEMP_RE.match(name) is not None
+
+
+def is_temp_name(name: str) -> bool:
+    """Whether a file name is a ``temp_path`` name: an in-flight write, or one a killed writer
+    left behind (``shardstore repair`` removes those)."""
+    return _is_temp(name)
 
 
 def _pread(fd: int, n: int, offset: int) -> bytes:
