@@ -65,7 +65,6 @@ def kill_loop(base: Path, name: str, kills: int) -> dict[str, int]:
     path = str(base / name)
     scenario.setup(path)
     rng = random.Random(f"{SEED}-{name}")
-    temps_seen = 0
     for run in range(1, kills + 1):
         proc = _start(name, path, run)
         time.sleep(rng.uniform(0, MAX_DELAY))
@@ -80,14 +79,12 @@ def kill_loop(base: Path, name: str, kills: int) -> dict[str, int]:
             assert runs == {run}, f"{name} run {run}: units of generations {sorted(seen)[:5]} remain"
         elif want == "some":
             assert run in runs, f"{name} run {run}: nothing of this run is visible"
-        temps_seen = max(temps_seen, len(scan(path).temps))
-    report = scan(path)
-    assert report.problems == [], report.problems
+        assert scan(path).problems == []  # every stored unit decodes, not only those read above
     fixed = repair(path, grace=0)
     assert all(t.removed for t in fixed.temps)
     assert scan(path).temps == []
     scenario.check(path, kills)  # removing the temp files changed nothing readable
-    return {"kills": kills, "temps": len(fixed.temps), "max_temps_after_a_kill": temps_seen}
+    return {"kills": kills, "temp_files_left": len(fixed.temps)}
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))

@@ -58,6 +58,7 @@ __all__ = [
     "find_temp_files",
     "repair",
     "scan",
+    "walk",
 ]
 
 #: seconds a temp file must be left untouched before ``repair`` removes it
@@ -252,21 +253,30 @@ def _scan_kv(kv: Any, name: str) -> NodeReport:
 
 
 # -- walking a dataset ---------------------------------------------------------------------
-def _open(url: str | os.PathLike[str] | Store, storage_options: dict[str, Any] | None) -> Any:
+def _open(url: str | os.PathLike[str] | Store, storage_options: dict[str, Any] | None, mode: str = "r") -> Any:
     """The node at ``url``: an array, a group, a bcolz ctable, or a uint64 key-value store."""
     from ..api import open as open_node
     from ..formats.precomputed import open_kv
 
     try:
-        return open_node(url, mode="r", storage_options=storage_options)
+        return open_node(url, mode=mode, storage_options=storage_options)
     except ShardStoreError as first:
         try:  # (until ``open`` recognizes a kv directory itself)
-            return open_kv(url, mode="r", storage_options=storage_options)
+            return open_kv(url, mode=mode, storage_options=storage_options)
         except ShardStoreError:
             raise first from None
 
 
-def _nodes(node: Any, name: str, storage_options: dict[str, Any] | None) -> Iterator[tuple[str, Any]]:
+def walk(
+    url: str | os.PathLike[str] | Store, *, mode: str = "r", storage_options: dict[str, Any] | None = None
+) -> Iterator[tuple[str, Any]]:
+    """``(name, node)`` of every array and uint64 key-value store the scan looks at: an array,
+    the members of a group (Zarr v3, N5), the columns of a bcolz ctable, every scale of a
+    precomputed volume, or a key-value store; ``mode`` ``"r+"`` opens them writable."""
+    return _nodes(_open(url, storage_options, mode), "", mode)
+
+
+def _nodes(node: Any, name: str, mode: str) -> Iterator[tuple[str, Any]]:
     """(name, array or kv) for everything below ``node``: group members, ctable columns and
     every scale of a precomputed volume."""
     from ..formats.precomputed import open as open_scale
@@ -279,16 +289,16 @@ def _nodes(node: Any, name: str, storage_options: dict[str, Any] | None) -> Iter
         driver = node.driver
         info = read_info(driver.store, path=driver.path)  # type: ignore[attr-defined]
         for i, scale in enumerate(info["scales"]):
-            a = node if i == driver.index else open_scale(driver.store, path=driver.path, scale=i, mode="r")  # type: ignore[attr-defined]
+            a = node if i == driver.index else open_scale(driver.store, path=driver.path, scale=i, mode=mode)  # type: ignore[attr-defined]
             yield f"{name}/{scale['key']}" if name else str(scale["key"]), a
     elif isinstance(node, Array):
         yield name, node
     elif hasattr(node, "cols") and hasattr(node, "names"):  # bcolz ctable
         for col in node.names:
-            yield from _nodes(node[col], f"{name}/{col}" if name else col, storage_options)
+            yield from _nodes(node[col], f"{name}/{col}" if name else col, mode)
     elif hasattr(node, "keys"):
         for child in sorted(node.keys()):
-            yield from _nodes(node[child], f"{name}/{child}" if name else child, storage_options)
+            yield from _nodes(node[child], f"{name}/{child}" if name else child, mode)
 
 
 def _local_root(url: str | os.PathLike[str] | Store) -> Path | None:
@@ -365,8 +375,7 @@ def scan(
         report.temps = find_temp_files(root)
     elif root is None:
         report.temps_note = "not a local directory: remote writes leave no temporary objects"
-    node = _open(url, storage_options)
-    for name, item in _nodes(node, "", storage_options):
+    for name, item in walk(url, storage_options=storage_options):
         if isinstance(item, Array):
             tick = progress(name, item.driver.layout.grid.nchunks) if progress is not None else None
             report.nodes.append(_scan_array(item, name, tick))
@@ -421,23 +430,8 @@ def repair(
             except FileNotFoundError:  # renamed into place or removed meanwhile
                 pass
     if drop_corrupt and not dry_run and report.problems:
-        from ..api import open as open_node
-
-        writable = _writable(url, storage_options, open_node)
-        by_name = dict(_nodes(writable, "", storage_options))
+        nodes = dict(walk(url, mode="r+", storage_options=storage_options))
         for n in report.nodes:
             for p in n.problems:
-                _drop(by_name[n.name], p)
+                _drop(nodes[n.name], p)
     return report
-
-
-def _writable(url: Any, storage_options: dict[str, Any] | None, open_node: Callable[..., Any]) -> Any:
-    from ..formats.precomputed import open_kv
-
-    try:
-        return open_node(url, mode="r+", storage_options=storage_options)
-    except ShardStoreError as first:
-        try:
-            return open_kv(url, mode="r+", storage_options=storage_options)
-        except ShardStoreError:
-            raise first from None
