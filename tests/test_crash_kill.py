@@ -82,7 +82,8 @@ def kill_loop(base: Path, name: str, kills: int) -> dict[str, int]:
         assert scan(path).problems == []  # every stored unit decodes, not only those read above
     fixed = repair(path, grace=0)
     assert all(t.removed for t in fixed.temps)
-    assert scan(path).temps == []
+    after = scan(path)
+    assert after.temps == [] and after.orphans == []
     scenario.check(path, kills)  # removing the temp files changed nothing readable
     return {"kills": kills, "temp_files_left": len(fixed.temps)}
 

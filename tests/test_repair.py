@@ -20,8 +20,10 @@ import numpy as np
 import pytest
 from _integrity_data import DATASETS, damage, data_keys, read
 
+import shardstore
 from shardstore._sync import sync
 from shardstore.cli import main
+from shardstore.errors import ShardStoreError
 from shardstore.ops.integrity import find_temp_files, repair, scan
 from shardstore.store.local import LocalStore, temp_path
 
@@ -77,8 +79,6 @@ def test_temp_files_are_never_listed_or_read(tmp_path: Path, name: str) -> None:
 def test_group_listing_ignores_temp_files(tmp_path: Path) -> None:
     url = str(tmp_path / "g")
     DATASETS["zarr3-group"].make(url, None)
-    import shardstore
-
     before = sorted(shardstore.open(url).keys())
     (Path(url) / ".raw.0123456789abcdef0123456789abcdef.tmp").mkdir()  # even a directory of that name
     Path(temp_path(str(Path(url) / "labels"))).write_bytes(b"{}")
@@ -127,11 +127,42 @@ def test_repair_cli_temp_files(tmp_path: Path, capsys: pytest.CaptureFixture[str
     planted = _plant_temps(Path(url))
     assert main(["repair", "--no-progress", "--dry-run", url]) == 0
     out = capsys.readouterr().out
-    assert f"{len(planted)} temp file(s) would remove" in out and all(p.exists() for p in planted)
+    assert f"would remove {len(planted)} temp file(s)" in out and all(p.exists() for p in planted)
     assert main(["repair", url, "--no-progress"]) == 0
     out = capsys.readouterr().out
-    assert f"{len(planted)} temp file(s) removed" in out and not any(p.exists() for p in planted)
+    assert f"removed {len(planted)} temp file(s)" in out and not any(p.exists() for p in planted)
     assert main(["repair", url, "--grace", "-1"]) == 2
+
+
+# -- orphan ctable columns -------------------------------------------------------------------------
+def _orphan_table(url: str, opts: dict[str, Any] | None = None) -> None:
+    """A ctable whose column "b" was being added when the writer was killed: the column's
+    files are complete, ``__rootdirs__`` does not list it yet."""
+    shardstore.bcolz.create(url, storage_options=opts, columns=[np.arange(10)], names=["a"], mode="w").flush()
+    shardstore.bcolz.create(url, path="b", storage_options=opts, data=np.arange(10) * 2, mode="w").flush()
+
+
+def test_orphan_column_of_a_killed_addcol(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = str(tmp_path / "t.bcolz")
+    _orphan_table(url)
+    t = shardstore.bcolz.open(url, mode="r+")
+    assert t.names == ["a"]
+    with pytest.raises(ShardStoreError, match="'b' already exists"):  # the retry of the job fails
+        t.addcol(np.arange(10) * 3, name="b")
+    assert main(["verify", "--no-progress", url]) == 0
+    assert "1 ctable column director(ies) not in __rootdirs__" in capsys.readouterr().out
+    assert main(["repair", "--no-progress", url]) == 0  # default grace: just written, kept
+    assert "kept orphan ctable column b/" in capsys.readouterr().out
+    assert main(["repair", "--no-progress", "--dry-run", "--grace", "0", url]) == 0
+    assert "would remove orphan ctable column b/" in capsys.readouterr().out
+    assert (Path(url) / "b").is_dir()
+    assert main(["repair", "--no-progress", "--grace", "0", url]) == 0
+    assert "removed orphan ctable column b/" in capsys.readouterr().out
+    assert not (Path(url) / "b").exists()
+    t = shardstore.bcolz.open(url, mode="r+")
+    t.addcol(np.arange(10) * 3, name="b")  # the retry works now
+    assert np.array_equal(shardstore.bcolz.open(url)["b"][:], np.arange(10) * 3)
+    assert scan(url).orphans == []
 
 
 # -- units that fail to decode --------------------------------------------------------------------
@@ -239,6 +270,16 @@ def s3_env(seaweedfs: SeaweedFS, monkeypatch: pytest.MonkeyPatch) -> SeaweedFS:
 def test_drop_corrupt_s3(s3_env: SeaweedFS, name: str, capsys: pytest.CaptureFixture[str]) -> None:
     url = s3_env.url(f"repair-{name}-{os.urandom(4).hex()}")
     _drop_flow(url, name, capsys, s3_env.storage_options())
+
+
+def test_orphan_column_on_s3(s3_env: SeaweedFS, capsys: pytest.CaptureFixture[str]) -> None:
+    url = s3_env.url(f"orphan-{os.urandom(4).hex()}")
+    _orphan_table(url, s3_env.storage_options())
+    assert main(["repair", "--no-progress", url]) == 0
+    assert "kept orphan ctable column b/ (remote: only with --grace 0)" in capsys.readouterr().out
+    assert main(["repair", "--no-progress", "--grace", "0", url]) == 0
+    assert "removed orphan ctable column b/" in capsys.readouterr().out
+    assert scan(url, storage_options=s3_env.storage_options()).orphans == []
 
 
 def test_verify_and_repair_s3_report_no_temp_files(s3_env: SeaweedFS, capsys: pytest.CaptureFixture[str]) -> None:

@@ -63,6 +63,9 @@ def run(args: argparse.Namespace) -> None:
     if report.temps:
         out(f"  note: {len(report.temps)} temporary file(s) of unfinished writes (never read as data); "
             "`shardstore repair` removes the stale ones")
+    if report.orphans:
+        out(f"  note: {len(report.orphans)} ctable column director(ies) not in __rootdirs__ (never read); "
+            "`shardstore repair` removes them")
     if report.problems:
         for line in problem_lines(report):
             print(line, file=sys.stderr)

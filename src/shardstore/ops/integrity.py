@@ -7,7 +7,8 @@ One implementation walks a dataset of any format and
 - says, per array, whether the content was checked against checksums stored with it (which
   codec) or only decoded, so that a clean result is never more than it is;
 - finds the temporary files that killed writers left behind (local stores only: S3 writes are
-  single PUTs and leave no temporary objects).
+  single PUTs and leave no temporary objects), and the column directories of a bcolz ctable
+  that its ``__rootdirs__`` does not list (a killed ``addcol`` or ``delcol``).
 
 ``repair`` removes the temporary files no live writer holds and, when asked, the units that
 fail to decode, so they read as the fill value again.
@@ -41,16 +42,19 @@ from ..codecs.zstd import ZstdCodec
 from ..core.array import Array
 from ..core.layout import ChunkLayout
 from ..errors import ShardStoreError
+from ..formats.bcolz.ctable import CTable
 from ..sharding._uint64_format import gzip_decompress, shard_entries
 from ..sharding.uint64 import Uint64ShardedStore
 from ..sharding.zarr3 import ZarrShardingStore, parse_inner_key
 from ..store.base import Store
 from ..store.local import LocalStore, is_temp_name
+from ..store.registry import store_from_url
 from ..store.wrappers import PrefixStore
 
 __all__ = [
     "DEFAULT_GRACE",
     "NodeReport",
+    "OrphanColumn",
     "Problem",
     "ScanReport",
     "TempFile",
@@ -110,12 +114,33 @@ class TempFile:
     held: bool  # open in a live process of this machine
     removed: bool = False
 
+    def stale(self, grace: float) -> bool:
+        """Whether ``repair`` removes it: untouched for ``grace`` seconds and held by no one."""
+        return self.age >= grace and not self.held
+
+
+@dataclass
+class OrphanColumn:
+    """A bcolz ctable column directory that ``__rootdirs__`` does not list: what a killed
+    ``addcol`` (files written, name not yet listed) or ``delcol`` (name unlisted, files not yet
+    removed) leaves. Never read, but it makes a retried ``addcol`` of that name fail."""
+
+    prefix: str  # the directory's prefix in the dataset's store ("col/")
+    age: float | None  # seconds since its newest file changed (None: not a local directory)
+    removed: bool = False
+
+    def stale(self, grace: float) -> bool:
+        """Whether ``repair`` removes it: a local directory untouched for ``grace`` seconds; a
+        remote one (whose age the store does not tell) only when ``grace`` is 0."""
+        return self.age >= grace if self.age is not None else grace == 0
+
 
 @dataclass
 class ScanReport:
     url: str
     nodes: list[NodeReport] = field(default_factory=list)
     temps: list[TempFile] = field(default_factory=list)
+    orphans: list[OrphanColumn] = field(default_factory=list)
     #: why temp files were not looked for (e.g. a remote store), or None
     temps_note: str | None = None
 
@@ -293,7 +318,7 @@ def _nodes(node: Any, name: str, mode: str) -> Iterator[tuple[str, Any]]:
             yield f"{name}/{scale['key']}" if name else str(scale["key"]), a
     elif isinstance(node, Array):
         yield name, node
-    elif hasattr(node, "cols") and hasattr(node, "names"):  # bcolz ctable
+    elif isinstance(node, CTable):
         for col in node.names:
             yield from _nodes(node[col], f"{name}/{col}" if name else col, mode)
     elif hasattr(node, "keys"):
@@ -359,6 +384,33 @@ def find_temp_files(root: Path, now: float | None = None) -> list[TempFile]:
     ]
 
 
+def _newest_mtime(directory: Path) -> float:
+    newest = directory.stat().st_mtime
+    for d, _, files in os.walk(directory):
+        for f in files:
+            try:
+                newest = max(newest, os.stat(os.path.join(d, f)).st_mtime)
+            except FileNotFoundError:
+                continue
+    return newest
+
+
+def _orphan_columns(table: CTable, root: Path | None) -> list[OrphanColumn]:
+    """Column directories of ``table`` that its ``__rootdirs__`` does not name."""
+    base = f"{table.path}/" if table.path else ""
+    _, dirs = sync(table.store.list_dir(base))
+    listed = set(table.names)
+    now = time.time()
+    out = []
+    for d in dirs:
+        if d in listed:
+            continue
+        local = root / table.path / d if root is not None else None
+        age = now - _newest_mtime(local) if local is not None and local.is_dir() else None
+        out.append(OrphanColumn(f"{base}{d}/", age))
+    return out
+
+
 def scan(
     url: str | os.PathLike[str] | Store,
     *,
@@ -375,7 +427,10 @@ def scan(
         report.temps = find_temp_files(root)
     elif root is None:
         report.temps_note = "not a local directory: remote writes leave no temporary objects"
-    for name, item in walk(url, storage_options=storage_options):
+    node = _open(url, storage_options)
+    if isinstance(node, CTable):
+        report.orphans = _orphan_columns(node, root)
+    for name, item in _nodes(node, "", "r"):
         if isinstance(item, Array):
             tick = progress(name, item.driver.layout.grid.nchunks) if progress is not None else None
             report.nodes.append(_scan_array(item, name, tick))
@@ -423,12 +478,18 @@ def repair(
     decode; ``dry_run`` changes nothing. Returns the scan with ``removed`` / ``dropped`` set."""
     report = scan(url, storage_options=storage_options, progress=progress)
     for t in report.temps:
-        if t.age >= grace and not t.held and not dry_run:
+        if t.stale(grace) and not dry_run:
             try:
                 os.unlink(t.path)
                 t.removed = True
             except FileNotFoundError:  # renamed into place or removed meanwhile
                 pass
+    if report.orphans and not dry_run:
+        store = store_from_url(url, mode="r+", storage_options=storage_options)
+        for o in report.orphans:
+            if o.stale(grace):
+                sync(store.delete_prefix(o.prefix))
+                o.removed = True
     if drop_corrupt and not dry_run and report.problems:
         nodes = dict(walk(url, mode="r+", storage_options=storage_options))
         for n in report.nodes:
