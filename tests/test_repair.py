@@ -85,6 +85,16 @@ def test_group_listing_ignores_temp_files(tmp_path: Path) -> None:
     assert sorted(shardstore.open(url).keys()) == before
 
 
+def test_n5_group_listing_ignores_temp_files(tmp_path: Path) -> None:
+    url = str(tmp_path / "c.n5")
+    DATASETS["n5-gzip"].make(url, None)
+    before = sorted(shardstore.open(url).keys())
+    Path(temp_path(str(Path(url) / "attributes.json"))).write_bytes(b'{"n5": "4.0.0"}')
+    (Path(url) / ".arr.0123456789abcdef0123456789abcdef.tmp").mkdir()
+    Path(temp_path(str(Path(url) / ".arr.0123456789abcdef0123456789abcdef.tmp" / "attributes.json"))).write_bytes(b"{}")
+    assert sorted(shardstore.open(url).keys()) == before == ["arr"]
+
+
 # -- which temp files repair removes --------------------------------------------------------------
 def test_repair_removes_only_stale_unheld_temp_files(tmp_path: Path) -> None:
     url = str(tmp_path / "a.n5")

@@ -48,7 +48,7 @@ def node_lines(report: ScanReport) -> Iterator[str]:
 def problem_lines(report: ScanReport, limit: int = MAX_LISTED) -> Iterator[str]:
     problems = [(n.name or "/", p) for n in report.nodes for p in n.problems]
     for name, p in problems[:limit]:
-        yield f"  {name}: {p.where}: {p.error}"
+        yield f"  {name}{p.region}: {p.where}: {p.error}"
     if len(problems) > limit:
         yield f"  ... and {len(problems) - limit} more"
 

@@ -82,6 +82,7 @@ class Problem:
     #: file, when its index is unreadable), "fill" (bcolz: rewrite the chunk as dflt rows)
     action: str = "delete"
     coords: tuple[int, ...] | None = None  # the chunk's grid coordinates (arrays)
+    region: str = ""  # the chunk's region of the array, "[0:64, 64:128]" (arrays)
     dropped: bool = False
 
 
@@ -187,6 +188,10 @@ def _unit_of(store: Store, key: str) -> tuple[Store, str]:
     return store, key
 
 
+def _region_text(layout: ChunkLayout, coords: tuple[int, ...]) -> str:
+    return "[" + ", ".join(f"{r.start}:{r.stop}" for r in layout.grid.chunk_region(coords)) + "]"
+
+
 def _describe_error(err: BaseException) -> str:
     return f"{type(err).__name__}: {err}"
 
@@ -203,7 +208,8 @@ def _scan_array(a: Array, name: str, progress: Callable[[int], None] | None) -> 
         try:
             pipeline.decode(data, layout.spec_for(coords))
         except ShardStoreError as err:
-            return Problem(key, layout.describe_key(key), _describe_error(err), "fill" if fill_chunks else "delete", coords)
+            return Problem(key, layout.describe_key(key), _describe_error(err), "fill" if fill_chunks else "delete",
+                           coords, _region_text(layout, coords))
         return None
 
     coords_iter = itertools.product(*(range(n) for n in layout.grid.grid_shape))
@@ -229,10 +235,12 @@ def _scan_array(a: Array, name: str, progress: Callable[[int], None] | None) -> 
             if isinstance(v, BaseException):
                 _, unit_key = _unit_of(store, k)
                 action = "delete-unit" if unit_key != k else ("fill" if fill_chunks else "delete")
-                report.problems.append(Problem(unit_key, layout.describe_key(k), _describe_error(v), action, c))
+                report.problems.append(Problem(unit_key, layout.describe_key(k), _describe_error(v), action, c,
+                                               _region_text(layout, c)))
             elif v is None:
                 if fill_chunks:
-                    report.problems.append(Problem(k, layout.describe_key(k), "missing chunk file", "fill", c))
+                    report.problems.append(Problem(k, layout.describe_key(k), "missing chunk file", "fill", c,
+                                                   _region_text(layout, c)))
             else:
                 todo.append((c, k, v))
         report.units += len(todo)
