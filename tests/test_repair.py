@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -18,13 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
-from _integrity_data import DATASETS, damage, data_keys, read
+from _integrity_data import DATASETS, SHARDING, damage, data_keys, read
 
 import shardstore
 from shardstore._sync import sync
 from shardstore.cli import main
 from shardstore.errors import ShardStoreError
 from shardstore.ops.integrity import find_temp_files, repair, scan
+from shardstore.sharding._uint64_format import ShardingSpec, decode_minishard_index
 from shardstore.store.local import LocalStore, temp_path
 
 if TYPE_CHECKING:
@@ -249,6 +251,41 @@ def test_drop_corrupt_shard_index_drops_the_shard(tmp_path: Path) -> None:
     after[:20, 20:40] = before[:20, 20:40]
     assert np.array_equal(after, before)
     assert not shard.exists()
+
+
+def _first_value(shard: bytes, spec: ShardingSpec) -> tuple[int, int]:
+    """(offset, size) of the first value of a uint64 shard file, from its indexes."""
+    index = np.frombuffer(shard[: spec.index_size], dtype="<u8").reshape(-1, 2)
+    m = next(i for i in range(len(index)) if index[i, 0] != index[i, 1])
+    lo, hi = (int(v) + spec.index_size for v in index[m])
+    _, start, size = next(iter(decode_minishard_index(shard[lo:hi], spec, "shard", m).items()))
+    return int(start), int(size)
+
+
+@pytest.mark.parametrize("name", ["kv", "precomputed-sharded"])
+def test_drop_corrupt_value_keeps_the_rest_of_its_shard(tmp_path: Path, name: str) -> None:
+    """A damaged gzip value (the shard's indexes intact) drops that key / chunk only."""
+    url = str(tmp_path / name)
+    before = DATASETS[name].make(url, None)
+    shard = min(Path(url).rglob("*.shard"))
+    raw = bytearray(shard.read_bytes())
+    spec = json.loads((shard.parent / "info").read_text()) if name == "kv" else SHARDING
+    start, size = _first_value(bytes(raw), ShardingSpec.from_json(spec))
+    assert size > 30
+    raw[start + 20] ^= 0xFF  # inside the deflate stream (gzip's header bytes have no checksum)
+    shard.write_bytes(bytes(raw))
+    report = repair(url, drop_corrupt=True)
+    (problem,) = report.problems
+    assert problem.action == "delete" and problem.dropped, problem
+    assert shard.exists()  # rewritten, not removed
+    after = read(url)
+    _check_dropped(before, after, 0)
+    if name == "kv":
+        assert len(after[""]) == len(before[""]) - 1
+    else:  # exactly one 8^3 chunk became fill
+        changed = after["1_1_1"] != before["1_1_1"]
+        assert changed.sum() == 8 * 8 * 8
+    assert scan(url).problems == []
 
 
 def test_drop_corrupt_bcolz_rewrites_dflt_rows(tmp_path: Path) -> None:

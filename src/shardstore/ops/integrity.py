@@ -188,6 +188,15 @@ def _unit_of(store: Store, key: str) -> tuple[Store, str]:
     return store, key
 
 
+def _index_readable(store: Store, key: str) -> bool:
+    """Whether a sharding adapter can locate ``key`` (its shard's indexes decode)."""
+    try:
+        sync(store.exists(key))
+    except ShardStoreError:
+        return False
+    return True
+
+
 def _region_text(layout: ChunkLayout, coords: tuple[int, ...]) -> str:
     return "[" + ", ".join(f"{r.start}:{r.stop}" for r in layout.grid.chunk_region(coords)) + "]"
 
@@ -234,7 +243,12 @@ def _scan_array(a: Array, name: str, progress: Callable[[int], None] | None) -> 
         for c, k, v in zip(batch, keys, values):
             if isinstance(v, BaseException):
                 _, unit_key = _unit_of(store, k)
-                action = "delete-unit" if unit_key != k else ("fill" if fill_chunks else "delete")
+                if unit_key == k:
+                    action = "fill" if fill_chunks else "delete"
+                elif _index_readable(store, k):  # the value itself is bad (e.g. its gzip encoding)
+                    action, unit_key = "delete", k
+                else:
+                    action = "delete-unit"
                 report.problems.append(Problem(unit_key, layout.describe_key(k), _describe_error(v), action, c,
                                                _region_text(layout, c)))
             elif v is None:
@@ -452,24 +466,34 @@ def _drop(node: Any, problem: Problem) -> None:
     if isinstance(node, Array):
         layout = node.driver.layout
         store = layout.store
+        sharded = isinstance(store, (ZarrShardingStore, Uint64ShardedStore))
+        if problem.action == "delete" and sharded:
+            try:  # the shard rewritten without the chunk
+                sync(store.delete(problem.key))
+            except ShardStoreError:  # the shard cannot be rewritten: it goes as a whole
+                problem.action, problem.key = "delete-unit", _unit_of(store, problem.key)[1]
         if problem.action == "delete-unit":
-            base = store.base if isinstance(store, (ZarrShardingStore, Uint64ShardedStore)) else store
-            sync(base.delete(problem.key))
             if isinstance(store, (ZarrShardingStore, Uint64ShardedStore)):
+                sync(store.base.delete(problem.key))
                 store.invalidate()
+            else:
+                sync(store.delete(problem.key))
         elif problem.action == "fill":  # bcolz: every chunk is stored; rewrite it as dflt rows
             spec = layout.spec_for(problem.coords or ())
             fill = np.full(spec.shape, layout.spec.fill_value, dtype=layout.spec.dtype)
             sync(store.set(problem.key, layout.pipeline.encode(fill, spec)))
-        else:
+        elif problem.action == "delete" and not sharded:
             sync(store.delete(problem.key))
     else:  # a uint64 key-value store
         adapter: Uint64ShardedStore = node.store
+        if problem.action == "delete":
+            try:  # the shard rewritten without the key
+                sync(adapter.set_many_ids([(int(problem.key), None)]))
+            except ShardStoreError:  # the shard cannot be rewritten: it goes as a whole
+                problem.action, problem.key = "delete-unit", adapter.shard_file(int(problem.key))
         if problem.action == "delete-unit":
             sync(adapter.base.delete(problem.key))
             adapter.invalidate()
-        else:
-            sync(adapter.set_many_ids([(int(problem.key), None)]))
     problem.dropped = True
 
 
