@@ -24,6 +24,7 @@ whatever its age.
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -67,8 +68,9 @@ __all__ = [
 
 #: seconds a temp file must be left untouched before ``repair`` removes it
 DEFAULT_GRACE = 600.0
-#: chunks fetched per batch while scanning
+#: chunks fetched per batch while scanning, at most, and their decoded bytes, at most
 _BATCH = 256
+_BATCH_BYTES = 256 << 20
 
 
 @dataclass
@@ -222,7 +224,9 @@ def _scan_array(a: Array, name: str, progress: Callable[[int], None] | None) -> 
         return None
 
     coords_iter = itertools.product(*(range(n) for n in layout.grid.grid_shape))
-    while batch := list(itertools.islice(coords_iter, _BATCH)):
+    chunk_bytes = layout.chunk_spec.dtype.itemsize * math.prod(layout.grid.chunk_shape)
+    per_batch = max(1, min(_BATCH, _BATCH_BYTES // max(1, chunk_bytes)))
+    while batch := list(itertools.islice(coords_iter, per_batch)):
         keys = [layout.chunk_key(c) for c in batch]
         try:
             values: list[bytes | None | BaseException] = list(sync(store.get_many([(k, None) for k in keys])))
