@@ -11,7 +11,8 @@ mixes two writes, or holds shifted or stale bytes, cannot pass.
 
 Run as a script: ``python _crash_scenarios.py SCENARIO PATH RUN`` opens the dataset, prints
 ``ready`` once its first generation is written (so every kill finds that run's first
-generation complete), and writes generations until it is killed.
+generation complete), then writes generations, printing ``done G`` after each, until it is
+killed.
 """
 
 from __future__ import annotations
@@ -317,6 +318,7 @@ def main(argv: list[str]) -> None:
     print("ready", flush=True)
     for i in range(2, RUN):
         scenario.write(node, run * RUN + i)
+        print(f"done {run * RUN + i}", flush=True)  # the generations that completed
     print("finished without being killed", flush=True)
 
 
