@@ -288,6 +288,44 @@ def test_drop_corrupt_value_keeps_the_rest_of_its_shard(tmp_path: Path, name: st
     assert scan(url).problems == []
 
 
+def test_kv_legacy_index_data_pairs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Shards stored as ``.index`` + ``.data`` (the data file is the shard without its index)
+    are verified and, when their index is damaged, dropped as a pair."""
+    url = str(tmp_path / "kv")
+    before = DATASETS["kv"].make(url, None)[""]
+    spec = ShardingSpec.from_json(json.loads((Path(url) / "info").read_text()))
+    for shard in sorted(Path(url).glob("*.shard")):
+        raw = shard.read_bytes()
+        shard.with_suffix(".index").write_bytes(raw[: spec.index_size])
+        shard.with_suffix(".data").write_bytes(raw[spec.index_size :])
+        shard.unlink()
+    assert read(url)[""] == before
+    report = scan(url)
+    assert report.problems == [] and report.nodes[0].units == len(before)
+    first = min(Path(url).glob("*.index"))
+    first.write_bytes(first.read_bytes()[:-3])  # a truncated index
+    assert main(["repair", "--no-progress", "--drop-corrupt", url]) == 0
+    assert f"shard file '{first.name}'" in capsys.readouterr().err
+    assert not first.exists() and not first.with_suffix(".data").exists()
+    _check_dropped({"": before}, read(url), 0)
+
+
+def test_kv_keys_in_the_wrong_shard_are_reported_not_dropped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Swapped shard files (or a sharding spec that does not match them) are not damage that
+    dropping would repair: verify reports them, repair --drop-corrupt leaves them."""
+    url = str(tmp_path / "kv")
+    DATASETS["kv"].make(url, None)
+    a, b = sorted(Path(url).glob("*.shard"))[:2]
+    raw_a, raw_b = a.read_bytes(), b.read_bytes()
+    a.write_bytes(raw_b)
+    b.write_bytes(raw_a)
+    assert main(["verify", "--no-progress", url]) == 1
+    assert "belongs in shard" in capsys.readouterr().err
+    assert main(["repair", "--no-progress", "--drop-corrupt", url]) == 1
+    capsys.readouterr()
+    assert a.read_bytes() == raw_b and b.read_bytes() == raw_a
+
+
 def test_drop_corrupt_bcolz_rewrites_dflt_rows(tmp_path: Path) -> None:
     url = str(tmp_path / "c.bcolz")
     before = DATASETS["bcolz-carray"].make(url, None)[""]

@@ -39,9 +39,10 @@ def run(args: argparse.Namespace) -> None:
     orphans = sum(o.stale(args.grace) for o in report.orphans)
     out(f"repair: {verb} {len(stale)} temp file(s) and {orphans} orphan column(s); {len(problems)} unit(s) fail to decode"
         + (f", {dropped} dropped (now read as fill value)" if dropped else ""))
-    if problems and not dropped:
+    left = [p for p in problems if not p.dropped]
+    if left:
         hint = "" if args.drop_corrupt else "; --drop-corrupt removes them"
-        raise CommandFailed(f"repair: {args.path}: {len(problems)} corrupt unit(s) left{hint}")
+        raise CommandFailed(f"repair: {args.path}: {len(left)} corrupt unit(s) left{hint}")
 
 
 def add_parser(add: AddCommand) -> None:

@@ -81,7 +81,8 @@ class Problem:
     where: str  # the key described for people (shard file included)
     error: str  # "ErrorType: message"
     #: what ``repair --drop-corrupt`` does: "delete" the key, "delete-unit" (the whole shard
-    #: file, when its index is unreadable), "fill" (bcolz: rewrite the chunk as dflt rows)
+    #: file, when its index is unreadable), "fill" (bcolz: rewrite the chunk as dflt rows),
+    #: "keep" (nothing: dropping would not be a repair)
     action: str = "delete"
     coords: tuple[int, ...] | None = None  # the chunk's grid coordinates (arrays)
     region: str = ""  # the chunk's region of the array, "[0:64, 64:128]" (arrays)
@@ -268,6 +269,15 @@ def _scan_array(a: Array, name: str, progress: Callable[[int], None] | None) -> 
     return report
 
 
+def _kv_shard_bytes(base: Store, stem: str, names: set[str]) -> tuple[str, bytes | None]:
+    """(unit key, whole shard bytes) of shard ``stem``: its ``.shard`` file, or the legacy
+    ``.index`` + ``.data`` pair (the data file is the shard without its index)."""
+    if f"{stem}.shard" in names:
+        return f"{stem}.shard", sync(base.get(f"{stem}.shard"))
+    index, data = sync(base.get_many([(f"{stem}.index", None), (f"{stem}.data", None)]))
+    return f"{stem}.index", None if index is None else bytes(index) + bytes(data or b"")
+
+
 def _scan_kv(kv: Any, name: str) -> NodeReport:
     """Every value of a uint64 sharded key-value store, shard file by shard file."""
     adapter: Uint64ShardedStore = kv.store
@@ -275,31 +285,34 @@ def _scan_kv(kv: Any, name: str) -> NodeReport:
     checks = ["gzip CRC-32 of the data_encoding"] if spec.data_encoding == "gzip" else []
     report = NodeReport(name, "uint64 kv", checks=checks)
     files, _ = sync(adapter.base.list_dir(""))
-    for fname in sorted(files):
-        stem, _, ext = fname.partition(".")
+    names = set(files)
+    stems = {f.partition(".")[0] for f in files if f.partition(".")[2] in ("shard", "index")}
+    for stem in sorted(stems):
         shard = spec.parse_shard_name(stem)
-        if shard is None or ext != "shard":
+        if shard is None:
             continue
-        data = sync(adapter.base.get(fname))
+        unit, data = _kv_shard_bytes(adapter.base, stem, names)
         if data is None:
             continue
         report.nbytes += len(data)
         try:
-            entries = shard_entries(data, spec, fname)
+            entries = shard_entries(data, spec, unit)
         except ShardStoreError as err:
-            report.problems.append(Problem(fname, f"shard file {fname!r}", _describe_error(err), "delete-unit"))
+            report.problems.append(Problem(unit, f"shard file {unit!r}", _describe_error(err), "delete-unit"))
             continue
         for key, value in entries.items():
             report.units += 1
+            where = f"key {key} in shard file {unit!r}"
             if spec.locate(key)[0] != shard:
-                report.problems.append(Problem(str(key), f"key {key} in shard file {fname!r}",
-                                               f"key {key} belongs in shard {spec.shard_name(spec.locate(key)[0])}", "delete-unit"))
-                continue
-            if spec.data_encoding == "gzip":
+                # unreachable, but more likely a sharding spec that does not match the files
+                # than damage: reported, never dropped
+                report.problems.append(Problem(str(key), where, f"key {key} belongs in shard "
+                                               f"{spec.shard_name(spec.locate(key)[0])}", "keep"))
+            elif spec.data_encoding == "gzip":
                 try:
-                    gzip_decompress(value, f"shard {fname!r}, key {key}")
+                    gzip_decompress(value, f"shard {unit!r}, key {key}")
                 except ShardStoreError as err:
-                    report.problems.append(Problem(str(key), f"key {key} in shard file {fname!r}", _describe_error(err)))
+                    report.problems.append(Problem(str(key), where, _describe_error(err)))
     return report
 
 
@@ -467,6 +480,8 @@ def scan(
 
 # -- repair --------------------------------------------------------------------------------
 def _drop(node: Any, problem: Problem) -> None:
+    if problem.action == "keep":
+        return
     if isinstance(node, Array):
         layout = node.driver.layout
         store = layout.store
@@ -496,7 +511,8 @@ def _drop(node: Any, problem: Problem) -> None:
             except ShardStoreError:  # the shard cannot be rewritten: it goes as a whole
                 problem.action, problem.key = "delete-unit", adapter.shard_file(int(problem.key))
         if problem.action == "delete-unit":
-            sync(adapter.base.delete(problem.key))
+            stem, _, ext = problem.key.partition(".")
+            sync(adapter.base.set_many([(f"{stem}.{e}", None) for e in (("index", "data") if ext == "index" else (ext,))]))
             adapter.invalidate()
     problem.dropped = True
 
