@@ -51,8 +51,10 @@ def _env() -> dict[str, str]:
 
 
 def _start(name: str, path: str, run: int) -> subprocess.Popen[bytes]:
+    # unbuffered: readline() takes "ready" byte by byte, leaving the "done" lines that follow
+    # in the pipe for communicate() (which reads the descriptor, not a Python buffer)
     proc = subprocess.Popen([sys.executable, SCRIPT, name, path, str(run)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=_env())
+                            stderr=subprocess.PIPE, env=_env(), bufsize=0)
     assert proc.stdout is not None
     ready, _, _ = select.select([proc.stdout], [], [], 120)
     line = proc.stdout.readline() if ready else b""
