@@ -1,80 +1,88 @@
-"""``shardstore verify``: decode every chunk; list each failure with its key."""
+"""``shardstore verify``: decode every stored unit; list each failure with its key."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from typing import Self
 
-from ..api import open as open_node
-from ..core.array import Array
-from ..demo import count_blocks, format_bytes, iter_blocks
-from ..errors import ShardStoreError
-from ._common import AddCommand, CommandFailed, io_block, out, walk
+from ..demo import format_bytes
+from ..ops.integrity import ScanReport, scan
+from ._common import AddCommand, CommandFailed, out
 
 #: verify lists at most this many problems (all are counted)
 MAX_LISTED = 20
 
 
-def _region_text(region: tuple[slice, ...]) -> str:
-    return "[" + ", ".join(f"{s.start}:{s.stop}" for s in region) + "]"
+class Bars:
+    """tqdm bars, one per array, for ``integrity.scan``'s ``progress`` (closed at exit)."""
+
+    def __init__(self, verb: str, enabled: bool) -> None:
+        self.verb, self.enabled, self.stack = verb, enabled, ExitStack()
+
+    def __call__(self, name: str, total: int) -> Callable[[int], None] | None:
+        if not self.enabled:
+            return None
+        from tqdm import tqdm
+
+        bar = self.stack.enter_context(tqdm(total=total, desc=f"{self.verb} {name or '/'}", unit="chunk",
+                                            dynamic_ncols=True, leave=False))
+        return bar.update
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stack.close()
 
 
-def _verify_array(a: Array, name: str, progress: bool) -> list[str]:
-    """Read every chunk of ``a``; return one message per distinct failure."""
-    from tqdm import tqdm
+def node_lines(report: ScanReport) -> Iterator[str]:
+    """One line per array / key-value store: units decoded and how far that checks them."""
+    for n in report.nodes:
+        yield f"  {n.name or '/'} ({n.format}): {n.units} unit(s), {n.check_text()}"
 
-    problems: list[str] = []
-    seen: set[str] = set()
 
-    def note(region: tuple[slice, ...], err: ShardStoreError) -> None:
-        text = str(err)
-        if text not in seen:  # a broken shard index fails every inner chunk the same way
-            seen.add(text)
-            problems.append(f"{name}{_region_text(region)}: {type(err).__name__}: {text}")
-
-    block = a.shards or io_block(a.shape, a.chunks, a.dtype.itemsize)
-    with tqdm(total=count_blocks(a.shape, block), desc=f"verifying {name}",
-              unit="shard" if a.shards else "block", disable=not progress, dynamic_ncols=True) as bar:
-        for region in iter_blocks(a.shape, block):
-            try:
-                a[region]  # the fast path: a whole shard (or many chunks) per read
-            except ShardStoreError:  # narrow it down to the chunks that fail
-                shape = tuple(s.stop - s.start for s in region)
-                for inner in iter_blocks(shape, a.chunks):
-                    sub = tuple(slice(o.start + i.start, o.start + i.stop) for o, i in zip(region, inner))
-                    try:
-                        a[sub]
-                    except ShardStoreError as err:
-                        note(sub, err)
-            bar.update(1)
-    return problems
+def problem_lines(report: ScanReport, limit: int = MAX_LISTED) -> Iterator[str]:
+    problems = [(n.name or "/", p) for n in report.nodes for p in n.problems]
+    for name, p in problems[:limit]:
+        yield f"  {name}{p.region}: {p.where}: {p.error}"
+    if len(problems) > limit:
+        yield f"  ... and {len(problems) - limit} more"
 
 
 def run(args: argparse.Namespace) -> None:
-    node = open_node(args.path, mode="r")
     t0 = time.perf_counter()
-    problems: list[str] = []
-    arrays = 0
-    nbytes = 0
-    for name, child in walk(node):
-        if isinstance(child, Array):
-            arrays += 1
-            nbytes += child.nbytes
-            problems += _verify_array(child, name or args.path, not args.no_progress)
+    with Bars("verifying", not args.no_progress) as bars:
+        report = scan(args.path, progress=bars)
     seconds = time.perf_counter() - t0
-    if problems:
-        for p in problems[:MAX_LISTED]:
-            print(f"  {p}", file=sys.stderr)
-        if len(problems) > MAX_LISTED:
-            print(f"  ... and {len(problems) - MAX_LISTED} more", file=sys.stderr)
-        raise CommandFailed(f"verify: {args.path}: {len(problems)} problem(s) found")
-    out(f"verify: OK, {arrays} array(s), {format_bytes(nbytes)} decoded in {seconds:.2f} s")
+    for line in node_lines(report):
+        out(line)
+    if report.temps:
+        out(f"  note: {len(report.temps)} temporary file(s) of unfinished writes (never read as data); "
+            "`shardstore repair` removes the stale ones")
+    if report.orphans:
+        out(f"  note: {len(report.orphans)} ctable column director(ies) not in __rootdirs__ (never read); "
+            "`shardstore repair` removes them")
+    if report.problems:
+        for line in problem_lines(report):
+            print(line, file=sys.stderr)
+        raise CommandFailed(f"verify: {args.path}: {len(report.problems)} problem(s) found")
+    nbytes = sum(n.nbytes for n in report.nodes)
+    unchecked = sum(not n.checksummed for n in report.nodes)
+    how = "all checked against checksums" if not unchecked else (
+        f"{unchecked} of {len(report.nodes)} only decoded (no checksum stored)")
+    out(f"verify: OK, {len(report.nodes)} array(s) ({how}), {format_bytes(nbytes)} in {seconds:.2f} s")
 
 
 def add_parser(add: AddCommand) -> None:
-    p = add("verify", "read every chunk and report the ones that fail",
-            "Decode every chunk of an array (or of every array below a group) and report each "
-            "failure with the key concerned. Exit code 1 when anything is unreadable.")
-    p.add_argument("path", metavar="PATH", help="array or group (directory or file:// URL)")
+    p = add("verify", "decode every chunk and report the ones that fail",
+            "Decode every stored unit (chunk, inner chunk, key-value value, bcolz chunk file) of an "
+            "array, group, precomputed volume (every scale), uint64 key-value store or bcolz "
+            "carray/ctable, and report each failure with its key. Per array it says whether the "
+            "content was checked against stored checksums (crc32c codec, zstd checksum, gzip/zlib "
+            "trailer) or only decoded. Exit code 1 when anything is unreadable.")
+    p.add_argument("path", metavar="PATH", help="dataset: a directory, file:// or s3:// URL")
     p.set_defaults(func=run)

@@ -40,7 +40,7 @@ from .base import (
     validate_prefix,
 )
 
-__all__ = ["LocalStore", "temp_path"]
+__all__ = ["LocalStore", "is_temp_name", "temp_path"]
 
 #: trees with at least this many files are removed by ``UNLINK_THREADS`` threads
 PARALLEL_UNLINK_FILES = 64
@@ -145,6 +145,13 @@ def _is_temp(name: str) -> bool:
     if name.startswith(".") and name.endswith(".tmp"):
         return _TEMP_RE.match(name) is not None
     return is_lock_name(name)
+
+
+def is_temp_name(name: str) -> bool:
+    """Whether a file name is shardstore's own and never a key: a ``temp_path`` name (an
+    in-flight write, or one a killed writer left behind) or a lock sidecar of a unit whose
+    holder died (``shardstore repair`` removes stale ones)."""
+    return _is_temp(name)
 
 
 def _pread(fd: int, n: int, offset: int) -> bytes:

@@ -1,0 +1,1 @@
+"""Whole-dataset operations on the public API and stores (integrity scanning, ...)."""
