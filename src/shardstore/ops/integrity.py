@@ -369,8 +369,8 @@ def _local_root(url: str | os.PathLike[str] | Store) -> Path | None:
     """The directory of a local dataset, or None for other stores."""
     if isinstance(url, LocalStore):
         return url.root
-    if isinstance(url, PrefixStore) and isinstance(url.base, LocalStore):  # type: ignore[attr-defined]
-        return url.base.root / url.prefix  # type: ignore[attr-defined]
+    if isinstance(url, PrefixStore) and isinstance(url.base, LocalStore):
+        return url.base.root / url.prefix
     if isinstance(url, Store):
         return None
     text = os.fspath(url)
