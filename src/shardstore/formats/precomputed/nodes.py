@@ -16,6 +16,7 @@ from ...store.base import Store
 from ...store.registry import store_from_url
 from .driver import EncodingOptions, PrecomputedDriver, info_key
 from .metadata import VolumeInfo, default_key, encode_info, parse_info
+from .scales import downscaled_members
 
 __all__ = ["open", "create", "add_scale", "read_info", "DEFAULT_CHUNK"]
 
@@ -160,33 +161,72 @@ def create(
     return _array(base, path, arrays[0].info, 0, False, options)
 
 
+def _derived_members(base: dict[str, Any], spec: dict[str, Any], factor: Sequence[float] | None) -> dict[str, Any]:
+    """``spec`` with what it leaves out taken from ``base`` downsampled by ``factor`` (or by
+    the ratio of the resolutions): resolution, voxel_offset, size (rounded as CloudVolume and
+    igneous round them), chunk size, encoding."""
+    if factor is None and "resolution" in spec:
+        ratio = [float(r) / float(b) for r, b in zip(spec["resolution"], base["resolution"])]
+        factor = ratio if all(r > 0 for r in ratio) else None
+    out = dict(spec)
+    if factor is not None:
+        for k, v in downscaled_members(base, factor).items():
+            out.setdefault(k, v)
+    if "chunk_size" not in out and "chunk_sizes" not in out and "size" in out:
+        out["chunk_sizes"] = [[min(int(c), max(int(s), 1)) for c, s in zip(base["chunk_sizes"][0], out["size"])]]
+    if "encoding" not in out:
+        out["encoding"] = base["encoding"]
+        for member in ("compressed_segmentation_block_size", "jpeg_quality", "png_level"):
+            if member in base:
+                out.setdefault(member, copy.deepcopy(base[member]))
+    return out
+
+
 def add_scale(
     store: StoreLike,
     scale: dict[str, Any] | None = None,
     *,
     path: str | None = None,
+    factor: Sequence[float] | None = None,
+    base: int | str = 0,
+    replace: bool = False,
     jpeg_quality: int | None = None,
     png_level: int | None = None,
     **members: Any,
 ) -> Array:
     """Append a scale to an existing volume's ``info``; return it as a writable array.
 
-    The scale is a dict of ``info`` members (or keyword arguments), as in ``create``.
+    The scale is a dict of ``info`` members (or keyword arguments), as in ``create``. Members
+    left out are derived from scale ``base`` (default the first) and ``factor`` ([x, y, z];
+    default: the ratio of the given ``resolution`` to the base's): ``resolution = base *
+    factor``, ``voxel_offset = floor(base / factor)``, ``size = ceil(base / factor)`` (as
+    CloudVolume and igneous compute them), the base's chunk size (clipped to the size) and
+    encoding. ``replace=True`` replaces a scale with the same key and deletes its chunks.
     """
-    base, path = _resolve(store, path, "r+")
+    base_store, path = _resolve(store, path, "r+")
     spec = {**(scale or {}), **members}
     key = info_key(path)
 
-    async def update() -> VolumeInfo:
-        raw = await base.get(key)
+    async def update() -> tuple[VolumeInfo, int]:
+        raw = await base_store.get(key)
         if raw is None:
-            raise ShardStoreError(f"no precomputed volume at {key!r} in {base!r}")
-        doc = parse_info(raw, key).to_dict()
-        doc["scales"].append(_scale_doc(spec))
+            raise ShardStoreError(f"no precomputed volume at {key!r} in {base_store!r}")
+        old = parse_info(raw, key)
+        doc = old.to_dict()
+        base_doc = doc["scales"][old.scale_index(base, key)]
+        new = _scale_doc(_derived_members(base_doc, spec, factor))
+        keys = [s["key"] for s in doc["scales"]]
+        if replace and new["key"] in keys:
+            index = keys.index(new["key"])
+            doc["scales"][index] = new
+            await base_store.delete_prefix(f"{path}/{new['key']}/" if path else f"{new['key']}/")
+        else:
+            index = len(doc["scales"])
+            doc["scales"].append(new)
         info = parse_info(doc, key)  # rejects a duplicate key or an inconsistent scale
-        PrecomputedDriver(base, path, info, len(info.scales) - 1)
-        await base.set(key, encode_info(info))
-        return info
+        PrecomputedDriver(base_store, path, info, index)
+        await base_store.set(key, encode_info(info))
+        return info, index
 
-    info = sync(update())
-    return _array(base, path, info, len(info.scales) - 1, False, EncodingOptions(jpeg_quality, png_level))
+    info, index = sync(update())
+    return _array(base_store, path, info, index, False, EncodingOptions(jpeg_quality, png_level))

@@ -1,0 +1,199 @@
+"""Downsampling kernels: one pyramid level from the one below it, vectorized in NumPy.
+
+Every kernel maps an N-d array ``x`` and integer factors ``f`` (one per axis) to an array of
+shape ``ceil(x.shape / f)``. Output voxel ``i`` summarizes the input block
+``[i * f, (i + 1) * f)`` clipped to the input: partial blocks at the upper edges use only the
+voxels that exist (as tensorstore's downsample driver and tinybrain, igneous' kernel, do; no
+padding value takes part).
+
+- ``mean``: the arithmetic mean. It is computed from exact block *sums* carried from level to
+  level (``MeanState``), not from the rounded means of the level below, so level ``k`` is the
+  mean of its whole base block. Integer types round to nearest, ties to even, as tensorstore
+  does (tinybrain truncates, which darkens each level by half a grey value on average).
+- ``mode``: the most frequent value (labels); among equally frequent values the one met first
+  when the block is scanned in ``scan`` order (x fastest), which is exactly tinybrain's 2x2x2
+  ``mode_pooling`` rule, igneous' default for segmentations. Levels cascade (each level's mode is
+  taken over the level below), as igneous does.
+- ``min`` / ``max``: exact over the base block whether cascaded or not.
+- ``stride``: the block's first voxel (cascading gives base voxel ``i * f^k``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["METHODS", "downsample_shape", "reduce_level", "MeanState", "mode_of_blocks"]
+
+METHODS = ("mean", "mode", "min", "max", "stride")
+
+
+def downsample_shape(shape: Sequence[int], factor: Sequence[int]) -> tuple[int, ...]:
+    """``ceil(shape / factor)``: Neuroglancer's and igneous' size of a downsampled level."""
+    return tuple(-(-int(s) // int(f)) for s, f in zip(shape, factor))
+
+
+def _blocks(x: np.ndarray, factor: Sequence[int], scan: str) -> np.ndarray:
+    """The full blocks of ``x`` (whose shape is a multiple of ``factor``) as rows of an
+    ``(n_blocks, block_size)`` array, each row in ``scan`` order ("F": axis 0 fastest, "C":
+    last axis fastest); rows are in C order of the output."""
+    split: list[int] = []
+    for s, f in zip(x.shape, factor):
+        split += [s // f, f]
+    v = x.reshape(split)
+    ndim = x.ndim
+    outer = list(range(0, 2 * ndim, 2))
+    inner = list(range(1, 2 * ndim, 2))
+    if scan == "F":
+        inner.reverse()  # C-order flattening: the last listed axis varies fastest
+    return v.transpose(outer + inner).reshape(math.prod(s // f for s, f in zip(x.shape, factor)), -1)
+
+
+def _piecewise(
+    x: np.ndarray, factor: Sequence[int], out_dtype: np.dtype,
+    reduce: Callable[[np.ndarray, tuple[int, ...]], np.ndarray],
+) -> np.ndarray:
+    """Apply ``reduce(sub, sub_factor) -> array of shape sub.shape / sub_factor`` to the
+    interior (whole blocks) and to each edge piece (the partial last block of an axis, reduced
+    with that axis' factor set to its in-bounds extent)."""
+    out_shape = downsample_shape(x.shape, factor)
+    out = np.empty(out_shape, dtype=out_dtype)
+    pieces = []
+    for s, f in zip(x.shape, factor):
+        full = (s // f) * f
+        axis = [(slice(0, full), slice(0, s // f), f)] if full else []
+        if s > full:
+            axis.append((slice(full, s), slice(s // f, s // f + 1), s - full))
+        pieces.append(axis)
+    for combo in itertools.product(*pieces):
+        src = tuple(c[0] for c in combo)
+        dst = tuple(c[1] for c in combo)
+        sub_factor = tuple(c[2] for c in combo)
+        out[dst] = reduce(x[src], sub_factor)
+    return out
+
+
+def mode_of_blocks(rows: np.ndarray) -> np.ndarray:
+    """The mode of each row of ``rows`` (n_blocks, n); ties go to the value that comes first
+    in the row. Uniform rows (most of a segmentation) cost ``n - 1`` comparisons; the others
+    count every value's matches pairwise (``n (n - 1) / 2`` vectorized comparisons)."""
+    n = rows.shape[1]
+    first = rows[:, 0]
+    if n == 1:
+        return first.copy()
+    uniform = np.ones(rows.shape[0], dtype=bool)
+    for j in range(1, n):
+        uniform &= rows[:, j] == first
+    out = first.copy()
+    mixed = np.flatnonzero(~uniform)
+    if mixed.size == 0:
+        return out
+    sub = rows[mixed]
+    counts = np.ones((n, sub.shape[0]), dtype=np.uint16 if n < 65535 else np.uint32)
+    for i in range(n):
+        for j in range(i + 1, n):
+            eq = sub[:, i] == sub[:, j]
+            counts[i] += eq
+            counts[j] += eq
+    winner = np.argmax(counts, axis=0)  # argmax returns the first of equal maxima
+    out[mixed] = sub[np.arange(sub.shape[0]), winner]
+    return out
+
+
+def _reduce_mode(scan: str) -> Callable[[np.ndarray, tuple[int, ...]], np.ndarray]:
+    def reduce(sub: np.ndarray, f: tuple[int, ...]) -> np.ndarray:
+        shape = tuple(s // k for s, k in zip(sub.shape, f))
+        return mode_of_blocks(_blocks(sub, f, scan)).reshape(shape)
+    return reduce
+
+
+def _reduce_ufunc(ufunc: np.ufunc) -> Callable[[np.ndarray, tuple[int, ...]], np.ndarray]:
+    def reduce(sub: np.ndarray, f: tuple[int, ...]) -> np.ndarray:
+        split: list[int] = []
+        for s, k in zip(sub.shape, f):
+            split += [s // k, k]
+        return ufunc.reduce(sub.reshape(split), axis=tuple(range(1, 2 * sub.ndim, 2)))
+    return reduce
+
+
+def reduce_level(x: np.ndarray, factor: Sequence[int], method: str, *, scan: str = "C") -> np.ndarray:
+    """One level of ``mode`` / ``min`` / ``max`` / ``stride`` (``mean`` goes through
+    ``MeanState``, which keeps exact sums across levels)."""
+    factor = tuple(int(f) for f in factor)
+    if all(f == 1 for f in factor):
+        return x
+    if method == "stride":
+        return np.ascontiguousarray(x[tuple(slice(None, None, f) for f in factor)])
+    if method == "mode":
+        return _piecewise(x, factor, x.dtype, _reduce_mode(scan))
+    if method in ("min", "max"):
+        return _piecewise(x, factor, x.dtype, _reduce_ufunc(np.minimum if method == "min" else np.maximum))
+    raise ValueError(f"unknown downsampling method {method!r}; choose one of {', '.join(METHODS)}")
+
+
+def _sum_dtype(dtype: np.dtype) -> np.dtype:
+    if dtype.kind == "f":
+        return np.dtype(np.float64)
+    if dtype.kind == "u" and dtype.itemsize == 8:
+        return np.dtype(np.uint64)  # exact while the sums of a block stay below 2^64
+    if dtype.kind in "iub":
+        return np.dtype(np.int64)
+    raise ValueError(f"mean downsampling needs a numeric dtype, got {dtype}")
+
+
+def _counts(size: int, block: int, origin_block: int, n: int) -> np.ndarray:
+    """Per-axis in-bounds voxel counts of ``n`` output voxels whose base blocks have edge
+    ``block``, starting at output index ``origin_block``, over a base axis of ``size``."""
+    starts = (origin_block + np.arange(n, dtype=np.int64)) * block
+    return np.minimum(starts + block, size) - starts
+
+
+@dataclass
+class MeanState:
+    """Exact block sums of one level, for computing the next level's sums and any level's
+    rounded mean.
+
+    ``sums`` covers output voxels starting at ``origin`` (in this level's indices); the counts
+    are not stored: along each axis they follow from the base ``size`` and the level's total
+    factor ``scale`` (``count = prod over axes of in-bounds extent``).
+    """
+
+    sums: np.ndarray
+    origin: tuple[int, ...]
+    scale: tuple[int, ...]
+    base_shape: tuple[int, ...]
+    dtype: np.dtype
+
+    @classmethod
+    def from_base(cls, x: np.ndarray, origin: Sequence[int], base_shape: Sequence[int]) -> MeanState:
+        return cls(x.astype(_sum_dtype(x.dtype), copy=False), tuple(origin), (1,) * x.ndim,
+                   tuple(base_shape), x.dtype)
+
+    def next(self, factor: Sequence[int]) -> MeanState:
+        sums = _piecewise(self.sums, factor, self.sums.dtype, _reduce_ufunc(np.add))
+        origin = tuple(o // f for o, f in zip(self.origin, factor))
+        scale = tuple(s * f for s, f in zip(self.scale, factor))
+        return MeanState(sums, origin, scale, self.base_shape, self.dtype)
+
+    def mean(self) -> np.ndarray:
+        """The level's values: sums / counts, rounded half to even for integer types."""
+        count: np.ndarray | int = 1
+        for axis, (size, block, o, n) in enumerate(zip(self.base_shape, self.scale, self.origin, self.sums.shape)):
+            c = _counts(size, block, o, n)
+            shape = [1] * self.sums.ndim
+            shape[axis] = n
+            count = count * c.reshape(shape)
+        if self.dtype.kind == "f":
+            return (self.sums / count).astype(self.dtype)
+        count_arr = np.asarray(count, dtype=self.sums.dtype)
+        q = self.sums // count_arr
+        r = self.sums - q * count_arr
+        twice = r * 2
+        q += (twice > count_arr) | ((twice == count_arr) & (q % 2 == 1))
+        if self.dtype.kind == "b":
+            return q.astype(bool)
+        return q.astype(self.dtype)
