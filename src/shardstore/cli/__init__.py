@@ -17,13 +17,13 @@ from collections.abc import Sequence
 
 from .. import __version__
 from ..errors import ShardStoreError
-from . import copy, demo, info, ls, verify
+from . import copy, demo, downsample, info, ls, verify
 from ._common import CommandFailed
 
 __all__ = ["main", "build_parser", "COMMANDS"]
 
 #: the subcommands, in the order ``--help`` lists them
-COMMANDS = (demo, info, ls, verify, copy)
+COMMANDS = (demo, info, ls, verify, copy, downsample)
 
 _EPILOG = """\
 examples:

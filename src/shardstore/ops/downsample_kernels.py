@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["METHODS", "downsample_shape", "reduce_level", "MeanState", "mode_of_blocks"]
+__all__ = ["METHODS", "downsample_shape", "reduce_level", "MeanState", "mode_of_blocks", "sum_dtype"]
 
 METHODS = ("mean", "mode", "min", "max", "stride")
 
@@ -111,12 +111,12 @@ def _reduce_mode(scan: str) -> Callable[[np.ndarray, tuple[int, ...]], np.ndarra
     return reduce
 
 
-def _reduce_ufunc(ufunc: np.ufunc) -> Callable[[np.ndarray, tuple[int, ...]], np.ndarray]:
+def _reduce_ufunc(ufunc: np.ufunc, dtype: np.dtype | None = None) -> Callable[[np.ndarray, tuple[int, ...]], np.ndarray]:
     def reduce(sub: np.ndarray, f: tuple[int, ...]) -> np.ndarray:
         split: list[int] = []
         for s, k in zip(sub.shape, f):
             split += [s // k, k]
-        return ufunc.reduce(sub.reshape(split), axis=tuple(range(1, 2 * sub.ndim, 2)))
+        return ufunc.reduce(sub.reshape(split), axis=tuple(range(1, 2 * sub.ndim, 2)), dtype=dtype)
     return reduce
 
 
@@ -135,7 +135,7 @@ def reduce_level(x: np.ndarray, factor: Sequence[int], method: str, *, scan: str
     raise ValueError(f"unknown downsampling method {method!r}; choose one of {', '.join(METHODS)}")
 
 
-def _sum_dtype(dtype: np.dtype) -> np.dtype:
+def sum_dtype(dtype: np.dtype) -> np.dtype:
     if dtype.kind == "f":
         return np.dtype(np.float64)
     if dtype.kind == "u" and dtype.itemsize == 8:
@@ -170,17 +170,22 @@ class MeanState:
 
     @classmethod
     def from_base(cls, x: np.ndarray, origin: Sequence[int], base_shape: Sequence[int]) -> MeanState:
-        return cls(x.astype(_sum_dtype(x.dtype), copy=False), tuple(origin), (1,) * x.ndim,
-                   tuple(base_shape), x.dtype)
+        """The base level itself (its "sums" are its values; no widened copy is made)."""
+        sum_dtype(x.dtype)  # refuses non-numeric types early
+        return cls(x, tuple(origin), (1,) * x.ndim, tuple(base_shape), x.dtype)
 
     def next(self, factor: Sequence[int]) -> MeanState:
-        sums = _piecewise(self.sums, factor, self.sums.dtype, _reduce_ufunc(np.add))
+        """The next level's sums (accumulated in a wide type: int64, uint64 or float64)."""
+        wide = sum_dtype(self.dtype)
+        sums = _piecewise(self.sums, factor, wide, _reduce_ufunc(np.add, wide))
         origin = tuple(o // f for o, f in zip(self.origin, factor))
         scale = tuple(s * f for s, f in zip(self.scale, factor))
         return MeanState(sums, origin, scale, self.base_shape, self.dtype)
 
     def mean(self) -> np.ndarray:
         """The level's values: sums / counts, rounded half to even for integer types."""
+        if all(s == 1 for s in self.scale):
+            return self.sums
         count: np.ndarray | int = 1
         for axis, (size, block, o, n) in enumerate(zip(self.base_shape, self.scale, self.origin, self.sums.shape)):
             c = _counts(size, block, o, n)

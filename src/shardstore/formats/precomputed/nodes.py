@@ -37,9 +37,11 @@ async def _read_info(store: Store, path: str) -> VolumeInfo | None:
     return None if raw is None else parse_info(raw, f"{key!r} in {store!r}")
 
 
-def read_info(store: StoreLike, *, path: str | None = None) -> dict[str, Any]:
+def read_info(
+    store: StoreLike, *, path: str | None = None, storage_options: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The validated ``info`` of a volume as JSON data."""
-    base, path = _resolve(store, path, "r")
+    base, path = _resolve(store, path, "r", storage_options)
     info = sync(_read_info(base, path))
     if info is None:
         raise ShardStoreError(f"no precomputed volume at {info_key(path)!r} in {base!r}")
@@ -192,6 +194,7 @@ def add_scale(
     replace: bool = False,
     jpeg_quality: int | None = None,
     png_level: int | None = None,
+    storage_options: dict[str, Any] | None = None,
     **members: Any,
 ) -> Array:
     """Append a scale to an existing volume's ``info``; return it as a writable array.
@@ -203,7 +206,7 @@ def add_scale(
     CloudVolume and igneous compute them), the base's chunk size (clipped to the size) and
     encoding. ``replace=True`` replaces a scale with the same key and deletes its chunks.
     """
-    base_store, path = _resolve(store, path, "r+")
+    base_store, path = _resolve(store, path, "r+", storage_options)
     spec = {**(scale or {}), **members}
     key = info_key(path)
 

@@ -1,0 +1,5 @@
+"""Whole-dataset operations built on the public API and the stores: downsampling pyramids."""
+
+from .downsample import DownsampleResult, downsample, parse_size, plan_pyramid
+
+__all__ = ["downsample", "plan_pyramid", "parse_size", "DownsampleResult"]
