@@ -9,7 +9,12 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from shardstore.ops.downsample_kernels import MeanState, downsample_shape, mode_of_blocks, reduce_level
+from shardstore.ops.downsample_kernels import (
+    MeanState,
+    downsample_shape,
+    mode_of_blocks,
+    reduce_level,
+)
 
 ts = pytest.importorskip("tensorstore")
 
@@ -103,8 +108,8 @@ def test_every_level_equals_tensorstore(shape, factor) -> None:
     for k in range(3):
         total = [f ** (k + 1) for f in factor]
         np.testing.assert_array_equal(means[k], ts.downsample(ts.array(x), total, "mean").read().result())
-        for m in cur:
-            cur[m] = reduce_level(cur[m], factor, m)
+        for m, level in list(cur.items()):
+            cur[m] = reduce_level(level, factor, m)
             np.testing.assert_array_equal(cur[m], ts.downsample(ts.array(x), total, m).read().result(), err_msg=m)
 
 

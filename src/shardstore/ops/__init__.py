@@ -2,4 +2,4 @@
 
 from .downsample import DownsampleResult, downsample, parse_size, plan_pyramid
 
-__all__ = ["downsample", "plan_pyramid", "parse_size", "DownsampleResult"]
+__all__ = ["DownsampleResult", "downsample", "parse_size", "plan_pyramid"]

@@ -29,9 +29,15 @@ from ..core.array import Array
 from ..errors import ShardStoreError
 from ..formats.precomputed.scales import IGNEOUS_SHARD_BYTES
 from .downsample_formats import PyramidTarget, open_target
-from .downsample_kernels import METHODS, MeanState, downsample_shape, reduce_level, sum_dtype
+from .downsample_kernels import (
+    METHODS,
+    MeanState,
+    downsample_shape,
+    reduce_level,
+    sum_dtype,
+)
 
-__all__ = ["downsample", "plan_pyramid", "PyramidPlan", "DownsampleResult", "parse_size", "DEFAULT_MAX_MEMORY"]
+__all__ = ["DEFAULT_MAX_MEMORY", "DownsampleResult", "PyramidPlan", "downsample", "parse_size", "plan_pyramid"]
 
 DEFAULT_MAX_MEMORY = 1 << 30
 #: working bytes per base voxel of a block, besides its ``itemsize`` bytes per level-1 voxel:

@@ -28,7 +28,7 @@ from typing import Any
 from ..core.array import Array
 from ..errors import ShardStoreError
 from ..formats import n5, precomputed, zarr3
-from ..formats.precomputed.scales import IGNEOUS_SHARD_BYTES, sharding_for_scale
+from ..formats.precomputed.scales import sharding_for_scale
 from .downsample_kernels import downsample_shape
 
 __all__ = ["PyramidTarget", "open_target"]
@@ -92,7 +92,10 @@ def open_target(location: str | Path, **storage: Any) -> PyramidTarget:
     from ..api import open as open_node
 
     location = str(location)
-    node = open_node(location, mode="r+", **storage)
+    try:
+        node = open_node(location, mode="r+", **storage)
+    except ShardStoreError:
+        node = None  # an N5 group without attributes.json: look for its s0
     if not isinstance(node, Array):
         node, location = _base_of_group(location, node, storage)
     fmt = node.format
@@ -106,11 +109,11 @@ def open_target(location: str | Path, **storage: Any) -> PyramidTarget:
         spatial = tuple(nd - 1 - i for i in range(min(3, nd)))
         pr = node.attrs.get("pixelResolution") or {}
         dims = pr.get("dimensions") if isinstance(pr, dict) else pr if isinstance(pr, list) else None
-        res = [1.0] * nd
+        n5_res = [1.0] * nd
         for axis, r in zip(spatial, dims or []):
-            res[axis] = float(r)
+            n5_res[axis] = float(r)
         unit = pr.get("unit", "um") if isinstance(pr, dict) else "um"
-        return PyramidTarget(node, location, spatial, "C", tuple(res), tuple(unit for _ in range(nd)),
+        return PyramidTarget(node, location, spatial, "C", tuple(n5_res), tuple(unit for _ in range(nd)),
                              {"storage": storage})
     if fmt == "zarr3":
         names = node.dimension_names or ()
@@ -120,7 +123,7 @@ def open_target(location: str | Path, **storage: Any) -> PyramidTarget:
         else:
             spatial = tuple(nd - 1 - i for i in range(min(3, nd)))
         ome = _read_multiscales(location, storage)
-        res = [1.0] * nd
+        zarr_res = [1.0] * nd
         units: list[str | None] = [None] * nd
         for axis in spatial:
             units[axis] = "nanometer"
@@ -130,15 +133,15 @@ def open_target(location: str | Path, **storage: Any) -> PyramidTarget:
                 units[i] = ax.get("unit", units[i])
             for t in datasets[0].get("coordinateTransformations", []):
                 if t.get("type") == "scale":
-                    res = [float(v) for v in t["scale"]]
-        return PyramidTarget(node, location, spatial, "C", tuple(res), tuple(units), {"storage": storage})
+                    zarr_res = [float(v) for v in t["scale"]]
+        return PyramidTarget(node, location, spatial, "C", tuple(zarr_res), tuple(units), {"storage": storage})
     raise ShardStoreError(f"{location}: cannot build a pyramid for format {fmt!r} (precomputed, Zarr v3, N5 can)")
 
 
 def _base_of_group(location: str, group: Any, storage: dict[str, Any]) -> tuple[Array, str]:
     from ..api import open as open_node
 
-    attrs = dict(group.attrs)
+    attrs = dict(group.attrs) if group is not None else {}
     ms = (attrs.get("ome") or {}).get("multiscales") or attrs.get("multiscales")
     candidates = [ms[0]["datasets"][0]["path"]] if ms else ["0", "s0"]
     for name in candidates:
@@ -149,7 +152,8 @@ def _base_of_group(location: str, group: Any, storage: dict[str, Any]) -> tuple[
             continue
         if isinstance(node, Array):
             return node, path
-    raise ShardStoreError(f"{location}: a group without a base level (looked for {candidates})")
+    what = "a group without a base level" if group is not None else "no array or group found"
+    raise ShardStoreError(f"{location}: {what} (looked for the array itself and for {candidates} in it)")
 
 
 def _read_multiscales(location: str, storage: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
@@ -284,7 +288,7 @@ def _n5_levels(target: PyramidTarget, factors: Sequence[tuple[int, ...]], shard_
     compression = dict(base.metadata.get("compression") or {"type": "raw"})
     res_xyz = [target.resolution[a] for a in target.spatial_axes]
     unit = target.units[target.spatial_axes[0]] or "um"
-    out = []
+    out: list[Array] = []
     scales = [[1] * len(target.spatial_axes)]
     for level, f in enumerate(factors, start=1):
         xyz = _xyz(target, f)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["METHODS", "downsample_shape", "reduce_level", "MeanState", "mode_of_blocks", "sum_dtype"]
+__all__ = ["METHODS", "MeanState", "downsample_shape", "mode_of_blocks", "reduce_level", "sum_dtype"]
 
 METHODS = ("mean", "mode", "min", "max", "stride")
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from ...errors import MetadataError
 
-__all__ = ["downscaled_members", "sharding_for_scale", "IGNEOUS_SHARD_BYTES"]
+__all__ = ["IGNEOUS_SHARD_BYTES", "downscaled_members", "sharding_for_scale"]
 
 #: igneous' default uncompressed bytes of one shard (``MEMORY_TARGET``)
 IGNEOUS_SHARD_BYTES = int(3.5e9)
