@@ -60,12 +60,12 @@ def sharding_for_scale(
     chunks_per_shard = math.ceil(uncompressed_shard_bytes / (chunk_voxels * byte_width))
     chunks_per_shard = 2 ** int(math.log2(chunks_per_shard))
     if num_chunks < chunks_per_shard:
-        chunks_per_shard = 2 ** int(math.ceil(math.log2(num_chunks)))
+        chunks_per_shard = 2 ** math.ceil(math.log2(num_chunks))
     num_shards = num_chunks / chunks_per_shard
 
     def bits() -> tuple[int, int]:
-        shard_bits = int(math.ceil(math.log2(num_shards)))
-        preshift = min(int(math.ceil(math.log2(chunks_per_shard))), max_bits - shard_bits)
+        shard_bits = math.ceil(math.log2(num_shards))
+        preshift = min(math.ceil(math.log2(chunks_per_shard)), max_bits - shard_bits)
         return shard_bits, preshift
 
     shard_bits, preshift = bits()
