@@ -21,7 +21,6 @@ padding value takes part).
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -35,22 +34,6 @@ METHODS = ("mean", "mode", "min", "max", "stride")
 def downsample_shape(shape: Sequence[int], factor: Sequence[int]) -> tuple[int, ...]:
     """``ceil(shape / factor)``: Neuroglancer's and igneous' size of a downsampled level."""
     return tuple(-(-int(s) // int(f)) for s, f in zip(shape, factor))
-
-
-def _blocks(x: np.ndarray, factor: Sequence[int], scan: str) -> np.ndarray:
-    """The full blocks of ``x`` (whose shape is a multiple of ``factor``) as rows of an
-    ``(n_blocks, block_size)`` array, each row in ``scan`` order ("F": axis 0 fastest, "C":
-    last axis fastest); rows are in C order of the output."""
-    split: list[int] = []
-    for s, f in zip(x.shape, factor):
-        split += [s // f, f]
-    v = x.reshape(split)
-    ndim = x.ndim
-    outer = list(range(0, 2 * ndim, 2))
-    inner = list(range(1, 2 * ndim, 2))
-    if scan == "F":
-        inner.reverse()  # C-order flattening: the last listed axis varies fastest
-    return v.transpose(outer + inner).reshape(math.prod(s // f for s, f in zip(x.shape, factor)), -1)
 
 
 def _piecewise(
@@ -77,7 +60,7 @@ def _piecewise(
     return out
 
 
-def mode_of_blocks(rows: np.ndarray) -> np.ndarray:
+def mode_of_blocks(rows: np.ndarray, *, uniform_checked: bool = False) -> np.ndarray:
     """The mode of each row of ``rows`` (n_blocks, n); ties go to the value that comes first
     in the row. Uniform rows (most of a segmentation) cost ``n - 1`` comparisons; the others
     count every value's matches pairwise (``n (n - 1) / 2`` vectorized comparisons)."""
@@ -85,14 +68,20 @@ def mode_of_blocks(rows: np.ndarray) -> np.ndarray:
     first = rows[:, 0]
     if n == 1:
         return first.copy()
+    if uniform_checked:  # the caller left only rows that are not uniform
+        return _count_mode(rows)
     uniform = np.ones(rows.shape[0], dtype=bool)
     for j in range(1, n):
         uniform &= rows[:, j] == first
     out = first.copy()
     mixed = np.flatnonzero(~uniform)
-    if mixed.size == 0:
-        return out
-    sub = rows[mixed]
+    if mixed.size:
+        out[mixed] = _count_mode(rows[mixed])
+    return out
+
+
+def _count_mode(sub: np.ndarray) -> np.ndarray:
+    n = sub.shape[1]
     counts = np.ones((n, sub.shape[0]), dtype=np.uint16 if n < 65535 else np.uint32)
     for i in range(n):
         for j in range(i + 1, n):
@@ -100,19 +89,47 @@ def mode_of_blocks(rows: np.ndarray) -> np.ndarray:
             counts[i] += eq
             counts[j] += eq
     winner = np.argmax(counts, axis=0)  # argmax returns the first of equal maxima
-    out[mixed] = sub[np.arange(sub.shape[0]), winner]
-    return out
+    return sub[np.arange(sub.shape[0]), winner]
+
+
+def _offsets(factor: tuple[int, ...], scan: str) -> list[tuple[int, ...]]:
+    """The positions inside a block in ``scan`` order ("F": axis 0 fastest)."""
+    ranges = [range(f) for f in factor]
+    if scan == "F":
+        return [o[::-1] for o in itertools.product(*ranges[::-1])]
+    return list(itertools.product(*ranges))
 
 
 def _reduce_mode(scan: str) -> Callable[[np.ndarray, tuple[int, ...]], np.ndarray]:
     def reduce(sub: np.ndarray, f: tuple[int, ...]) -> np.ndarray:
-        shape = tuple(s // k for s, k in zip(sub.shape, f))
-        return mode_of_blocks(_blocks(sub, f, scan)).reshape(shape)
+        if sub.flags.f_contiguous and not sub.flags.c_contiguous:  # [x, y, z] reads: no copy
+            return _reduce_mode("C" if scan == "F" else "F")(sub.T, f[::-1]).T
+        sub = np.ascontiguousarray(sub)
+        offsets = _offsets(f, scan)
+        # one strided view per position in the block (no copy of the block) finds the
+        # uniform blocks; only the others are gathered into rows and counted
+        views = [sub[tuple(slice(o, None, k) for o, k in zip(off, f))] for off in offsets]
+        first = views[0]
+        uniform = np.ones(first.shape, dtype=bool)
+        for v in views[1:]:
+            uniform &= v == first
+        out = np.array(first, copy=True)
+        mixed = np.nonzero(~uniform)
+        if mixed[0].size:
+            flat = sub.reshape(-1)
+            origin = np.ravel_multi_index(tuple(m * k for m, k in zip(mixed, f)), sub.shape)
+            rows = np.empty((origin.size, len(offsets)), dtype=sub.dtype)
+            for j, off in enumerate(offsets):
+                np.take(flat, origin + int(np.ravel_multi_index(off, sub.shape)), out=rows[:, j])
+            out[mixed] = mode_of_blocks(rows, uniform_checked=True)
+        return out
     return reduce
 
 
 def _reduce_ufunc(ufunc: np.ufunc, dtype: np.dtype | None = None) -> Callable[[np.ndarray, tuple[int, ...]], np.ndarray]:
     def reduce(sub: np.ndarray, f: tuple[int, ...]) -> np.ndarray:
+        if sub.flags.f_contiguous and not sub.flags.c_contiguous:  # [x, y, z] reads: no copy
+            return reduce(sub.T, f[::-1]).T
         split: list[int] = []
         for s, k in zip(sub.shape, f):
             split += [s // k, k]
