@@ -10,7 +10,7 @@ buffered level, and the coarsest levels are written as whole chunks and shards.
 
 Memory: ``max_memory`` bounds the data this function holds (a block, the intermediate levels,
 the kernels' temporaries, the buffered level). The estimate per base voxel of a block is
-``3 * itemsize + 8`` bytes (``BYTES_PER_VOXEL``), checked by the tests against the measured
+``4 * itemsize + 8`` bytes (``bytes_per_voxel``), checked by the tests against the measured
 peak RSS. The Python process, NumPy and shardstore themselves come on top.
 """
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,11 +41,11 @@ from .downsample_kernels import (
 __all__ = ["DEFAULT_MAX_MEMORY", "DownsampleResult", "PyramidPlan", "downsample", "parse_size", "plan_pyramid"]
 
 DEFAULT_MAX_MEMORY = 1 << 30
-#: working bytes per base voxel of a block, besides its ``itemsize`` bytes per level-1 voxel:
-#: the block itself, the kernels' copies (mode: the block's rows and the mixed rows; mean:
-#: int64 sums of level 1) and the chunks in flight while reading and writing
+#: working bytes per base voxel of a block: the block and the next one (read meanwhile), the
+#: kernels' copies (mode: the first level and the gathered mixed blocks; mean: the sums of the
+#: first level) and the chunks in flight while reading and writing
 def bytes_per_voxel(itemsize: int) -> int:
-    return 3 * itemsize + 8
+    return 4 * itemsize + 8
 
 
 def parse_size(text: str | int) -> int:
@@ -263,10 +264,20 @@ def downsample(
     if s < n:
         keep = np.zeros(plan.shapes[s], dtype=sum_dtype(base.dtype) if method == "mean" else base.dtype)
     count = math.prod(-(-a // b) for a, b in zip(base.shape, plan.block))
-    with tqdm(total=count, desc="downsampling", unit="block", disable=not progress, leave=False) as bar:
-        for start in _regions(base.shape, plan.block):
+
+    def read(start: tuple[int, ...]) -> np.ndarray:
+        return base[tuple(slice(a, min(a + b, sh)) for a, b, sh in zip(start, plan.block, base.shape))]
+
+    starts = list(_regions(base.shape, plan.block))
+    with tqdm(total=count, desc="downsampling", unit="block", disable=not progress, leave=False) as bar, \
+            ThreadPoolExecutor(1, thread_name_prefix="downsample-read") as reader:
+        # the next block is read while this one is computed and written (the budget counts it)
+        pending = reader.submit(read, starts[0])
+        for i, start in enumerate(starts):
             stop = tuple(min(a + b, sh) for a, b, sh in zip(start, plan.block, base.shape))
-            x = base[tuple(slice(a, b) for a, b in zip(start, stop))]
+            x = pending.result()
+            if i + 1 < len(starts):
+                pending = reader.submit(read, starts[i + 1])
             state: Any = MeanState.from_base(x, start, base.shape) if method == "mean" else x
             for k in range(min(s + 1, n)):
                 region = _level_region(start, stop, cum[k])
