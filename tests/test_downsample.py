@@ -251,6 +251,7 @@ def test_peak_memory_stays_within_max_memory(tmp_path: Path, method: str, dtype:
                           capture_output=True, text=True, timeout=240, check=True)
     grew, blocks, estimate = (int(v) for v in proc.stdout.split())
     assert blocks >= 8 and estimate <= budget
+    print(f"{method} {dtype}: peak RSS grew by {grew / 2**20:.1f} MiB, budget {budget / 2**20:.0f} MiB")
     assert 0 < grew <= budget, f"peak RSS grew by {grew / 2**20:.1f} MiB, budget {budget / 2**20:.0f} MiB"
     x = np.asarray(a)
     np.testing.assert_array_equal(shardstore.open(tmp_path / "g" / "4")[...], reference(x, (2, 2, 2), 4, method)[-1])

@@ -90,3 +90,25 @@ def test_sharding_parameters_are_valid_for_the_scale(tmp_path: Path) -> None:
     a[...] = x
     np.testing.assert_array_equal(pc.open(tmp_path)[...], x)
     assert spec["data_encoding"] == "gzip" and sharding_for_scale((64,) * 3, (64,) * 3, "uint8", "jpeg")["data_encoding"] == "raw"
+
+
+def test_remove_scales(tmp_path: Path) -> None:
+    _volume(tmp_path)
+    pc.add_scale(tmp_path, factor=[2, 2, 1])[:8, :8, :8] = 3
+    pc.add_scale(tmp_path, factor=[4, 4, 1])
+    assert pc.remove_scales(tmp_path) == ["16_16_40", "32_32_40"]
+    assert [s["key"] for s in pc.read_info(tmp_path)["scales"]] == ["8_8_40"]
+    assert not (tmp_path / "16_16_40").exists()
+    assert pc.remove_scales(tmp_path) == []
+    with pytest.raises(ValueError, match="at least 1"):
+        pc.remove_scales(tmp_path, keep=0)
+
+
+def test_downsample_replaces_an_earlier_pyramid(tmp_path: Path) -> None:
+    from shardstore.ops import downsample
+
+    pc.create(tmp_path, data_type="uint8", scales=[{"size": [40, 30, 20], "resolution": [8, 8, 40]}])
+    downsample(tmp_path, (2, 2, 1), levels=2)
+    downsample(tmp_path, (2, 2, 2), levels=1)
+    assert [s["key"] for s in pc.read_info(tmp_path)["scales"]] == ["8_8_40", "16_16_80"]
+    assert not (tmp_path / "16_16_40").exists()

@@ -178,6 +178,7 @@ def _precomputed_levels(target: PyramidTarget, factors: Sequence[tuple[int, ...]
     info = target.extra["info"]
     storage = target.extra["storage"]
     base = info["scales"][0]
+    precomputed.remove_scales(target.location, keep=1, **storage)  # an earlier pyramid goes, as in igneous
     out = []
     for f in factors:
         xyz = _xyz(target, f)

@@ -18,7 +18,7 @@ from .driver import EncodingOptions, PrecomputedDriver, info_key
 from .metadata import VolumeInfo, default_key, encode_info, parse_info
 from .scales import downscaled_members
 
-__all__ = ["open", "create", "add_scale", "read_info", "DEFAULT_CHUNK"]
+__all__ = ["open", "create", "add_scale", "remove_scales", "read_info", "DEFAULT_CHUNK"]
 
 StoreLike = str | Path | Store
 #: chunk size when a scale does not give one (tensorstore picks about 64^3 too)
@@ -233,3 +233,32 @@ def add_scale(
 
     info, index = sync(update())
     return _array(base_store, path, info, index, False, EncodingOptions(jpeg_quality, png_level))
+
+
+def remove_scales(
+    store: StoreLike, *, keep: int = 1, path: str | None = None, storage_options: dict[str, Any] | None = None,
+) -> list[str]:
+    """Drop every scale after the first ``keep`` from ``info`` and delete their chunks (as
+    igneous' ``truncate_scales`` does before it builds a pyramid); returns the removed keys."""
+    if keep < 1:
+        raise ValueError(f"keep must be at least 1 (the base scale), got {keep}")
+    base_store, path = _resolve(store, path, "r+", storage_options)
+    key = info_key(path)
+
+    async def update() -> list[str]:
+        raw = await base_store.get(key)
+        if raw is None:
+            raise ShardStoreError(f"no precomputed volume at {key!r} in {base_store!r}")
+        doc = parse_info(raw, key).to_dict()
+        removed = [s["key"] for s in doc["scales"][keep:]]
+        if not removed:
+            return []
+        kept = {s["key"] for s in doc["scales"][:keep]}
+        doc["scales"] = doc["scales"][:keep]
+        await base_store.set(key, encode_info(parse_info(doc, key)))  # the info first: no scale points at deleted chunks
+        for name in removed:
+            if name not in kept and "/" not in name.strip("/") and name not in ("", ".", ".."):
+                await base_store.delete_prefix(f"{path}/{name}/" if path else f"{name}/")
+        return removed
+
+    return sync(update())
