@@ -28,7 +28,6 @@ import numpy as np
 
 from ..core.array import Array
 from ..errors import ShardStoreError
-from ..formats.precomputed.scales import IGNEOUS_SHARD_BYTES
 from .downsample_formats import PyramidTarget, open_target
 from .downsample_kernels import (
     METHODS,
@@ -90,6 +89,11 @@ class PyramidPlan:
     def levels(self) -> int:
         return len(self.factors)
 
+    def footprints(self) -> list[tuple[int, ...] | None]:
+        """Per level: the extent one block writes of it (streamed levels), else None."""
+        return [tuple(b // f for b, f in zip(self.block, cum)) if k < self.streamed else None
+                for k, cum in enumerate(self.cumulative)]
+
 
 def _level_shapes(shape: tuple[int, ...], factor: tuple[int, ...], levels: int | None, until: int | None) -> list[tuple[int, ...]]:
     shapes: list[tuple[int, ...]] = []
@@ -119,12 +123,14 @@ def plan_pyramid(
     levels: int | None = None,
     until: int | None = None,
     unit: Sequence[int] | None = None,
+    unit_chunk: Sequence[int] | None = None,
     method: str = "mean",
     max_memory: int = DEFAULT_MAX_MEMORY,
 ) -> PyramidPlan:
     """Decide the levels (``levels`` of them, or until every downsampled axis is at most
     ``until``), which are streamed, and the block shape (aligned to ``unit``, the base's shard
-    or chunk, when the memory allows)."""
+    or chunk, and to whole ``unit_chunk`` chunks of the streamed levels, when the memory
+    allows)."""
     shape = tuple(int(s) for s in shape)
     factor = tuple(int(f) for f in factor)
     if len(factor) != len(shape) or any(f < 1 for f in factor) or all(f == 1 for f in factor):
@@ -152,8 +158,15 @@ def plan_pyramid(
     def fits(block: Sequence[int]) -> bool:
         return math.prod(block) * per_voxel <= budget
 
-    # blocks cover whole voxels of every level computed from them; prefer whole base units
-    step = _lcm(align, unit) if unit is not None and fits(_lcm(align, unit)) else align
+    # blocks cover whole voxels of every level computed from them; prefer blocks that are
+    # whole base shards and whose footprint in each streamed level is whole chunks of it
+    candidates = []
+    if unit is not None:
+        whole = _lcm(align, unit)
+        for k in range(streamed):
+            whole = _lcm(whole, [c * f for c, f in zip(unit_chunk or unit, cumulative[k])])
+        candidates += [whole, _lcm(align, unit)]
+    step = next((c for c in candidates if fits(c)), align)
     if not fits(step):
         raise ShardStoreError(
             f"a block of {list(step)} voxels (one voxel of level {min(streamed + 1, n)}) needs "
@@ -212,14 +225,6 @@ def default_method(target: PyramidTarget) -> str:
     return "mode" if dtype.kind in "ui" and dtype.itemsize >= 4 else "mean"
 
 
-def _write_whole(array: Array, values: np.ndarray) -> None:
-    """Write a whole level, one shard (or chunk) at a time so each is written once, whole."""
-    unit = array.shards or array.chunks
-    for start in _regions(array.shape, unit):
-        region = tuple(slice(a, min(a + u, s)) for a, u, s in zip(start, unit, array.shape))
-        array[region] = values[region]
-
-
 def downsample(
     location: str | Path,
     factor: Sequence[int] = (2, 2, 2),
@@ -251,12 +256,10 @@ def downsample(
     if until is None and levels is None:
         until = max(base.chunks[a] for a in target.spatial_axes)
     plan = plan_pyramid(base.shape, base.dtype.itemsize, axis_factor, levels=levels, until=until,
-                        unit=base.shards or base.chunks, method=method, max_memory=parse_size(max_memory))
+                        unit=base.shards or base.chunks, unit_chunk=base.chunks, method=method,
+                        max_memory=parse_size(max_memory))
     cum = plan.cumulative
-    shard_bytes = IGNEOUS_SHARD_BYTES
-    if plan.streamed > 0:  # shards no bigger than what one block writes of the finest level
-        shard_bytes = min(shard_bytes, math.prod(plan.block) // math.prod(cum[0]) * base.dtype.itemsize)
-    arrays = target.create_levels(cum, shard_bytes=max(shard_bytes, 1))
+    arrays = target.create_levels(cum, plan.footprints())
 
     n = plan.levels
     s = plan.streamed
@@ -300,5 +303,5 @@ def downsample(
             if k > s:
                 state = state.next(plan.factors[k]) if method == "mean" else reduce_level(
                     state, plan.factors[k], method, scan=target.scan)
-            _write_whole(arrays[k], state.mean() if method == "mean" else state)
+            arrays[k][...] = state.mean() if method == "mean" else state  # whole shards, once each
     return DownsampleResult(str(location), base.format, method, plan, arrays, time.perf_counter() - t0, count)

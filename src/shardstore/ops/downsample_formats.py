@@ -25,10 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..core.array import Array
 from ..errors import ShardStoreError
 from ..formats import n5, precomputed, zarr3
-from ..formats.precomputed.scales import sharding_for_scale
+from ..formats.precomputed.scales import IGNEOUS_SHARD_BYTES, sharding_for_scale
 from .downsample_kernels import downsample_shape
 
 __all__ = ["PyramidTarget", "open_target"]
@@ -59,10 +61,13 @@ class PyramidTarget:
             out[axis] = int(f)
         return tuple(out)
 
-    def create_levels(self, factors: Sequence[tuple[int, ...]], *, shard_bytes: int) -> list[Array]:
+    def create_levels(self, factors: Sequence[tuple[int, ...]],
+                      footprints: Sequence[tuple[int, ...] | None]) -> list[Array]:
         """Create the (empty) level arrays for cumulative per-axis ``factors`` and write the
-        pyramid's metadata; returns them, writable."""
-        return _CREATORS[self.base.format](self, factors, shard_bytes)
+        pyramid's metadata; returns them, writable. ``footprints``: per level, the extent one
+        block of the pass writes (None: the level is written whole at the end); shards are
+        chosen so that these writes are whole shards where the format allows."""
+        return _CREATORS[self.base.format](self, factors, footprints)
 
 
 # --------------------------------------------------------------------------- opening
@@ -174,21 +179,29 @@ def _xyz(target: PyramidTarget, per_axis: Sequence[int]) -> list[int]:
     return [int(per_axis[a]) for a in target.spatial_axes]
 
 
-def _precomputed_levels(target: PyramidTarget, factors: Sequence[tuple[int, ...]], shard_bytes: int) -> list[Array]:
+Footprints = Sequence[tuple[int, ...] | None]
+
+
+def _precomputed_levels(target: PyramidTarget, factors: Sequence[tuple[int, ...]], footprints: Footprints) -> list[Array]:
     info = target.extra["info"]
     storage = target.extra["storage"]
     base = info["scales"][0]
     precomputed.remove_scales(target.location, keep=1, **storage)  # an earlier pyramid goes, as in igneous
     out = []
-    for f in factors:
+    itemsize = np.dtype(info["data_type"]).itemsize * info["num_channels"]
+    for f, footprint in zip(factors, footprints):
         xyz = _xyz(target, f)
         size = [math.ceil(s / k) for s, k in zip(base["size"], xyz)]
         chunk = [min(int(c), s) for c, s in zip(base["chunk_sizes"][0], size)]
         members: dict[str, Any] = {"chunk_sizes": [chunk]}
         if base.get("sharding") is not None:
+            # igneous' rules; a streamed level's shards hold at most what one block writes
+            shard_bytes = IGNEOUS_SHARD_BYTES
+            if footprint is not None:
+                shard_bytes = min(shard_bytes, math.prod(_xyz(target, footprint)) * itemsize)
             members["sharding"] = sharding_for_scale(
                 size, chunk, info["data_type"], base["encoding"], num_channels=info["num_channels"],
-                uncompressed_shard_bytes=shard_bytes)
+                uncompressed_shard_bytes=max(shard_bytes, 1))
         out.append(precomputed.add_scale(target.location, factor=xyz, replace=True, **members, **storage))
     return out
 
@@ -217,19 +230,33 @@ def _inner_codecs(meta: dict[str, Any]) -> tuple[list[Any], list[Any] | None]:
     return list(codecs), None
 
 
-def _zarr3_levels(target: PyramidTarget, factors: Sequence[tuple[int, ...]], shard_bytes: int) -> list[Array]:
+def _level_shards(chunks: Sequence[int], base_shards: Sequence[int], shape: Sequence[int],
+                  footprint: Sequence[int] | None) -> tuple[int, ...]:
+    """The base's shard edge clipped to the level, or, for a streamed level, the largest
+    whole-chunk shard that divides what one block writes (so those writes are whole shards)."""
+    out = []
+    fps: Sequence[int | None] = footprint if footprint is not None else [None] * len(chunks)
+    for c, sh, s, fp in zip(chunks, base_shards, shape, fps):
+        edge = min(sh, -(-s // c) * c)
+        if fp is not None and fp % c == 0:
+            edge = min(edge, c * math.gcd(fp // c, sh // c))
+        out.append(edge)
+    return tuple(out)
+
+
+def _zarr3_levels(target: PyramidTarget, factors: Sequence[tuple[int, ...]], footprints: Footprints) -> list[Array]:
     storage = target.extra["storage"]
     parent, name = _group_location(target)
     base = target.base
     inner, index = _inner_codecs(base.metadata)
     out = []
     names = [name]
-    for level, f in enumerate(factors, start=1):
+    for level, (f, footprint) in enumerate(zip(factors, footprints), start=1):
         shape = downsample_shape(base.shape, f)
         chunks = tuple(min(c, s) for c, s in zip(base.chunks, shape))
         shards = None
         if base.shards is not None:
-            shards = tuple(min(sh, -(-s // c) * c) for sh, s, c in zip(base.shards, shape, chunks))
+            shards = _level_shards(chunks, base.shards, shape, footprint)
         level_name = _next_name(name, level, target.location)
         names.append(level_name)
         kwargs: dict[str, Any] = {"index_codecs": index} if index is not None else {}
@@ -282,7 +309,7 @@ def _multiscales(target: PyramidTarget, names: list[str], factors: Sequence[tupl
     return {"name": _split(_split(target.location)[0])[1], "axes": axes, "datasets": datasets}
 
 
-def _n5_levels(target: PyramidTarget, factors: Sequence[tuple[int, ...]], shard_bytes: int) -> list[Array]:
+def _n5_levels(target: PyramidTarget, factors: Sequence[tuple[int, ...]], footprints: Footprints) -> list[Array]:
     storage = target.extra["storage"]
     parent, name = _group_location(target)
     base = target.base
