@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 import shardstore
-from shardstore.demo_volume import em_like_pair
+from shardstore.demo_volume import em_like_pair, em_like_volume
 from shardstore.formats.precomputed.scales import sharding_for_scale
 from shardstore.ops.downsample import parse_size
 
@@ -235,11 +235,16 @@ def main() -> None:
     work = args.out_dir or Path(tempfile.mkdtemp(prefix="bench-downsample-", dir="/tmp"))
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    image, labels = em_like_pair((z, y, x))
-    print(f"data: {x}x{y}x{z} image + uint64 labels in {time.perf_counter() - t0:.1f} s; work dir {work}", flush=True)
+    kinds = args.kinds.split(",")
+    if "segmentation" in kinds:
+        image, labels = em_like_pair((z, y, x))
+    else:  # the labels alone are 8 bytes a voxel: make them only when asked for
+        image, labels = em_like_volume((z, y, x)), None
+    print(f"data: {x}x{y}x{z} ({', '.join(kinds)}) in {time.perf_counter() - t0:.1f} s; work dir {work}", flush=True)
     rows = []
-    for kind in args.kinds.split(","):
+    for kind in kinds:
         values = image if kind == "image" else labels
+        assert values is not None
         for f in args.factors.split(";"):
             factor = tuple(int(v) for v in f.split(","))
             print(f"{kind}, factor {factor}, {args.levels} levels", flush=True)
