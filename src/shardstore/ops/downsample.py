@@ -173,8 +173,6 @@ def plan_pyramid(
             f"{math.prod(step) * per_voxel:,} bytes, more than --max-memory {max_memory:,}; "
             "allow more memory or build fewer levels in this pass")
     block = list(step)
-    capped = [min(b, -(-s // b) * b) for b, s in zip(block, shape)]
-    block = capped
     grew = True
     while grew:  # double the axes in turn (last, i.e. fastest in C order, first)
         grew = False
