@@ -136,7 +136,7 @@ def run_case(args: argparse.Namespace, kind: str, factor: tuple[int, ...], value
     cli = [py, "-m", "shardstore", "downsample", "--factor", f_arg, "--levels", levels,
            "--max-memory", str(memory), "--no-progress"]
 
-    if {"shardstore", "igneous"} & set(args.libs):
+    if "precomputed" in args.formats and {"shardstore", "igneous"} & set(args.libs):
         src = work / f"{kind}.precomputed"
         t0 = time.perf_counter()
         write_precomputed(src, values.T, kind)
@@ -163,7 +163,7 @@ def run_case(args: argparse.Namespace, kind: str, factor: tuple[int, ...], value
             for p in [src, *copies.values()]:
                 shutil.rmtree(p, ignore_errors=True)
 
-    if {"shardstore", "ngff-zarr"} & set(args.libs):
+    if "ome-zarr" in args.formats and {"shardstore", "ngff-zarr"} & set(args.libs):
         results = {}
         ours, theirs = work / f"{kind}.ome.zarr", work / f"{kind}-ngff.ome.zarr"
         if "shardstore" in args.libs:
@@ -224,6 +224,7 @@ def main() -> None:
     p.add_argument("--factors", default="2,2,2;2,2,1", help="factors to run, ';'-separated (x,y,z)")
     p.add_argument("--kinds", default=",".join(KINDS))
     p.add_argument("--libs", default="shardstore,igneous,ngff-zarr")
+    p.add_argument("--formats", default="precomputed,ome-zarr")
     p.add_argument("--max-memory", default="1G", help="shardstore --max-memory and igneous memory_target")
     p.add_argument("--igneous-parallel", type=int, default=2)
     p.add_argument("--out-dir", type=Path, default=None)
@@ -231,6 +232,7 @@ def main() -> None:
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args()
     args.libs = args.libs.split(",")
+    args.formats = args.formats.split(",")
     x, y, z = (int(v) for v in args.size.split(","))
     work = args.out_dir or Path(tempfile.mkdtemp(prefix="bench-downsample-", dir="/tmp"))
     work.mkdir(parents=True, exist_ok=True)

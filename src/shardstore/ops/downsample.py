@@ -10,7 +10,7 @@ buffered level, and the coarsest levels are written as whole chunks and shards.
 
 Memory: ``max_memory`` bounds the data this function holds (a block, the intermediate levels,
 the kernels' temporaries, the buffered level). The estimate per base voxel of a block is
-``4 * itemsize + 8`` bytes (``bytes_per_voxel``), checked by the tests against the measured
+``4.5 * itemsize + 8`` bytes (``bytes_per_voxel``), checked by the tests against the measured
 peak RSS. The Python process, NumPy and shardstore themselves come on top.
 """
 
@@ -42,9 +42,9 @@ __all__ = ["DEFAULT_MAX_MEMORY", "DownsampleResult", "PyramidPlan", "downsample"
 DEFAULT_MAX_MEMORY = 1 << 30
 #: working bytes per base voxel of a block: the block and the next one (read meanwhile), the
 #: kernels' copies (mode: the first level and the gathered mixed blocks; mean: the sums of the
-#: first level) and the chunks in flight while reading and writing
+#: first level), the previous block's levels (written meanwhile) and the chunks in flight
 def bytes_per_voxel(itemsize: int) -> int:
-    return 4 * itemsize + 8
+    return 4 * itemsize + itemsize // 2 + 8
 
 
 def parse_size(text: str | int) -> int:
@@ -269,16 +269,24 @@ def downsample(
     def read(start: tuple[int, ...]) -> np.ndarray:
         return base[tuple(slice(a, min(a + b, sh)) for a, b, sh in zip(start, plan.block, base.shape))]
 
+    def write(pieces: list[tuple[Array, tuple[slice, ...], np.ndarray]]) -> None:
+        for array, region, values in pieces:
+            array[region] = values
+
     starts = list(_regions(base.shape, plan.block))
     with tqdm(total=count, desc="downsampling", unit="block", disable=not progress, leave=False) as bar, \
-            ThreadPoolExecutor(1, thread_name_prefix="downsample-read") as reader:
-        # the next block is read while this one is computed and written (the budget counts it)
+            ThreadPoolExecutor(1, thread_name_prefix="downsample-read") as reader, \
+            ThreadPoolExecutor(1, thread_name_prefix="downsample-write") as writer:
+        # the next block is read, and the last block's levels are written, while this block is
+        # computed (NumPy releases the GIL; the budget counts both)
         pending = reader.submit(read, starts[0])
+        written = None
         for i, start in enumerate(starts):
             stop = tuple(min(a + b, sh) for a, b, sh in zip(start, plan.block, base.shape))
             x = pending.result()
             if i + 1 < len(starts):
                 pending = reader.submit(read, starts[i + 1])
+            pieces: list[tuple[Array, tuple[slice, ...], np.ndarray]] = []
             state: Any = MeanState.from_base(x, start, base.shape) if method == "mean" else x
             for k in range(min(s + 1, n)):
                 region = _level_region(start, stop, cum[k])
@@ -289,12 +297,17 @@ def downsample(
                     state = reduce_level(state, plan.factors[k], method, scan=target.scan)
                     values = state
                 if k < s:
-                    arrays[k][region] = values
+                    pieces.append((arrays[k], region, values))
                 else:
                     assert keep is not None
                     keep[region] = values
             del x, state
+            if written is not None:
+                written.result()  # one block's levels in flight at most
+            written = writer.submit(write, pieces)
             bar.update(1)
+        if written is not None:
+            written.result()
     if keep is not None:
         state = MeanState(keep, (0,) * base.ndim, cum[s], base.shape, base.dtype) if method == "mean" else keep
         for k in range(s, n):
