@@ -138,7 +138,7 @@ def test_ls_array_group_and_directory(demo_dir: Path, tmp_path: Path, capsys: py
     code, out, _ = run(capsys, "ls", demo_dir / DEMO_ARRAY)
     assert code == 0 and "(64, 64, 64) uint8" in out
     code, out, _ = run(capsys, "ls", demo_dir)
-    assert code == 0 and DEMO_ARRAY in out
+    assert code == 0 and DEMO_ARRAY.split("/")[0] in out  # the demo's OME-Zarr group
 
     g = shardstore.zarr3.create_group(tmp_path / "g", attributes={"a": 1})
     g.create_group("sub").create_array("deep", shape=(3, 4), dtype="float32", chunks=(2, 2))

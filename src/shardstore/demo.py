@@ -1,9 +1,13 @@
-"""``shardstore demo``: write a synthetic EM-like volume, read it back, verify, report speed.
+"""``shardstore demo``: the whole product on synthetic data, in under a minute.
 
-Needs no data and no servers. Each format joins the demo with one small ``create`` function
-and one row in ``DEMO_FORMATS``; the writing, reading, verifying and reporting are shared.
+It generates an EM-like uint8 volume and a matching uint64 segmentation (``demo_volume``),
+writes both in Zarr v3 (sharded), N5 and Neuroglancer precomputed (sharded), and a ctable of
+per-label statistics in bcolz (``demo_formats``); reads everything back and verifies it; builds
+each array's multiscale pyramid with ``downsample`` (mean for the image, mode for the labels)
+and checks every level against NumPy; prints a table of sizes and throughput per format; and
+ends with the command that shows it all in Neuroglancer.
 
-``em_like_volume(size, seed)`` is public so that benchmarks and tests use the same data.
+The helpers below (block iteration, sizes, codec summaries) are shared with other commands.
 """
 
 from __future__ import annotations
@@ -21,112 +25,37 @@ from typing import Any, TextIO
 import numpy as np
 
 from .core.array import Array
+from .demo_formats import (
+    DEMO_FORMATS,
+    DEMO_MARKER,
+    KINDS,
+    DemoFormat,
+    DemoGrid,
+    demo_grid,
+)
+from .demo_volume import em_like_pair, em_like_volume
 from .errors import ContainsNodeError, ShardStoreError
 
 __all__ = [
-    "em_like_volume",
-    "DemoFormat",
-    "DemoResult",
     "DEMO_FORMATS",
+    "DEMO_MARKER",
+    "DemoFormat",
+    "DemoGrid",
+    "DemoResult",
+    "codecs_summary",
+    "count_blocks",
     "demo_grid",
+    "directory_size",
+    "em_like_pair",
+    "em_like_volume",
+    "format_bytes",
+    "iter_blocks",
     "run_demo",
     "write_blocks",
-    "iter_blocks",
-    "count_blocks",
-    "directory_size",
-    "format_bytes",
-    "codecs_summary",
 ]
 
-#: attribute marking an array the demo wrote, so re-running the demo may replace it
-DEMO_MARKER = "shardstore_demo"
-
-
-# --------------------------------------------------------------------------- the volume
-
-# z-planes generated per step: bounds the float32 temporaries (size^2 * 4 B per plane) and
-# fixes the order of noise draws, so a seed gives the same volume however it is consumed
-_SLAB = 16
-
-
-class _SmoothField:
-    """A smooth random field: a coarse Gaussian grid, smoothstep-interpolated to full size,
-    produced one z-plane at a time (the interpolation is separable)."""
-
-    def __init__(self, rng: np.random.Generator, shape: tuple[int, ...], cell: int) -> None:
-        self.cell = cell
-        self.coarse = rng.standard_normal([s // cell + 2 for s in shape], dtype=np.float32)
-        self.y = self._weights(shape[1])
-        self.x = self._weights(shape[2])
-        self._planes: dict[int, np.ndarray] = {}
-
-    def _weights(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        pos = np.arange(n, dtype=np.float32) / self.cell
-        i0 = np.floor(pos).astype(np.intp)
-        f = pos - i0
-        return i0, i0 + 1, f * f * (3 - 2 * f)  # smoothstep: no visible grid creases
-
-    def _coarse_plane(self, k: int) -> np.ndarray:
-        """Coarse z-plane ``k`` upsampled in y and x (the two most recent are kept)."""
-        plane = self._planes.get(k)
-        if plane is None:
-            c = self.coarse[k]
-            y0, y1, wy = self.y
-            c = c[y0] * (1 - wy)[:, None] + c[y1] * wy[:, None]
-            x0, x1, wx = self.x
-            plane = c[:, x0] * (1 - wx) + c[:, x1] * wx
-            if len(self._planes) >= 2:
-                del self._planes[min(self._planes)]
-            self._planes[k] = plane
-        return plane
-
-    def plane(self, z: int) -> np.ndarray:
-        """The field at z-plane ``z`` (float32, shape (Y, X)); call with increasing ``z``."""
-        pos = z / self.cell
-        k = int(pos)
-        f = pos - k
-        w = np.float32(f * f * (3 - 2 * f))
-        out = self._coarse_plane(k) * (1 - w)
-        out += self._coarse_plane(k + 1) * w
-        return out
-
-
-def em_like_volume(size: int | Sequence[int], seed: int = 0) -> np.ndarray:
-    """A deterministic uint8 volume that looks and compresses roughly like electron microscopy.
-
-    Smooth random fields (trilinear-style upsampling of coarse random grids at two scales)
-    give the slowly varying cytoplasm intensity, a third field's zero level set gives dark
-    membrane-like sheets, and Gaussian noise gives the grain. NumPy only; about 1 s per
-    100 MB on one core.
-
-    ``size`` is the edge of a cube or a 3-tuple shape; the same ``seed`` gives the same data.
-    """
-    edges = [int(s) for s in np.ravel(size)]
-    shape = tuple(edges * 3 if np.ndim(size) == 0 else edges)
-    if len(shape) != 3 or any(s < 1 for s in shape):
-        raise ValueError(f"em_like_volume needs a positive cube edge or 3-D shape, got {size!r}")
-    rng = np.random.default_rng(seed)
-    large = _SmoothField(rng, shape, 48)   # slow brightness changes across the section
-    texture = _SmoothField(rng, shape, 8)  # organelle-scale texture
-    cells = _SmoothField(rng, shape, 24)   # membranes where this field crosses zero
-    out = np.empty(shape, dtype=np.uint8)
-    for z0 in range(0, shape[0], _SLAB):
-        z1 = min(z0 + _SLAB, shape[0])
-        noise = rng.standard_normal((z1 - z0,) + shape[1:], dtype=np.float32)
-        noise *= 7
-        for z in range(z0, z1):
-            value = noise[z - z0]
-            value += 150
-            value += 30 * large.plane(z)
-            value += 18 * texture.plane(z)
-            membrane = np.abs(cells.plane(z))
-            membrane *= -6
-            membrane += 1
-            np.clip(membrane, 0, 1, out=membrane)
-            value -= 90 * membrane
-            np.clip(value, 0, 255, out=value)
-            out[z] = value  # float -> uint8 truncates; values are already in range
-    return out
+#: the pyramid's levels go down to about this edge
+PYRAMID_UNTIL = 32
 
 
 # --------------------------------------------------------------------------- helpers
@@ -219,64 +148,14 @@ def write_blocks(
     return n
 
 
-# --------------------------------------------------------------------------- the formats
-
-@dataclass(frozen=True)
-class DemoGrid:
-    """The demo's chunking for a volume: chunk edge 64 and shard edge 256, clipped to fit."""
-
-    chunks: tuple[int, ...]
-    shards: tuple[int, ...]
-
-
-def demo_grid(shape: Sequence[int], chunk: int = 64, shard: int = 256) -> DemoGrid:
-    """Chunks of ``chunk`` (at most the array's extent) and shards of ``shard`` (at most the
-    array's extent rounded up to whole chunks), so small volumes still make sense."""
-    chunks = tuple(max(1, min(chunk, s)) for s in shape)
-    shards = tuple(min(shard - shard % c or c, -(-s // c) * c) for s, c in zip(shape, chunks))
-    return DemoGrid(chunks, shards)
-
-
-def _create_zarr3(path: Path, shape: tuple[int, ...], dtype: np.dtype, grid: DemoGrid) -> Array:
-    from .formats import zarr3
-
-    return zarr3.create(
-        path, shape=shape, dtype=dtype, chunks=grid.chunks, shards=grid.shards,
-        dimension_names=["z", "y", "x"],
-        attributes={DEMO_MARKER: {"generator": "em_like_volume"}}, mode="w",
-    )
-
-
-@dataclass(frozen=True)
-class DemoFormat:
-    """One row of the demo: how to create an empty array of this format.
-
-    ``create(path, shape, dtype, grid)`` returns the new, writable ``Array`` (replacing what
-    is at ``path``) and must set the ``DEMO_MARKER`` attribute. Everything else is shared.
-    """
-
-    name: str
-    title: str
-    dirname: str
-    create: Callable[[Path, tuple[int, ...], np.dtype, DemoGrid], Array]
-
-
-#: add a format here (N5, Neuroglancer precomputed, bcolz join as they land)
-DEMO_FORMATS: dict[str, DemoFormat] = {
-    f.name: f
-    for f in [
-        DemoFormat("zarr3", "Zarr v3, sharding_indexed", "em_uint8.zarr", _create_zarr3),
-    ]
-}
-
-
 # --------------------------------------------------------------------------- running it
 
 @dataclass
 class DemoResult:
-    """What one format's demo run measured."""
+    """What the demo measured for one dataset of one format."""
 
     format: str
+    dataset: str
     path: Path
     shape: tuple[int, ...]
     dtype: str
@@ -290,6 +169,9 @@ class DemoResult:
     read_seconds: float
     ok: bool
     mismatches: int
+    pyramid: str = ""
+    pyramid_seconds: float = 0.0
+    pyramid_bytes: int = 0
 
     @property
     def ratio(self) -> float:
@@ -328,66 +210,222 @@ def _shape_text(shape: Sequence[int] | None) -> str:
     return "none" if shape is None else str(tuple(int(s) for s in shape))
 
 
-def demo_one(
-    fmt: DemoFormat, directory: Path, volume: np.ndarray, *, progress: bool = True,
-    out: TextIO | None = None,
-) -> DemoResult:
-    """Write ``volume`` in ``fmt`` below ``directory``, read it back, verify and report."""
-    out = out or sys.stdout
+@dataclass
+class DemoData:
+    """The volume, its labels and their pyramids' expected levels (z, y, x order)."""
+
+    volume: np.ndarray
+    labels: np.ndarray
+    levels: int
+
+    def values(self, kind: str) -> np.ndarray:
+        return self.volume if kind == "image" else self.labels
+
+    def pyramid(self, kind: str) -> list[np.ndarray]:
+        """Every level as NumPy computes it: mean (rounded half to even) or mode."""
+        from .ops.downsample_kernels import MeanState, reduce_level
+
+        out: list[np.ndarray] = []
+        if kind == "image":
+            state = MeanState.from_base(self.volume, (0, 0, 0), self.volume.shape)
+            for _ in range(self.levels):
+                state = state.next((2, 2, 2))
+                out.append(state.mean())
+        else:
+            level = self.labels
+            for _ in range(self.levels):
+                level = reduce_level(level, (2, 2, 2), "mode")
+                out.append(level)
+        return out
+
+
+def _pyramid_levels(size: int) -> int:
+    levels = 0
+    while size > PYRAMID_UNTIL:
+        size = -(-size // 2)
+        levels += 1
+    return max(levels, 1) if size > 1 else levels
+
+
+def _as_zyx(values: np.ndarray, fmt: DemoFormat) -> np.ndarray:
+    return values[..., 0].T if fmt.xyz else values
+
+
+def _demo_array(fmt: DemoFormat, kind: str, directory: Path, data: DemoData, *, progress: bool) -> DemoResult:
     from .api import open as open_node
+    from .ops.downsample import downsample
 
-    path = directory / fmt.dirname
-    _check_replaceable(path)
-    print(f"\n[{fmt.name}] {fmt.title} -> {path}", file=out, flush=True)
-    grid = demo_grid(volume.shape)
+    assert fmt.create is not None
+    values = data.values(kind)
+    path = directory / fmt.base(kind)
+    array = fmt.create(directory, kind, values.shape, values.dtype, demo_grid(values.shape))
+    transposed = values.T  # [x, y, z] for precomputed: a view, no copy
 
-    array = fmt.create(path, volume.shape, volume.dtype, grid)
+    def source(region: tuple[slice, ...]) -> Any:
+        return transposed[region[:3]][..., None] if fmt.xyz else values[region]
+
+    grid = demo_grid(values.shape)
+    # whole shards per write: precomputed arrays do not expose a shard shape, so give it
+    block = grid.shards[::-1] + (1,) if fmt.xyz else None
     t0 = time.perf_counter()
-    write_blocks(array, lambda region: volume[region], progress=progress, desc=f"  writing {fmt.name}")
+    write_blocks(array, source, block=block, progress=progress, desc=f"  writing {fmt.name} {kind}")
     write_seconds = time.perf_counter() - t0
 
     t0 = time.perf_counter()
     reopened = open_node(path, mode="r")
-    back = np.asarray(reopened)
+    back = _as_zyx(np.asarray(reopened), fmt)
     read_seconds = time.perf_counter() - t0
-
-    same = back.shape == volume.shape and back.dtype == volume.dtype
-    mismatches = int(np.count_nonzero(back != volume)) if same else volume.size
-    ok = same and mismatches == 0
+    same = back.shape == values.shape and back.dtype == values.dtype
+    mismatches = int(np.count_nonzero(back != values)) if same else values.size
     del back
-    files, stored = directory_size(path)
-    codecs = reopened.metadata.get("codecs", [])
-    result = DemoResult(
-        format=fmt.name, path=path, shape=tuple(reopened.shape), dtype=str(reopened.dtype),
-        chunks=tuple(reopened.chunks), shards=reopened.shards, codecs=codecs_summary(codecs),
-        files=files, stored_bytes=stored, nbytes=volume.nbytes, write_seconds=write_seconds,
-        read_seconds=read_seconds, ok=ok, mismatches=mismatches,
+    location = directory / fmt.pyramid[kind] if fmt.pyramid else path
+    base_files, base_bytes = directory_size(location)
+
+    pyramid = ""
+    pyramid_seconds = 0.0
+    if data.levels:
+        t0 = time.perf_counter()
+        result = downsample(location, (2, 2, 2), levels=data.levels)
+        pyramid_seconds = time.perf_counter() - t0
+        for level, want in zip(result.levels, data.pyramid(kind)):
+            got = _as_zyx(np.asarray(level), fmt)
+            mismatches += int(np.count_nonzero(got != want)) if got.shape == want.shape else want.size
+        shapes = ", ".join(_shape_text(lv.shape[:3][::-1] if fmt.xyz else lv.shape) for lv in result.levels)
+        pyramid = f"{result.method}, {len(result.levels)} levels {shapes}"
+    _, total_bytes = directory_size(location)
+    codecs = _codecs_text(reopened)
+    return DemoResult(
+        format=fmt.name, dataset=kind, path=path, shape=tuple(values.shape), dtype=str(values.dtype),
+        chunks=tuple(reopened.chunks), shards=reopened.shards,
+        codecs=codecs,
+        files=base_files, stored_bytes=base_bytes, nbytes=values.nbytes, write_seconds=write_seconds,
+        read_seconds=read_seconds, ok=same and mismatches == 0, mismatches=mismatches, pyramid=pyramid,
+        pyramid_seconds=pyramid_seconds, pyramid_bytes=total_bytes - base_bytes,
     )
-    _report(result, out)
-    return result
+
+
+def _codecs_text(array: Array) -> str:
+    meta = array.metadata
+    if "codecs" in meta:
+        return codecs_summary(meta["codecs"])
+    if "compression" in meta:  # N5
+        c = dict(meta["compression"])
+        return _codec_text({"name": c.pop("type", "?"), "configuration": c})
+    scale = meta.get("scales", [{}])[0]  # precomputed
+    sharding = scale.get("sharding")
+    text = scale.get("encoding", "?")
+    if sharding:
+        text += (f" in {sharding['@type']} (preshift {sharding['preshift_bits']}, minishard "
+                 f"{sharding['minishard_bits']}, shard {sharding['shard_bits']} bits, {sharding['data_encoding']})")
+    return text
+
+
+def label_statistics(volume: np.ndarray, labels: np.ndarray) -> dict[str, np.ndarray]:
+    """One row per label: voxel count, mean intensity, centroid (z, y, x), in label order."""
+    ids, inverse = np.unique(labels, return_inverse=True)
+    inverse = inverse.reshape(labels.shape)
+    n = len(ids)
+    sums = {k: np.zeros(n) for k in ("voxels", "intensity", "z", "y", "x")}
+    yy, xx = np.indices(labels.shape[1:])
+    for z in range(labels.shape[0]):  # one plane at a time: no full-size float temporaries
+        inv = inverse[z].ravel()
+        sums["voxels"] += np.bincount(inv, minlength=n)
+        sums["intensity"] += np.bincount(inv, weights=volume[z].ravel(), minlength=n)
+        sums["z"] += np.bincount(inv, minlength=n) * z
+        sums["y"] += np.bincount(inv, weights=yy.ravel(), minlength=n)
+        sums["x"] += np.bincount(inv, weights=xx.ravel(), minlength=n)
+    count = sums["voxels"]
+    return {
+        "label": ids.astype(np.uint64),
+        "voxels": count.astype(np.int64),
+        "mean_intensity": (sums["intensity"] / count).astype(np.float32),
+        "centroid_z": (sums["z"] / count).astype(np.float32),
+        "centroid_y": (sums["y"] / count).astype(np.float32),
+        "centroid_x": (sums["x"] / count).astype(np.float32),
+    }
+
+
+def _demo_table(fmt: DemoFormat, directory: Path, data: DemoData) -> DemoResult:
+    from .api import open as open_node
+    from .formats import bcolz
+
+    path = directory / fmt.dirname
+    stats = label_statistics(data.volume, data.labels)
+    nbytes = sum(v.nbytes for v in stats.values())
+    t0 = time.perf_counter()
+    table = bcolz.ctable(stats, rootdir=str(path), mode="w")
+    table.attrs[DEMO_MARKER] = {"generator": "label_statistics"}
+    table.flush()
+    write_seconds = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    back = open_node(path, mode="r")
+    columns = {name: np.asarray(back[name]) for name in stats}
+    read_seconds = time.perf_counter() - t0
+    mismatches = sum(int(np.count_nonzero(columns[k] != v)) if columns[k].shape == v.shape else v.size
+                     for k, v in stats.items())
+    files, stored = directory_size(path)
+    return DemoResult(
+        format=fmt.name, dataset=f"table, {len(stats['label'])} labels", path=path,
+        shape=(len(stats["label"]),), dtype=", ".join(f"{k} {v.dtype}" for k, v in stats.items()),
+        chunks=(int(getattr(back, "chunklen", 0) or len(stats["label"])),), shards=None, codecs="blosc",
+        files=files, stored_bytes=stored, nbytes=nbytes, write_seconds=write_seconds,
+        read_seconds=read_seconds, ok=mismatches == 0, mismatches=mismatches,
+    )
+
+
+def demo_one(
+    fmt: DemoFormat, directory: Path, data: DemoData, *, progress: bool = True, out: TextIO | None = None,
+) -> list[DemoResult]:
+    """Write, verify and report the demo data in ``fmt`` below ``directory``."""
+    out = out or sys.stdout
+    for container in fmt.containers:
+        _check_replaceable(directory / container)
+    print(f"\n[{fmt.name}] {fmt.title}", file=out, flush=True)
+    if fmt.create is None:
+        results = [_demo_table(fmt, directory, data)]
+    else:
+        results = [_demo_array(fmt, kind, directory, data, progress=progress) for kind in KINDS]
+    for r in results:
+        _report(r, out)
+    return results
 
 
 def _report(r: DemoResult, out: TextIO) -> None:
+    print(f"  {r.dataset} -> {r.path}", file=out)
     rows = [
         ("shape", _shape_text(r.shape)),
         ("dtype", r.dtype),
         ("chunks", _shape_text(r.chunks)),
         ("shards", _shape_text(r.shards)),
         ("codecs", r.codecs),
-        ("size on disk", f"{format_bytes(r.stored_bytes)} in {r.files} files "
-                         f"(data {format_bytes(r.nbytes)})"),
+        ("size on disk", f"{format_bytes(r.stored_bytes)} in {r.files} files (data {format_bytes(r.nbytes)})"),
         ("compression", f"{r.ratio:.2f}x"),
         ("write", f"{r.write_mbps:.1f} MB/s ({r.write_seconds:.2f} s)"),
         ("read", f"{r.read_mbps:.1f} MB/s ({r.read_seconds:.2f} s, warm page cache)"),
     ]
+    if r.pyramid:
+        rows.append(("pyramid", f"{r.pyramid}: {format_bytes(r.pyramid_bytes)}, {r.pyramid_seconds:.2f} s"))
     for label, value in rows:
-        print(f"  {label:<13}{value}", file=out)
+        print(f"    {label:<13}{value}", file=out)
     if r.ok:
-        print(f"  verified: OK, all {r.shape and math.prod(r.shape):,} voxels read back identical",
-              file=out)
+        levels = "; every pyramid level equal to NumPy's" if r.pyramid else ""
+        print(f"    verified: OK, all {math.prod(r.shape):,} values read back identical{levels}", file=out)
     else:
-        print(f"  verified: FAILED, {r.mismatches:,} voxels differ from what was written", file=out)
+        print(f"    verified: FAILED, {r.mismatches:,} values differ from what was written", file=out)
     out.flush()
+
+
+def summary_table(results: Sequence[DemoResult]) -> str:
+    """The closing table: one row per dataset."""
+    header = ("format", "dataset", "on disk", "ratio", "write MB/s", "read MB/s", "pyramid s", "verified")
+    rows = [header] + [(
+        r.format, r.dataset.split(",")[0], format_bytes(r.stored_bytes + r.pyramid_bytes), f"{r.ratio:.1f}x",
+        f"{r.write_mbps:.0f}", f"{r.read_mbps:.0f}", f"{r.pyramid_seconds:.2f}" if r.pyramid else "-",
+        "OK" if r.ok else "FAILED") for r in results]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))) for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
 
 
 def run_demo(
@@ -411,16 +449,23 @@ def run_demo(
     directory = Path(directory).expanduser().absolute()
     if directory.exists() and not directory.is_dir():
         raise ContainsNodeError(f"{str(directory)!r} exists and is not a directory")
+    for name in names:  # refuse before writing anything
+        for container in DEMO_FORMATS[name].containers:
+            _check_replaceable(directory / container)
     directory.mkdir(parents=True, exist_ok=True)
 
-    t0 = time.perf_counter()
-    volume = em_like_volume(size, seed=seed)
-    print(f"generated a {size}^3 uint8 EM-like volume ({format_bytes(volume.nbytes)}, seed {seed}) "
-          f"in {time.perf_counter() - t0:.2f} s", file=out, flush=True)
-    results = [demo_one(DEMO_FORMATS[n], directory, volume, progress=progress, out=out) for n in names]
-    print("", file=out)
+    t_start = t0 = time.perf_counter()
+    volume, labels = em_like_pair(size, seed=seed)
+    print(f"generated a {size}^3 uint8 EM-like volume ({format_bytes(volume.nbytes)}, seed {seed}) and its "
+          f"uint64 segmentation ({len(np.unique(labels[::4, ::4, ::4]))}+ labels) in {time.perf_counter() - t0:.2f} s",
+          file=out, flush=True)
+    data = DemoData(volume, labels, _pyramid_levels(size))
+    results = [r for n in names for r in demo_one(DEMO_FORMATS[n], directory, data, progress=progress, out=out)]
+    print(f"\nsummary ({time.perf_counter() - t_start:.1f} s in all; sizes include the pyramids):", file=out)
+    print(summary_table(results), file=out)
+    print(file=out)
     for r in results:
-        print(f"open it: python -c \"import shardstore; a = shardstore.open({str(r.path)!r}); "
-              f"print(a, a[0, :4, :4])\"", file=out)
+        print(f"open it: python -c \"import shardstore; a = shardstore.open({str(r.path)!r}); print(a)\"", file=out)
+    print(f"\nsee it in Neuroglancer:\n  shardstore view {directory}", file=out)
     out.flush()
     return results

@@ -1,4 +1,4 @@
-"""The ``shardstore`` command: demo, info, ls, verify, repair, copy, serve, view.
+"""The ``shardstore`` command: demo, info, ls, verify, repair, copy, downsample, serve, view.
 
 One module per command; each has ``add_parser(add)`` (arguments only) and ``run(args)`` (the
 work). A new command is a new module listed in ``COMMANDS``.
@@ -18,13 +18,13 @@ from collections.abc import Sequence
 
 from .. import __version__
 from ..errors import ShardStoreError
-from . import copy, demo, info, ls, repair, serve, verify, view
+from . import copy, demo, downsample, info, ls, repair, serve, verify, view
 from ._common import CommandFailed
 
 __all__ = ["main", "build_parser", "COMMANDS"]
 
 #: the subcommands, in the order ``--help`` lists them
-COMMANDS = (demo, info, ls, verify, repair, copy, serve, view)
+COMMANDS = (demo, info, ls, verify, repair, copy, downsample, serve, view)
 
 _EPILOG = """\
 examples:

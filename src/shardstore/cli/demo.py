@@ -1,4 +1,4 @@
-"""``shardstore demo``: write, read back and verify a synthetic volume."""
+"""``shardstore demo``: write, read back, verify and downsample synthetic data in every format."""
 
 from __future__ import annotations
 
@@ -12,16 +12,18 @@ def run(args: argparse.Namespace) -> None:
     formats = None if args.format == "all" else [args.format]
     results = run_demo(args.dir, size=args.size, formats=formats, seed=args.seed,
                        progress=not args.no_progress)
-    bad = [r.format for r in results if not r.ok]
+    bad = [f"{r.format} {r.dataset}" for r in results if not r.ok]
     if bad:
         raise CommandFailed(f"demo: data read back differs from what was written ({', '.join(bad)})")
 
 
 def add_parser(add: AddCommand) -> None:
-    p = add("demo", "write, read back and verify a synthetic EM-like volume",
-            "Generate a synthetic EM-like uint8 volume (seeded; no data or network needed), write "
-            "it as a sharded array in DIR (chunks 64^3, shards 256^3), read it back, verify it, "
-            "and print shapes, sizes on disk and throughput.")
+    p = add("demo", "write, verify and downsample a synthetic EM volume in every format",
+            "Generate a synthetic EM-like uint8 volume and a matching uint64 segmentation (seeded; no "
+            "data or network needed); write both in DIR as sharded Zarr v3 (OME-Zarr), N5 and sharded "
+            "Neuroglancer precomputed, and per-label statistics as a bcolz ctable; read everything "
+            "back and verify it; build each pyramid (mean for the image, mode for the labels) and "
+            "check every level; print sizes and throughput; then `shardstore view DIR` shows it.")
     p.add_argument("dir", metavar="DIR", help="output directory (created if missing)")
     p.add_argument("--size", type=int, default=256, metavar="N", help="edge of the N^3 volume (default: 256)")
     p.add_argument("--format", default="all", choices=["all", *DEMO_FORMATS],

@@ -10,6 +10,6 @@ uint64 key-value store (``open_kv``).
 """
 
 from .kv import open_kv
-from .nodes import add_scale, create, open, read_info
+from .nodes import add_scale, create, open, read_info, remove_scales
 
-__all__ = ["open", "create", "add_scale", "read_info", "open_kv"]
+__all__ = ["open", "create", "add_scale", "remove_scales", "read_info", "open_kv"]

@@ -24,8 +24,9 @@ from ...store.registry import store_from_url
 from .._entry import CREATE_MODES, OPEN_MODES, check_mode, cleans_up
 from .driver import EncodingOptions, PrecomputedDriver, info_key
 from .metadata import VolumeInfo, default_key, encode_info, parse_info
+from .scales import downscaled_members
 
-__all__ = ["open", "create", "add_scale", "read_info", "DEFAULT_CHUNK", "PrecomputedArray"]
+__all__ = ["open", "create", "add_scale", "remove_scales", "read_info", "DEFAULT_CHUNK", "PrecomputedArray"]
 
 StoreLike = str | Path | Store
 #: chunk size when a scale does not give one (tensorstore picks about 64^3 too)
@@ -48,9 +49,11 @@ def _not_found(base: Store, path: str) -> NodeNotFoundError:
     return NodeNotFoundError(f"no precomputed volume at {path or '/'!r} in {base!r} (no {info_key(path)!r})")
 
 
-def read_info(store: StoreLike, *, path: str | None = None) -> dict[str, Any]:
+def read_info(
+    store: StoreLike, *, path: str | None = None, storage_options: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The validated ``info`` of a volume as JSON data."""
-    base, path = _resolve(store, path, "r")
+    base, path = _resolve(store, path, "r", storage_options)
     info = sync(_read_info(base, path))
     if info is None:
         raise _not_found(base, path)
@@ -258,34 +261,103 @@ def create(
     return _array(base, path, arrays[0].info, 0, False, options)
 
 
+def _derived_members(base: dict[str, Any], spec: dict[str, Any], factor: Sequence[float] | None) -> dict[str, Any]:
+    """``spec`` with what it leaves out taken from ``base`` downsampled by ``factor`` (or by
+    the ratio of the resolutions): resolution, voxel_offset, size (rounded as CloudVolume and
+    igneous round them), chunk size, encoding."""
+    if factor is None and "resolution" in spec:
+        ratio = [float(r) / float(b) for r, b in zip(spec["resolution"], base["resolution"])]
+        factor = ratio if all(r > 0 for r in ratio) else None
+    out = dict(spec)
+    if factor is not None:
+        for k, v in downscaled_members(base, factor).items():
+            out.setdefault(k, v)
+    if "chunk_size" not in out and "chunk_sizes" not in out and "size" in out:
+        out["chunk_sizes"] = [[min(int(c), max(int(s), 1)) for c, s in zip(base["chunk_sizes"][0], out["size"])]]
+    if "encoding" not in out:
+        out["encoding"] = base["encoding"]
+        for member in ("compressed_segmentation_block_size", "jpeg_quality", "png_level"):
+            if member in base:
+                out.setdefault(member, copy.deepcopy(base[member]))
+    return out
+
+
 @cleans_up
 def add_scale(
     store: StoreLike,
     scale: dict[str, Any] | None = None,
     *,
     path: str | None = None,
+    factor: Sequence[float] | None = None,
+    base: int | str = 0,
+    replace: bool = False,
     jpeg_quality: int | None = None,
     png_level: int | None = None,
+    storage_options: dict[str, Any] | None = None,
     **members: Any,
 ) -> Array:
     """Append a scale to an existing volume's ``info``; return it as a writable array.
 
-    The scale is a dict of ``info`` members (or keyword arguments), as in ``create``.
+    The scale is a dict of ``info`` members (or keyword arguments), as in ``create``. Members
+    left out are derived from scale ``base`` (default the first) and ``factor`` ([x, y, z];
+    default: the ratio of the given ``resolution`` to the base's): ``resolution = base *
+    factor``, ``voxel_offset = floor(base / factor)``, ``size = ceil(base / factor)`` (as
+    CloudVolume and igneous compute them), the base's chunk size (clipped to the size) and
+    encoding. ``replace=True`` replaces a scale with the same key and deletes its chunks.
     """
-    base, path = _resolve(store, path, "r+")
+    base_store, path = _resolve(store, path, "r+", storage_options)
     spec = {**(scale or {}), **members}
     key = info_key(path)
 
-    async def update() -> VolumeInfo:
-        raw = await base.get(key)
+    async def update() -> tuple[VolumeInfo, int]:
+        raw = await base_store.get(key)
         if raw is None:
-            raise _not_found(base, path)
-        doc = parse_info(raw, key).to_dict()
-        doc["scales"].append(_scale_doc(spec))
+            raise _not_found(base_store, path)
+        old = parse_info(raw, key)
+        doc = old.to_dict()
+        base_doc = doc["scales"][old.scale_index(base, key)]
+        new = _scale_doc(_derived_members(base_doc, spec, factor))
+        keys = [s["key"] for s in doc["scales"]]
+        if replace and new["key"] in keys:
+            index = keys.index(new["key"])
+            doc["scales"][index] = new
+            await base_store.delete_prefix(f"{path}/{new['key']}/" if path else f"{new['key']}/")
+        else:
+            index = len(doc["scales"])
+            doc["scales"].append(new)
         info = parse_info(doc, key)  # rejects a duplicate key or an inconsistent scale
-        PrecomputedDriver(base, path, info, len(info.scales) - 1)
-        await base.set(key, encode_info(info))
-        return info
+        PrecomputedDriver(base_store, path, info, index)
+        await base_store.set(key, encode_info(info))
+        return info, index
 
-    info = sync(update())
-    return _array(base, path, info, len(info.scales) - 1, False, EncodingOptions(jpeg_quality, png_level))
+    info, index = sync(update())
+    return _array(base_store, path, info, index, False, EncodingOptions(jpeg_quality, png_level))
+
+
+def remove_scales(
+    store: StoreLike, *, keep: int = 1, path: str | None = None, storage_options: dict[str, Any] | None = None,
+) -> list[str]:
+    """Drop every scale after the first ``keep`` from ``info`` and delete their chunks (as
+    igneous' ``truncate_scales`` does before it builds a pyramid); returns the removed keys."""
+    if keep < 1:
+        raise ValueError(f"keep must be at least 1 (the base scale), got {keep}")
+    base_store, path = _resolve(store, path, "r+", storage_options)
+    key = info_key(path)
+
+    async def update() -> list[str]:
+        raw = await base_store.get(key)
+        if raw is None:
+            raise _not_found(base_store, path)
+        doc = parse_info(raw, key).to_dict()
+        removed = [s["key"] for s in doc["scales"][keep:]]
+        if not removed:
+            return []
+        kept = {s["key"] for s in doc["scales"][:keep]}
+        doc["scales"] = doc["scales"][:keep]
+        await base_store.set(key, encode_info(parse_info(doc, key)))  # the info first: no scale points at deleted chunks
+        for name in removed:
+            if name not in kept and "/" not in name.strip("/") and name not in ("", ".", ".."):
+                await base_store.delete_prefix(f"{path}/{name}/" if path else f"{name}/")
+        return removed
+
+    return sync(update())
