@@ -47,7 +47,7 @@ def test_partial_writes_and_reads_match_numpy(case) -> None:
         oracle[sel] = value
     for sel in reads:
         assert_bitexact(a[sel], oracle[sel], f"read {sel}")
-    again = n5.open(store, "ds")
+    again = n5.open(store, path="ds")
     assert_bitexact(np.asarray(again), oracle)
     # every stored block has its clipped in-bounds size in the header
     import asyncio

@@ -26,7 +26,7 @@ def test_drivers_of_different_scales_and_volumes_differ() -> None:
     scales = [{"size": [8, 8, 8], "resolution": [1, 1, 1]}, {"size": [4, 4, 4], "resolution": [2, 2, 2]}]
     a = pc.create(store, data_type="uint8", scales=scales, path="one")
     b = pc.create(store, data_type="uint16", scales=scales[:1], path="two")
-    s0, s1 = _driver(pc.open(store, 0, path="one")), _driver(pc.open(store, 1, path="one"))
+    s0, s1 = _driver(pc.open(store, scale=0, path="one")), _driver(pc.open(store, scale=1, path="one"))
     other = _driver(b)
     assert s0 != s1 and s0 != other and s1 != other
     assert s0 == s0
