@@ -44,8 +44,7 @@ from ..core.array import Array
 from ..core.layout import ChunkLayout
 from ..errors import ShardStoreError
 from ..formats.bcolz.ctable import CTable
-from ..sharding._uint64_format import gzip_decompress, shard_entries
-from ..sharding.uint64 import Uint64ShardedStore
+from ..sharding.uint64 import Uint64ShardedStore, gzip_decompress, shard_entries
 from ..sharding.zarr3 import ZarrShardingStore, parse_inner_key
 from ..store.base import Store
 from ..store.local import LocalStore, is_temp_name

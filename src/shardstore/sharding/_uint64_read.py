@@ -315,7 +315,8 @@ class BlockingReads:
     def _state_seen(self, stem: str) -> ShardState:
         """``_state`` noting the generation it saw for ``_consistent``."""
         g = self._generation(stem + ".shard")
-        seen = self._seen.value
+        # threads that read outside ``_consistent`` (a write's merge) never set the slot
+        seen = getattr(self._seen, "value", None)
         if seen is not None:
             seen.setdefault(stem, g)
         return self._state(stem, g)

@@ -65,7 +65,16 @@ from ._uint64_read import (
 
 # the spec and key helpers are public here: users of the format (formats/precomputed) need
 # not import the private modules that implement it
-__all__ = ["SHARDING_TYPE", "UINT64_MAX", "CompleteShard", "ShardingSpec", "Uint64ShardedStore", "parse_uint64_key"]
+__all__ = [
+    "SHARDING_TYPE",
+    "UINT64_MAX",
+    "CompleteShard",
+    "ShardingSpec",
+    "Uint64ShardedStore",
+    "gzip_decompress",
+    "parse_uint64_key",
+    "shard_entries",
+]
 
 T = TypeVar("T")
 
