@@ -429,3 +429,23 @@ def test_copy_failing_midway_removes_the_destination(tmp_path: Path, capsys: pyt
     code, _, err = run(capsys, "copy", "--no-progress", tmp_path / "src.zarr", tmp_path / "dst.zarr", "--chunks", "8")
     assert code == 2 and "c/5/0" in err
     assert not (tmp_path / "dst.zarr").exists()  # the array created before the read failed is gone too
+
+
+def test_verify_a_plain_directory_checks_every_dataset_in_it(capsys, tmp_path):
+    """``verify DIR`` on a directory holding datasets (as the demo leaves) verifies each of them,
+    as ``ls`` and ``view`` take such a directory; damage in one of them is found and exits 1."""
+    z = shardstore.zarr3.create(tmp_path / "a.zarr", shape=(8, 8), dtype="uint8", chunks=(4, 4), mode="w")
+    z[...] = 3
+    n = shardstore.n5.create(tmp_path / "b.n5", path="ds", shape=(8, 8), dtype="uint16", block_size=(4, 4), mode="w")
+    n[...] = 5
+    (tmp_path / "notes").mkdir()  # a directory that holds no dataset is passed over
+    code, out, err = run(capsys, "verify", tmp_path, "--no-progress")
+    assert code == 0, err
+    assert "a.zarr" in out and "b.n5/ds" in out and "verify: OK, 2 array(s)" in out
+    chunk = tmp_path / "a.zarr" / "c" / "0" / "0"
+    chunk.write_bytes(chunk.read_bytes()[:-3])
+    code, out, err = run(capsys, "verify", tmp_path, "--no-progress")
+    assert code == 1
+    assert "a.zarr" in err and "c/0/0" in err
+    code, _, err = run(capsys, "verify", tmp_path / "notes", "--no-progress")
+    assert code == 2 and "nothing shardstore can open" in err

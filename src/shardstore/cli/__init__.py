@@ -28,9 +28,10 @@ COMMANDS = (demo, info, ls, verify, repair, copy, downsample, serve, view)
 
 _EPILOG = """\
 examples:
-  shardstore demo /tmp/shardstore-demo            write, read back and verify a 256^3 volume
-  shardstore info /tmp/shardstore-demo/em_uint8.zarr
-  shardstore verify /tmp/shardstore-demo/em_uint8.zarr
+  shardstore demo /tmp/shardstore-demo            every format, verified, with pyramids
+  shardstore info /tmp/shardstore-demo/em.ome.zarr/0
+  shardstore verify /tmp/shardstore-demo
+  shardstore view /tmp/shardstore-demo            look at it in Neuroglancer
   shardstore copy SRC DST --shards 128 --codecs '[{"name": "zstd", "configuration": {"level": 9}}]'
 
 exit codes: 0 ok, 1 a problem was found (verify, demo), 2 error (message on stderr)
@@ -41,7 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser (also used to render the CLI help in the docs)."""
     parser = argparse.ArgumentParser(
         prog="shardstore",
-        description="Chunked, compressed, sharded N-dimensional arrays (Zarr v3 with sharding).",
+        description="Chunked, compressed, sharded N-dimensional arrays: Zarr v3 (sharding), N5, "
+                    "Neuroglancer precomputed, bcolz.",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

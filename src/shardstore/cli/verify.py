@@ -10,8 +10,9 @@ from contextlib import ExitStack
 from typing import Self
 
 from ..demo import format_bytes
+from ..errors import NodeNotFoundError
 from ..ops.integrity import ScanReport, scan
-from ._common import AddCommand, CommandFailed, out
+from ._common import AddCommand, CommandFailed, local_dir, out
 
 #: verify lists at most this many problems (all are counted)
 MAX_LISTED = 20
@@ -53,10 +54,35 @@ def problem_lines(report: ScanReport, limit: int = MAX_LISTED) -> Iterator[str]:
         yield f"  ... and {len(problems) - limit} more"
 
 
+def scan_path(path: str, progress: Bars) -> ScanReport:
+    """``scan(path)``; for a plain local directory (the demo's, say), every dataset directly
+    inside it, as ``ls`` and ``view`` take such a directory."""
+    try:
+        return scan(path, progress=progress)
+    except NodeNotFoundError as not_found:
+        local = local_dir(path)
+        merged = ScanReport(path)
+        for child in sorted(local.iterdir()) if local is not None else []:
+            if not child.is_dir():
+                continue
+            try:
+                found = scan(str(child), progress=progress)
+            except NodeNotFoundError:
+                continue
+            for node in found.nodes:
+                node.name = f"{child.name}/{node.name}" if node.name else child.name
+            merged.nodes += found.nodes
+            merged.temps += found.temps
+            merged.orphans += found.orphans
+        if not merged.nodes:
+            raise not_found
+        return merged
+
+
 def run(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     with Bars("verifying", not args.no_progress) as bars:
-        report = scan(args.path, progress=bars)
+        report = scan_path(args.path, bars)
     seconds = time.perf_counter() - t0
     for line in node_lines(report):
         out(line)
