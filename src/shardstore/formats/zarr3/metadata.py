@@ -15,6 +15,7 @@ import numpy as np
 
 from ...codecs.base import parse_named_config
 from ...codecs.pipeline import CodecPipeline
+from ...core.grid import check_element_count
 from ...errors import MetadataError, UnsupportedFeatureError
 
 __all__ = [
@@ -256,6 +257,7 @@ def _parse_array(doc: dict[str, Any], key: str) -> ArrayMetadata:
         if member not in doc:
             raise _err(key, f"array metadata lacks the required member {member!r}")
     shape = _int_list(doc["shape"], "shape", key, positive=False)
+    check_element_count(shape, key)
     dtype = parse_dtype(doc["data_type"], key)
 
     name, conf, _ = parse_named_config(doc["chunk_grid"], f"{key}: chunk_grid")
