@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ...core.grid import check_element_count
 from ...errors import MetadataError, UnsupportedFeatureError
 from ...sharding.uint64 import ShardingSpec
 
@@ -158,6 +159,7 @@ def _parse_scale(doc: Any, i: int, info: VolumeInfo, where: str) -> Scale:
     if not isinstance(key, str) or not key.strip("/"):
         raise MetadataError(f"{at}.key must be a non-empty string, got {key!r}")
     size = _triple(doc["size"], f"{at}.size", minimum=0)
+    check_element_count(size, f"{at}.size")
     offset = _triple(doc.get("voxel_offset", [0, 0, 0]), f"{at}.voxel_offset")
     res = doc["resolution"]
     if not isinstance(res, list) or len(res) != 3 or not all(_is_number(r) and r > 0 for r in res):

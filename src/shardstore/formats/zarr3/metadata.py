@@ -274,7 +274,10 @@ def _parse_array(doc: dict[str, Any], key: str) -> ArrayMetadata:
     if separator not in ("/", "."):
         raise _err(key, f"chunk_key_encoding separator must be '/' or '.', got {separator!r}")
 
-    for transformer in doc.get("storage_transformers") or []:
+    transformers = doc.get("storage_transformers") or []
+    if not isinstance(transformers, list):
+        raise _err(key, f"storage_transformers must be a list, got {transformers!r}")
+    for transformer in transformers:
         tname, _, must = parse_named_config(transformer, f"{key}: storage_transformers")
         if must:
             raise UnsupportedFeatureError(f"{key}: storage transformer {tname!r} is not supported")
