@@ -11,7 +11,6 @@ prefix, and no object appears outside it).
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from collections.abc import Callable
 from pathlib import Path
