@@ -32,7 +32,7 @@ from .http import (
     retry_config,
 )
 
-__all__ = ["S3Store", "s3_store_from_url"]
+__all__ = ["S3Store", "s3_credentials", "s3_store_from_url"]
 
 #: DeleteObjects takes at most this many keys per request
 _DELETE_BATCH = 1000
@@ -95,6 +95,7 @@ class S3Store(ObjectStoreBase):
         multipart_chunk_size: int = 16 << 20,
         retry_conflicts: int = 0,
         cache_bytes: int = 0,
+        body_retries: int = 2,
         client_options: Mapping[str, Any] | None = None,
         config: Mapping[str, Any] | None = None,
     ) -> None:
@@ -120,6 +121,7 @@ class S3Store(ObjectStoreBase):
         self.endpoint = endpoint
         self.region = region
         self.max_concurrency = int(max_concurrency)
+        self.body_retries = int(body_retries)
         self.multipart_threshold = int(multipart_threshold)
         self.multipart_chunk_size = int(multipart_chunk_size)
         if self.multipart_chunk_size < 5 << 20:
