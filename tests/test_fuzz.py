@@ -96,7 +96,7 @@ def check(i, w):
         time.sleep(60)
     if {mode!r} == "alloc":
         bytearray(8 << 30)
-    raise TypeError("not a ShardStoreError")
+    raise fuzz.ContractViolation("TypeError (not a ShardStoreError)")
 fuzz.TARGETS["boom"] = fuzz._Target("boom", make, check, repr)
 ''')
     code = (f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import fuzz_boom; "
@@ -112,8 +112,34 @@ fuzz.TARGETS["boom"] = fuzz._Target("boom", make, check, repr)
     assert r.returncode == 0, r.stderr[-3000:]
     report = json.loads(r.stdout.strip().splitlines()[-1])
     assert [(f["index"], f["kind"]) for f in report["failures"]] == [(3, kind)], report
-    assert report["outcomes"].get("boom:ok", 0) >= 5  # the run went on after the failure
+    assert report["total"] == 8  # every input counted, those before a crash too
+    assert report["outcomes"].get("boom:ok", 0) >= 4  # the run went on after the failure
     assert time.monotonic() - t0 < 90
+
+
+def test_check_case_classifies(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another exception type, or a ShardStoreError not naming the changed key, break the
+    contract; a valid input that is refused does too."""
+    case = Case("t", "zarr3", {"zarr.json": b"{}", "c/0": b""}, mutated="c/0")
+
+    def raising(exc: BaseException):  # noqa: ANN202
+        def f(case: Case, store: object) -> None:
+            raise exc
+        return f
+
+    monkeypatch.setattr(fuzz, "_open_and_read", raising(TypeError("boom")))
+    with pytest.raises(fuzz.ContractViolation, match="TypeError"):
+        fuzz.check_case(case)
+    monkeypatch.setattr(fuzz, "_open_and_read", raising(CodecError("chunk 'c/1' is bad")))
+    with pytest.raises(fuzz.ContractViolation, match="does not name"):
+        fuzz.check_case(case)
+    monkeypatch.setattr(fuzz, "_open_and_read", raising(CodecError("chunk 'c/0' is bad")))
+    assert fuzz.check_case(case) == "error"
+    with pytest.raises(fuzz.ContractViolation, match="valid input"):
+        fuzz.check_case(Case("t", "zarr3", case.files))
+    monkeypatch.setattr(fuzz, "_open_and_read", raising(MemoryError()))
+    with pytest.raises(MemoryError):
+        fuzz.check_case(case)
 
 
 # -- structure-aware inputs under Hypothesis ----------------------------------------------
@@ -254,7 +280,11 @@ for key in ("0/0", "0/1"):
 '''
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=_env(), check=False)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout.split() == ["error", "error"]
+    # dims of 2**20 x 2**20 (2**40 elements): an error; a varlength count of 2**32 - 1 with
+    # the 8 x 8 block's 64 bytes: read as the 64 elements its dims say, or an error - never
+    # an allocation of what the header claims (the cap above would turn that into MemoryError)
+    out = r.stdout.split()
+    assert out[0] == "error" and out[1] in ("read", "error"), out
 
 
 # -- the long run --------------------------------------------------------------------------
@@ -265,3 +295,65 @@ def test_slow_fuzz_run(fixtures_dir: Path) -> None:
     report = _run("--executions", "40000", "--jobs", "2", "--seed", "5", timeout=3500)
     assert report["total"] == 40000
     assert report["failures"] == [], report["failures"][:5]
+
+
+# -- the C extension -----------------------------------------------------------------------
+
+def test_rawio_target_reaches_the_c_extension(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``n5_rawio`` inputs are read by ``_rawio.read_boxes`` (with inflate for gzip / zlib)."""
+    from shardstore import _rawio
+    from shardstore.core import rawread
+
+    assert rawread.available() and rawread.inflate_available()
+    calls: list[bool] = []
+    real = _rawio.read_boxes
+
+    def spy(*args: object) -> object:
+        calls.append(bool(args[7]) if len(args) > 7 else False)
+        return real(*args)
+
+    monkeypatch.setattr(_rawio, "read_boxes", spy)
+    for seed in range(12):
+        case = BUILDERS["n5_rawio"](RandomDraw(seed))
+        assert fuzz.check_case(case, str(tmp_path)) == "ok"
+    assert calls and any(calls) and not all(calls), calls  # inflate and raw blocks both went native
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+def test_sanitized_extension_fuzz() -> None:
+    """``_rawio.c`` built with ASan + UBSan, fed the n5_rawio corpus: no sanitizer report."""
+    r = subprocess.run([sys.executable, "-m", "shardstore.testing.fuzz_sanitize", "--executions", "3000"],
+                       capture_output=True, text=True, timeout=3500, env=_env(), check=False)
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+    report = json.loads(r.stdout)
+    assert report["total"] == 3000 and report["failures"] == []
+
+
+def test_huge_block_size_in_local_files_is_not_a_huge_allocation(tmp_path: Path) -> None:
+    """Found: ``blockSize`` [2**31, 1] (uint16: 4 GiB) on local gzip blocks made the native
+    reader allocate the metadata's block size up front (MemoryError under the worker's cap)."""
+    code = r'''
+import json, resource, sys, numpy as np, shardstore
+from shardstore.core import rawread
+from shardstore.testing.fuzz import _address_space
+root = sys.argv[1]
+a = shardstore.n5.create(root, "d", shape=(8, 8), dtype="uint16", block_size=(4, 4), compression={"type": "gzip"})
+a[...] = np.arange(64, dtype="uint16").reshape(8, 8)
+doc = json.load(open(root + "/d/attributes.json"))
+doc["blockSize"] = [2**31, 1]
+json.dump(doc, open(root + "/d/attributes.json", "w"))
+assert rawread.inflate_available()
+b = shardstore.n5.open(root, "d")
+cap = _address_space() + (512 << 20)
+resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+try:
+    np.asarray(b[...])
+    print("read")
+except shardstore.ShardStoreError as e:
+    print("error")
+'''
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "c.n5")], capture_output=True, text=True,
+                       timeout=60, env={**_env(), "MALLOC_ARENA_MAX": "2"}, check=False)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() in (["read"], ["error"])

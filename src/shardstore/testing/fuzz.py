@@ -359,6 +359,9 @@ def run(executions: int, jobs: int = 2, seed: int = 0, targets: Sequence[str] | 
     unknown = set(names) - set(TARGETS)
     if unknown:
         raise ValueError(f"unknown fuzz targets {sorted(unknown)}; known: {sorted(TARGETS)}")
+    # glibc makes a malloc arena per thread (64 MiB of address space each): with a few
+    # arenas only, the address-space cap measures what inputs allocate, not thread counts
+    os.environ.setdefault("MALLOC_ARENA_MAX", "2")
     ctx = mp.get_context("spawn")
     progress = ctx.Array("q", jobs, lock=False)
     queue = ctx.Queue()
@@ -368,6 +371,7 @@ def run(executions: int, jobs: int = 2, seed: int = 0, targets: Sequence[str] | 
     failures: list[dict[str, Any]] = []
     procs: dict[int, Any] = {}
     seen: dict[int, tuple[int, float]] = {}
+    firsts: dict[int, int] = {}
     t0 = time.monotonic()
 
     def launch(slot: int, first: int) -> None:
@@ -376,12 +380,16 @@ def run(executions: int, jobs: int = 2, seed: int = 0, targets: Sequence[str] | 
                         daemon=True)
         p.start()
         procs[slot] = p
+        firsts[slot] = first
         seen[slot] = (first, time.monotonic() + 60.0)  # imports and warm-up get a minute
 
-    def failed(kind: str, i: int, detail: str) -> None:
+    def failed(slot: int, kind: str, i: int, detail: str) -> None:
         target = names[i % len(names)]
         failures.append({"target": target, "seed": seed, "index": i, "kind": kind, "detail": detail})
-        counts[target] += 1
+        # the worker ran its inputs before i (their failures, if any, were reported) but
+        # never sent its tally: count them here, and input i itself
+        for j in range(firsts[slot], i + 1, jobs):
+            counts[names[j % len(names)]] += 1
         if log:
             log(f"FAILURE {kind} {target} seed={seed} index={i}: {detail[:300]}")
 
@@ -394,6 +402,11 @@ def run(executions: int, jobs: int = 2, seed: int = 0, targets: Sequence[str] | 
             msg = queue.get(timeout=0.2)
         except Exception:  # queue.Empty
             msg = None
+        now = time.monotonic()
+        if log and now - last_log > 30:
+            last_log = now
+            done = sum(progress[s] - start for s in range(jobs))
+            log(f"{now - t0:.0f}s: ~{done} executions, {len(failures)} failures")
         if msg is not None:
             if msg[0] == "failure":
                 _, target, i, kind, detail = msg
@@ -407,14 +420,13 @@ def run(executions: int, jobs: int = 2, seed: int = 0, targets: Sequence[str] | 
                 procs[slot].join()
                 running.discard(slot)
             continue
-        now = time.monotonic()
         for slot in list(running):
             p = procs[slot]
             i = progress[slot]
             if not p.is_alive():  # died without "done": a crash on input i
                 code = p.exitcode
                 p.join()
-                failed("crash", i, f"worker exited with code {code} (signal {-code if code and code < 0 else 0})")
+                failed(slot, "crash", i, f"worker exited with code {code} (signal {-code if code and code < 0 else 0})")
                 _respawn(slot, i, stop, jobs, launch, running)
                 continue
             last_i, deadline = seen[slot]
@@ -423,18 +435,12 @@ def run(executions: int, jobs: int = 2, seed: int = 0, targets: Sequence[str] | 
             elif now > deadline:
                 p.kill()
                 p.join()
-                failed("hang", i, f"no result within {timeout} s")
+                failed(slot, "hang", i, f"no result within {timeout} s")
                 _respawn(slot, i, stop, jobs, launch, running)
-        if log and now - last_log > 30:
-            last_log = now
-            done = sum(progress[s] - start for s in range(jobs))
-            log(f"{time.monotonic() - t0:.0f}s: ~{done} executions, {len(failures)} failures")
     return Report(dict(counts), dict(outcomes), failures, time.monotonic() - t0)
 
 
 def _respawn(slot: int, i: int, stop: int, jobs: int, launch: Callable[[int, int], None], running: set[int]) -> None:
-    # the inputs this worker ran before i were counted by no "done" message: they are lost
-    # from the tally (not from the run: no failure was reported for them)
     if i + jobs < stop:
         launch(slot, i + jobs)
     else:

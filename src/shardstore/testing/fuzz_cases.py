@@ -470,8 +470,9 @@ def build_n5_blocks(d: Draw, compression: str | None = None) -> Case:
 
 
 def build_n5_native(d: Draw) -> Case:
-    """gzip / zlib N5 blocks on local files: what ``_rawio.read_boxes(inflate=True)`` reads."""
-    case = build_n5_blocks(d, d.choice(("gzip", "zlib")))
+    """raw, gzip and zlib N5 blocks on local files: what ``_rawio.read_boxes`` reads (with
+    ``inflate=True`` for gzip / zlib)."""
+    case = build_n5_blocks(d, d.choice(("gzip", "zlib", "raw")))
     return replace(case, name="built/n5_rawio", local=True)
 
 
