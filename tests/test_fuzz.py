@@ -357,3 +357,40 @@ except shardstore.ShardStoreError as e:
                        timeout=60, env={**_env(), "MALLOC_ARENA_MAX": "2"}, check=False)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.split() in (["read"], ["error"])
+
+
+@pytest.mark.parametrize("comp", ["raw", "gzip", "zstd", "blosc"])
+def test_chunk_claimed_by_metadata_is_not_allocated_before_the_data_fits(comp: str) -> None:
+    """Found: a zarr.json chunk_shape of [4, 2**63] raised ValueError / OverflowError in the
+    decoders; [2**31, 5] (20 GiB) made the gzip path allocate its output before decoding
+    (MemoryError under the worker's cap). Now: a MetadataError, and a CodecError naming the
+    chunk, under a 512 MiB cap."""
+    code = r'''
+import json, resource, sys, numpy as np, shardstore
+from shardstore.store import MemoryStore
+from shardstore.testing.fuzz import _address_space
+comp = sys.argv[1]
+codecs = [{"name": "bytes", "configuration": {"endian": "little"}}]
+if comp == "gzip": codecs.append({"name": "gzip", "configuration": {"level": 1}})
+if comp == "zstd": codecs.append({"name": "zstd", "configuration": {"level": 1, "checksum": False}})
+if comp == "blosc": codecs.append({"name": "blosc", "configuration": {"cname": "lz4", "clevel": 1, "shuffle": "noshuffle", "typesize": 2, "blocksize": 0}})
+out = []
+for claim in ([4, 2**63], [2**31, 5]):
+    d = {}
+    shardstore.zarr3.create(MemoryStore(d), shape=(6, 5), dtype="uint16", chunks=(4, 4), codecs=codecs)[...] = 3
+    doc = json.loads(d["zarr.json"]); doc["chunk_grid"]["configuration"]["chunk_shape"] = claim
+    d["zarr.json"] = json.dumps(doc).encode()
+    cap = _address_space() + (512 << 20)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, resource.RLIM_INFINITY))
+    try:
+        np.asarray(shardstore.open(MemoryStore(d))[...])
+        out.append("read")
+    except shardstore.ShardStoreError as e:
+        out.append(type(e).__name__ + (":named" if "zarr.json" in str(e) or "c/0/0" in str(e) else ":unnamed"))
+    resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+print(" ".join(out))
+'''
+    r = subprocess.run([sys.executable, "-c", code, comp], capture_output=True, text=True, timeout=60,
+                       env={**_env(), "MALLOC_ARENA_MAX": "2"}, check=False)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["MetadataError:named", "CodecError:named"]

@@ -168,6 +168,8 @@ def _parse_scale(doc: Any, i: int, info: VolumeInfo, where: str) -> Scale:
     if not isinstance(chunks, list) or not chunks:
         raise MetadataError(f"{at}.chunk_sizes must be a non-empty list of [x, y, z], got {chunks!r}")
     chunk_sizes = [_triple(c, f"{at}.chunk_sizes[{j}]", minimum=1) for j, c in enumerate(chunks)]
+    for j, c in enumerate(chunk_sizes):
+        check_element_count(c, f"{at}.chunk_sizes[{j}]")
     encoding = doc["encoding"]
     if not isinstance(encoding, str) or encoding.lower() not in _KNOWN_ENCODINGS:
         raise MetadataError(f"{at}.encoding must be one of {list(_KNOWN_ENCODINGS)}, got {encoding!r}")

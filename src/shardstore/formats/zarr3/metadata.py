@@ -264,6 +264,7 @@ def _parse_array(doc: dict[str, Any], key: str) -> ArrayMetadata:
     if name != "regular":
         raise UnsupportedFeatureError(f"{key}: chunk_grid {name!r} is not supported (only 'regular')")
     chunk_shape = _int_list(conf.get("chunk_shape"), "chunk_grid.configuration.chunk_shape", key, positive=True)
+    check_element_count(chunk_shape, f"{key}: chunk_grid.configuration.chunk_shape")
     if len(chunk_shape) != len(shape):
         raise _err(key, f"chunk_shape {list(chunk_shape)} and shape {list(shape)} differ in rank")
 
