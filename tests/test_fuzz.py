@@ -30,7 +30,14 @@ from shardstore.core.indexing import basic_indexer
 from shardstore.errors import CodecError, MetadataError, ShardStoreError
 from shardstore.store import MemoryStore
 from shardstore.testing import fuzz
-from shardstore.testing.fuzz_cases import BUILDERS, Case, HypothesisDraw, RandomDraw, fixture_cases, mutate_case
+from shardstore.testing.fuzz_cases import (
+    BUILDERS,
+    Case,
+    HypothesisDraw,
+    RandomDraw,
+    fixture_cases,
+    mutate_case,
+)
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -53,10 +60,10 @@ def _run(*args: str, timeout: float = 150) -> dict:
 # -- the runner ----------------------------------------------------------------------------
 
 def test_smoke_run_every_target(fixtures_dir: Path) -> None:
-    report = _run("--executions", "500", "--jobs", "1", "--seed", "11")
+    report = _run("--executions", "360", "--jobs", "1", "--seed", "11")
     assert report["failures"] == [], report["failures"][:3]
     assert set(report["executions"]) == set(fuzz.TARGETS)
-    assert report["total"] == 500
+    assert report["total"] == 360
     # the inputs are not all rejected up front: every target has inputs that read fine
     # (the unmutated valid cases at least) and inputs that are refused
     for target in fuzz.TARGETS:
@@ -73,47 +80,39 @@ def test_inputs_are_reproducible(fixtures_dir: Path) -> None:
             assert a[2] == b[2]
 
 
-class _Boom:
-    """Targets that break the contract on purpose, to see the runner report them."""
-
-
-@pytest.mark.parametrize(("mode", "kind"), [("crash", "crash"), ("hang", "hang"), ("alloc", "MemoryError"),
-                                            ("typeerror", "contract")])
-def test_runner_reports_contract_breaks(mode: str, kind: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """A crashing, hanging, over-allocating or wrongly-raising input is a failure with its index."""
-    plugin = tmp_path / "fuzz_boom.py"
-    plugin.write_text(f'''
-import ctypes, os, sys, time
+def test_runner_reports_contract_breaks(tmp_path: Path) -> None:
+    """A crashing, hanging, over-allocating or wrongly-raising input is a failure with its
+    index, and the run goes on after it (a new worker starts after a crash or a hang)."""
+    (tmp_path / "fuzz_boom.py").write_text('''
+import ctypes, time
 from shardstore.testing import fuzz
-def make(d, i):
-    return i
 def check(i, w):
-    if i != 3:
-        return "ok"
-    if {mode!r} == "crash":
-        ctypes.string_at(0)
-    if {mode!r} == "hang":
+    if i == 3:
+        ctypes.string_at(0)  # segfault
+    if i == 6:
         time.sleep(60)
-    if {mode!r} == "alloc":
+    if i == 9:
         bytearray(8 << 30)
-    raise fuzz.ContractViolation("TypeError (not a ShardStoreError)")
-fuzz.TARGETS["boom"] = fuzz._Target("boom", make, check, repr)
+    if i == 12:
+        raise fuzz.ContractViolation("TypeError (not a ShardStoreError)")
+    return "ok"
+fuzz.TARGETS["boom"] = fuzz._Target("boom", lambda d, i: i, check, repr)
 ''')
-    code = (f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import fuzz_boom; "
-            "from shardstore.testing import fuzz; import json; "
-            "r = fuzz.run(8, jobs=1, targets=['boom'], timeout=3, memory_mb=512); print(json.dumps(r.to_json()))")
-    # spawned workers import the plugin through sitecustomize-free means: PYTHONPATH + a .pth
+    # spawned workers import the plugin too: through sitecustomize on their PYTHONPATH
+    (tmp_path / "sitecustomize.py").write_text("import fuzz_boom\n")
     env = _env()
     env["PYTHONPATH"] = str(tmp_path) + os.pathsep + env["PYTHONPATH"]
-    (tmp_path / "sitecustomize.py").write_text("import fuzz_boom\n")
+    code = ("import json; from shardstore.testing import fuzz; "
+            "r = fuzz.run(15, jobs=1, targets=['boom'], timeout=3, memory_mb=512); print(json.dumps(r.to_json()))")
     t0 = time.monotonic()
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env,
                        stdin=subprocess.DEVNULL, check=False)
     assert r.returncode == 0, r.stderr[-3000:]
     report = json.loads(r.stdout.strip().splitlines()[-1])
-    assert [(f["index"], f["kind"]) for f in report["failures"]] == [(3, kind)], report
-    assert report["total"] == 8  # every input counted, those before a crash too
-    assert report["outcomes"].get("boom:ok", 0) >= 4  # the run went on after the failure
+    kinds = [(f["index"], f["kind"]) for f in report["failures"]]
+    assert kinds == [(3, "crash"), (6, "hang"), (9, "MemoryError"), (12, "contract")], report
+    assert report["total"] == 15  # every input counted, those before a crash too
+    assert report["outcomes"]["boom:ok"] == 6  # 7, 8, 10, 11, 13, 14: the run went on after each failure
     assert time.monotonic() - t0 < 90
 
 
@@ -122,7 +121,7 @@ def test_check_case_classifies(monkeypatch: pytest.MonkeyPatch) -> None:
     contract; a valid input that is refused does too."""
     case = Case("t", "zarr3", {"zarr.json": b"{}", "c/0": b""}, mutated="c/0")
 
-    def raising(exc: BaseException):  # noqa: ANN202
+    def raising(exc: BaseException):
         def f(case: Case, store: object) -> None:
             raise exc
         return f
@@ -165,7 +164,7 @@ def test_hand_built_containers_read_as_built() -> None:
         from shardstore.formats.precomputed.kv import open_kv
 
         kv = open_kv(MemoryStore(dict(case.files)), case.kv_spec)
-        assert all(isinstance(kv[k], bytes) for k in kv.keys())
+        assert all(isinstance(kv[k], bytes) for k in kv)
         z = BUILDERS["zarr3_shard"](RandomDraw(seed))
         a = shardstore.open(MemoryStore(dict(z.files)))
         assert np.asarray(a[...]).shape == a.shape

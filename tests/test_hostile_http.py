@@ -99,7 +99,7 @@ class HostileServer:
             conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
             return True
         size, mode = len(VALUE), self.mode
-        base = f"ETag: \"e1\"\r\nLast-Modified: Mon, 01 Jan 2024 00:00:00 GMT\r\nAccept-Ranges: bytes\r\n"
+        base = "ETag: \"e1\"\r\nLast-Modified: Mon, 01 Jan 2024 00:00:00 GMT\r\nAccept-Ranges: bytes\r\n"
         if method == "HEAD":
             conn.sendall(f"HTTP/1.1 200 OK\r\n{base}Content-Length: {size}\r\n\r\n".encode())
             return True

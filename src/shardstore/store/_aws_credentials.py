@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..errors import StoreError
 
-__all__ = ["Credentials", "INSTANCE_METADATA_ENV", "s3_credentials"]
+__all__ = ["INSTANCE_METADATA_ENV", "Credentials", "s3_credentials"]
 
 #: set to 1 / true / yes to let obstore's chain (and the instance-metadata endpoint) run
 INSTANCE_METADATA_ENV = "SHARDSTORE_S3_INSTANCE_METADATA"

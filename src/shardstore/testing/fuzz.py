@@ -31,6 +31,7 @@ import argparse
 import json
 import math
 import os
+import queue as queue_mod
 import re
 import shutil
 import sys
@@ -400,7 +401,7 @@ def run(executions: int, jobs: int = 2, seed: int = 0, targets: Sequence[str] | 
     while running:
         try:
             msg = queue.get(timeout=0.2)
-        except Exception:  # queue.Empty
+        except queue_mod.Empty:
             msg = None
         now = time.monotonic()
         if log and now - last_log > 30:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import itertools
 import json
 import lzma
 import math
@@ -177,8 +178,7 @@ def mutate_bytes(d: Draw, data: bytes, fields: Sequence[tuple[int, int]] = (), d
             if off + size <= n:
                 v = d.choice(INTERESTING_INTS) if d.integer(0, 3) else n + d.integer(-8, 8)
                 v &= (1 << (8 * size)) - 1
-                order = "big" if d.integer(0, 4) == 0 else "little"
-                buf[off : off + size] = v.to_bytes(size, order)
+                buf[off : off + size] = v.to_bytes(size, "big" if d.integer(0, 4) == 0 else "little")
                 continue
         if n == 0 or op == 2:
             buf[d.integer(0, n) : d.integer(0, n)] = d.bytes(d.integer(1, 16))
@@ -189,7 +189,7 @@ def mutate_bytes(d: Draw, data: bytes, fields: Sequence[tuple[int, int]] = (), d
             size = d.choice((1, 2, 4, 8))
             i = d.integer(0, max(n - size, 0))
             v = d.choice(INTERESTING_INTS) & ((1 << (8 * size)) - 1)
-            buf[i : i + size] = v.to_bytes(size, d.choice(("little", "big")))
+            buf[i : i + size] = v.to_bytes(size, "big" if d.integer(0, 1) else "little")
         elif op == 5:  # truncate
             del buf[d.integer(0, n - 1) :]
         elif op == 6:  # delete a run
@@ -404,7 +404,7 @@ def build_uint64_shard(d: Draw) -> Case:
             starts.append(len(body))
             sizes.append(len(v))
             body += v
-        deltas_id = [ids[0]] + [b - a for a, b in zip(ids, ids[1:])]
+        deltas_id = [ids[0]] + [b - a for a, b in itertools.pairwise(ids)]
         deltas_off = [starts[0]] + [starts[i] - (starts[i - 1] + sizes[i - 1]) for i in range(1, len(ids))]
         raw_index = np.array([deltas_id, deltas_off, sizes], dtype="<u8").tobytes()
         if index_enc == "raw":
@@ -430,11 +430,12 @@ def build_n5_blocks(d: Draw, compression: str | None = None) -> Case:
     dims = tuple(d.integer(1, 9) for _ in range(ndim))  # N5 order (x first)
     dtype = d.choice(_N5_TYPES)
     comp = compression or d.choice(("raw", "gzip", "zlib", "bzip2", "xz", "zstd"))
-    compression_doc: dict[str, Any] = {"raw": {"type": "raw"}, "gzip": {"type": "gzip", "level": 1},
+    docs: dict[str, dict[str, Any]] = {"raw": {"type": "raw"}, "gzip": {"type": "gzip", "level": 1},
                                        "zlib": {"type": "gzip", "level": 1, "useZlib": True},
                                        "bzip2": {"type": "bzip2", "blockSize": 9},
                                        "xz": {"type": "xz", "preset": 1},
-                                       "zstd": {"type": "zstd", "level": 1}}[comp]
+                                       "zstd": {"type": "zstd", "level": 1}}
+    compression_doc = docs[comp]
     attrs = {"dimensions": list(dims), "blockSize": list(block), "dataType": dtype, "compression": compression_doc}
     files = {"attributes.json": json.dumps(attrs).encode()}
     fields: dict[str, tuple[tuple[int, int], ...]] = {}
@@ -556,7 +557,7 @@ def build_metadata_only(d: Draw) -> Case:
         elif kind == "bcolz":
             create(store, format="bcolz", data=np.arange(10, dtype="int16"), chunklen=4)
         else:
-            size = {"block_size" if kind == "n5" else "chunks": (4, 4)}
+            size: dict[str, Any] = {"block_size" if kind == "n5" else "chunks": (4, 4)}
             a = create(store, format=kind, shape=(6, 5), dtype="uint16", **size)
             a[...] = 7
 
