@@ -26,6 +26,7 @@ from shardstore.errors import StoreError
 from shardstore.store import RangeBR, store_from_url
 from shardstore.store.base import SuffixBR
 
+pytest_plugins = ["_net_audit"]
 pytestmark = pytest.mark.timeout(120)
 
 VALUE = bytes(range(256)) * 64  # 16 KiB

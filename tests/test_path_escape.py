@@ -24,7 +24,7 @@ from shardstore.errors import ShardStoreError
 from shardstore.formats import bcolz, n5, precomputed, zarr3
 from shardstore.store import MemoryStore, RecordingStore, Store, store_from_url
 
-pytest_plugins = ["_servers"]
+pytest_plugins = ["_servers", "_net_audit"]
 pytestmark = pytest.mark.timeout(120)
 
 if TYPE_CHECKING:
