@@ -406,7 +406,7 @@ def run(executions: int, jobs: int = 2, seed: int = 0, targets: Sequence[str] | 
         now = time.monotonic()
         if log and now - last_log > 30:
             last_log = now
-            done = sum(progress[s] - start for s in range(jobs))
+            done = sum(max(0, (progress[s] - start - s) // jobs) for s in range(jobs))  # worker s: start+s, +jobs, ...
             log(f"{now - t0:.0f}s: ~{done} executions, {len(failures)} failures")
         if msg is not None:
             if msg[0] == "failure":
