@@ -393,3 +393,16 @@ print(" ".join(out))
                        env={**_env(), "MALLOC_ARENA_MAX": "2"}, check=False)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.split() == ["MetadataError:named", "CodecError:named"]
+
+
+@pytest.mark.parametrize("value", [True, False, 1.0, "2"])
+def test_sharding_inner_chunk_shape_of_booleans(value: object) -> None:
+    """Found (zarr3_shard, seed 4, input 587098): a sharding_indexed chunk_shape [2, true]
+    passed the codec's check (bool is an int) and failed later without naming zarr.json."""
+    data: dict[str, bytes] = {}
+    shardstore.zarr3.create(MemoryStore(data), shape=(2, 6), dtype="int32", chunks=(2, 3), shards=(2, 6))
+    doc = json.loads(data["zarr.json"])
+    doc["codecs"][0]["configuration"]["chunk_shape"] = [2, value]
+    data["zarr.json"] = json.dumps(doc).encode()
+    with pytest.raises(MetadataError, match="zarr.json.*chunk_shape"):
+        shardstore.open(MemoryStore(data, read_only=True))
