@@ -26,6 +26,10 @@ _TESTS_DIR = str(Path(__file__).resolve().parent)
 if _TESTS_DIR not in sys.path:
     sys.path.insert(0, _TESTS_DIR)
 
+# every test fails if its process opens a Python connection to anything but loopback (issue 22:
+# the suite's S3 and HTTP tests must never reach a cloud metadata endpoint or the internet)
+pytest_plugins = ["_net_audit"]
+
 from _helpers import find_fixtures_dir, fixtures_missing_reason  # noqa: E402
 
 

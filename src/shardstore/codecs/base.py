@@ -55,6 +55,9 @@ def decode_to_scratch(codec: BytesBytesCodec, data: bytes | memoryview, spec: Ch
     """``codec``'s decoding of ``data`` in this thread's ``scratch_buffer`` when it is exactly
     ``nbytes`` long and the codec decodes in place; None otherwise (the caller then uses
     ``decode``, which also words any error)."""
+    ratio = codec.max_ratio
+    if ratio is not None and nbytes > len(data) * ratio + 1024:
+        return None  # cannot decode to nbytes: no buffer of a size only a corrupt spec claims
     buf = scratch_buffer(nbytes)
     return buf if codec.decode_to(data, spec, buf) else None
 
@@ -258,6 +261,9 @@ class BytesBytesCodec(Codec):
     @abc.abstractmethod
     def decode(self, data: bytes, spec: ChunkSpec, max_size: int) -> bytes:
         """Decode; raise CodecError rather than produce more than ``max_size`` bytes."""
+
+    #: the most bytes one input byte can decode to (deflate: 1032), or None when unbounded
+    max_ratio: ClassVar[int | None] = None
 
     def decode_to(self, data: bytes | memoryview, spec: ChunkSpec, out: np.ndarray) -> bool:
         """Decode into ``out`` (uint8, exactly the size the decoded data must have); False

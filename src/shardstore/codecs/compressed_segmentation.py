@@ -53,6 +53,8 @@ def check_encoded(words: np.ndarray, shape: tuple[int, ...], block: tuple[int, .
     grid = [-(-s // b) for s, b in zip(shape[:3], block)]
     nblocks = grid[0] * grid[1] * grid[2]
     nvox = block[0] * block[1] * block[2]
+    if nvox >= 2**32:  # larger than any chunk; and nvox * bits below must fit int64
+        raise CodecError(f"codec 'compressed_segmentation': block size {list(block)} holds {nvox} voxels (at most 2**32)")
     if total < nc:
         raise CodecError(f"codec 'compressed_segmentation': {total * 4} bytes cannot hold the {nc} channel offsets")
     for c in range(nc):

@@ -146,6 +146,8 @@ class GzipCodec(N5Compression, BytesBytesCodec):
             return zlib.compress(data, self.level, wbits)
         return _isal.compress(data, _isal_level(self.level), wbits)
 
+    max_ratio = 1032  # deflate never decodes one byte to more than ~1032 (its documented limit)
+
     def decode_to(self, data: bytes | memoryview, spec: ChunkSpec, out: np.ndarray) -> bool:
         gz = memoryview(data)[:2] == b"\x1f\x8b"
         if gz:

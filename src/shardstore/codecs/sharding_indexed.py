@@ -47,7 +47,7 @@ class ShardingCodec(ArrayBytesCodec):
             raise MetadataError(
                 f"sharding_indexed: index_location must be 'start' or 'end', got {index_location!r}"
             )
-        if any((not isinstance(c, int)) or c <= 0 for c in chunk_shape):
+        if any(isinstance(c, bool) or not isinstance(c, int) or c <= 0 for c in chunk_shape):
             raise MetadataError(f"sharding_indexed: chunk_shape must be positive integers, got {chunk_shape!r}")
         self.chunk_shape = tuple(chunk_shape)
         self.codecs = codecs

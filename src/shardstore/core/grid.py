@@ -35,6 +35,17 @@ def _int_tuple(values: Sequence[int], what: str, *, minimum: int) -> tuple[int, 
     return tuple(out)
 
 
+#: more elements than any array can have (2**63 bytes over the widest dtypes, 16-byte complex
+#: and the like, with room to spare)
+_MAX_ELEMENTS = 2**60
+
+
+def check_element_count(shape: Sequence[int], where: str) -> None:
+    """MetadataError naming ``where`` when no array can have ``shape`` (a corrupt header)."""
+    if math.prod(s for s in shape if s) > _MAX_ELEMENTS:
+        raise MetadataError(f"{where}: shape {list(shape)} holds more than 2**60 elements")
+
+
 @dataclass(frozen=True)
 class RegularGrid:
     """A regular grid of ``chunk_shape`` chunks over an array of ``shape`` (rank 0 allowed)."""
@@ -50,6 +61,9 @@ class RegularGrid:
                 f"grid chunk_shape {list(chunk_shape)} has rank {len(chunk_shape)} but the array "
                 f"shape {list(shape)} has rank {len(shape)}"
             )
+        # NumPy cannot hold more than 2**63 - 1 bytes in any array, even an empty selection's
+        # output: a shape beyond that (a corrupt header) is an error here, not in a read
+        check_element_count(shape, "the array")
         # normalise (lists, numpy integers) so equality and hashing behave
         object.__setattr__(self, "shape", shape)
         object.__setattr__(self, "chunk_shape", chunk_shape)

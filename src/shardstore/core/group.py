@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import NodeTypeError, ShardStoreError
+from ..errors import InvalidKeyError, NodeTypeError, ShardStoreError
 from ..store.base import Store
 from .array import Attributes
 
@@ -40,5 +40,8 @@ class GroupBase:
                 f"g[\"name\"] (children: {children}), not with {name!r}")
         name = name.strip("/")
         if not name or any(p in ("", ".", "..") for p in name.split("/")):
-            raise KeyError(f"invalid child name {name!r}")
+            raise InvalidKeyError(
+                f"invalid child name {name!r} of group {self.path or '/'!r}: empty, '.' and '..' parts "
+                "would leave the group (or the store's root)"
+            )
         return f"{self.path}/{name}" if self.path else name

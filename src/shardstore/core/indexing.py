@@ -313,9 +313,12 @@ def _build(selection: Any, grid: RegularGrid, orthogonal: bool) -> Indexer:
     shape: list[int] = []
     drop: list[int] = []
     has_arrays = False
+    # a selection empty in one dimension touches no chunk: don't enumerate the chunks of the
+    # others (a corrupt shape like [2**40, 0] would otherwise list 2**40 / chunk entries)
+    empty = any(isinstance(item, slice) and len(range(*item.indices(n))) == 0 for item, n in zip(items, grid.shape))
     for dim, (item, n, c) in enumerate(zip(items, grid.shape, grid.chunk_shape)):
         if isinstance(item, slice):
-            length, entries = _slice_entries(item, n, c)
+            length, entries = _slice_entries(item, n, c) if not empty else (len(range(*item.indices(n))), [])
             shape.append(length)
             dims.append(entries)
             continue

@@ -18,6 +18,7 @@ Set ``SHARDSTORE_NATIVE=0`` to read everything through the generic path (A/B com
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -76,6 +77,10 @@ def inflate_available() -> bool:
     return _libdeflate is not False
 
 
+#: chunks larger than this take the Python path (no real dataset has N5 blocks this large)
+NATIVE_MAX_CHUNK_BYTES = 1 << 30
+
+
 def raw_reader(layout: ChunkLayout, out: np.ndarray) -> Callable[[Items], Items] | None:
     """``read(items) -> items left``: copies what it can of each chunk's box into ``out``
     natively and returns the items the caller must read itself; None when nothing of this
@@ -92,6 +97,11 @@ def raw_reader(layout: ChunkLayout, out: np.ndarray) -> Callable[[Items], Items]
     if out.dtype != stored.newbyteorder("=") or not out.flags.writeable or out.ndim > len(layout.grid.chunk_shape):
         return None
     chunk_shape = tuple(layout.grid.chunk_shape)
+    if math.prod(chunk_shape) * stored.itemsize > NATIVE_MAX_CHUNK_BYTES:
+        # the kernel sizes its buffer by the metadata's chunk, before it sees a file: a
+        # corrupt blockSize must not become a multi-GiB allocation (the Python path sizes
+        # by the block's own header, capped by the metadata)
+        return None
     swap = not stored.isnative
     read_boxes = _rawio.read_boxes
     slice_ = slice

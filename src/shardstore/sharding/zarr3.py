@@ -37,7 +37,7 @@ import numpy as np
 
 from ..codecs.base import ChunkSpec
 from ..codecs.sharding_indexed import EMPTY, ShardingCodec
-from ..errors import CodecError, ConflictError, InvalidKeyError, UnsupportedFeatureError
+from ..errors import CodecError, ConflictError, InvalidKeyError, ShardStoreError, UnsupportedFeatureError
 from ..store.base import (
     BlockingReader,
     ByteRange,
@@ -155,6 +155,18 @@ class ZarrShardingStore(Store):
     def __repr__(self) -> str:
         return f"ZarrShardingStore({self.base!r}, chunks_per_shard={list(self.layout.chunks_per_shard)})"
 
+    def _shard_name(self, shard_key: str) -> str:
+        """How messages name a shard: nested, an inner shard is named with the outer shard's
+        key (the file or object to look at) before its own."""
+        base = self.base
+        if not isinstance(base, ZarrShardingStore):
+            return shard_key
+        try:
+            outer = base.layout.shard_key(base.layout.locate(parse_inner_key(shard_key, base._rank))[0])
+        except (ValueError, ShardStoreError):
+            return shard_key
+        return f"{base._shard_name(outer)} (inner shard {shard_key})"
+
     # -- index handling ---------------------------------------------------------------------
     def _cache_put(self, shard_key: str, index: object, generation: Hashable | None) -> None:
         self._index_cache[shard_key] = (index, generation)
@@ -164,6 +176,7 @@ class ZarrShardingStore(Store):
 
     def _index_from_bytes(self, shard_key: str, data: bytes, whole: bytes | None) -> list[list[int]]:
         """Decode and check an index; ``whole`` is the whole shard when we have it."""
+        shard_key = self._shard_name(shard_key)  # (for messages only)
         layout = self.layout
         isz = layout.index_size
         if len(data) < isz:
@@ -350,7 +363,7 @@ class ZarrShardingStore(Store):
                 self._index_cache.pop(shard_key, None)
                 continue
             for (pos, i, r), data in zip(fetch, datas):
-                results[pos] = self._check_len(data, r, shard_key, i)
+                results[pos] = self._check_len(data, r, self._shard_name(shard_key), i)
             return
         raise ConflictError(f"shard {shard_key!r} kept being replaced while it was read ({READ_ATTEMPTS} attempts)")
 
@@ -407,10 +420,10 @@ class ZarrShardingStore(Store):
                 if data is not None and len(data) == n + guard:
                     return data[:n]
                 raise CodecError(
-                    f"shard {shard_key!r}: inner chunk {i} at bytes [{r.start}, {r.end}) runs into "
+                    f"shard {self._shard_name(shard_key)!r}: inner chunk {i} at bytes [{r.start}, {r.end}) runs into "
                     "the shard index or past the end of the shard (truncated shard or bad index entry)"
                 )
-            return self._check_len(read(shard_key, r), r, shard_key, i)
+            return self._check_len(read(shard_key, r), r, self._shard_name(shard_key), i)
 
         return read_inner
 

@@ -353,7 +353,9 @@ class HTTPStore(ObjectStoreBase):
     ``max_concurrency`` (requests in flight per batch), ``headers`` (sent with every request,
     e.g. an Authorization header), ``client_options`` (passed to obstore as they are),
     ``cache_bytes`` (keep up to this many bytes of byte ranges read, so that reading them
-    again costs no request; 0 = off).
+    again costs no request; 0 = off), ``body_retries`` (new requests after a body broke off or
+    stalled past ``timeout``, default 2). A read against a server that stalls takes at most
+    about ``(1 + body_retries) * (1 + max_retries) * timeout`` plus backoff, then fails.
     Listing is not possible over plain HTTP.
     """
 
@@ -370,6 +372,7 @@ class HTTPStore(ObjectStoreBase):
         headers: Mapping[str, str] | None = None,
         client_options: Mapping[str, Any] | None = None,
         cache_bytes: int = 0,
+        body_retries: int = 2,
     ) -> None:
         if not read_only:
             raise UnsupportedFeatureError(f"cannot open {url!r} for writing: HTTP stores are read-only (use s3:// to write)")
@@ -378,6 +381,7 @@ class HTTPStore(ObjectStoreBase):
         self._url = url.rstrip("/") + "/"
         self._where = self._url
         self.max_concurrency = int(max_concurrency)
+        self.body_retries = int(body_retries)
         self._cache = RangeCache(cache_bytes) if cache_bytes > 0 else None
         opts = make_client_options(url, timeout=timeout, connect_timeout=connect_timeout, extra=client_options)
         if headers:

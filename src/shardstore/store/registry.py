@@ -63,7 +63,7 @@ def _http_factory(url: str, read_only: bool, options: Mapping[str, Any]) -> Stor
     if not read_only:
         raise UnsupportedFeatureError(f"cannot open {url!r} for writing: HTTP stores are read-only (use s3:// to write)")
     known = {"timeout", "connect_timeout", "max_retries", "retry_timeout", "max_concurrency", "headers",
-             "client_options", "cache_bytes"}
+             "client_options", "cache_bytes", "body_retries"}
     unknown = set(options) - known
     if unknown:
         raise ValueError(f"unknown storage options for an HTTP store: {sorted(unknown)} (known: {sorted(known)})")

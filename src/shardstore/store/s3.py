@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import ConflictError, StoreError
+from ._aws_credentials import INSTANCE_METADATA_ENV, s3_credentials
 from ._coalesce import coalesce_ranges
 from .base import (
     DEFAULT_RETRY_CONFLICTS,
@@ -42,7 +43,7 @@ from .http import (
     retry_config,
 )
 
-__all__ = ["S3Store", "s3_store_from_url"]
+__all__ = ["S3Store", "s3_credentials", "s3_store_from_url"]
 
 #: DeleteObjects takes at most this many keys per request
 _DELETE_BATCH = 1000
@@ -59,14 +60,26 @@ def _env(*names: str) -> str | None:
 class S3Store(ObjectStoreBase):
     """Keys under ``prefix`` in ``bucket`` of an S3-compatible service.
 
-    Credentials, region and endpoint come from the arguments, else from the standard
-    environment variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
-    ``AWS_SESSION_TOKEN``, ``AWS_REGION`` / ``AWS_DEFAULT_REGION``, ``AWS_ENDPOINT_URL_S3`` /
-    ``AWS_ENDPOINT_URL``); ``anonymous=True`` sends unsigned requests (public buckets).
-    ``cache_bytes`` > 0 keeps that many bytes of byte ranges read (LRU), so that reading
-    them again costs no request; this store's writes and deletes drop a key's ranges.
-    Without any credentials obstore's default chain (e.g. instance metadata) is used.
-    A custom ``endpoint`` uses path-style requests (``endpoint/bucket/key``).
+    Credentials are looked up in this order, and the first source found is used
+    (``credential_source`` says which; see ``s3_credentials``):
+
+    1. the arguments (``access_key_id`` / ``secret_access_key`` / ``session_token``);
+    2. the environment: ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``;
+    3. the shared files: ``AWS_SHARED_CREDENTIALS_FILE`` (``~/.aws/credentials``), then
+       ``AWS_CONFIG_FILE`` (``~/.aws/config``), profile ``profile`` or ``AWS_PROFILE`` or
+       ``default``;
+    4. the cloud instance-metadata service, only when asked for: ``instance_metadata=True``
+       or ``SHARDSTORE_S3_INSTANCE_METADATA=1`` (then obstore's own chain runs: container
+       and web-identity credentials, and the metadata endpoint on a link-local address);
+    5. otherwise unsigned (anonymous) requests, as ``anonymous=True`` asks for: public
+       buckets read; an access-denied reply says how to pass credentials.
+
+    No network request is made to find credentials unless step 4 was asked for. Region and
+    endpoint come from the arguments, else ``AWS_REGION`` / ``AWS_DEFAULT_REGION`` and
+    ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL``, else the profile's ``region`` in the
+    config file. ``cache_bytes`` > 0 keeps that many bytes of byte ranges read (LRU), so
+    that reading them again costs no request; this store's writes and deletes drop a key's
+    ranges. A custom ``endpoint`` uses path-style requests (``endpoint/bucket/key``).
     """
 
     def __init__(
@@ -81,6 +94,8 @@ class S3Store(ObjectStoreBase):
         secret_access_key: str | None = None,
         session_token: str | None = None,
         anonymous: bool = False,
+        profile: str | None = None,
+        instance_metadata: bool | None = None,
         virtual_hosted_style: bool | None = None,
         timeout: float | str = 60.0,
         connect_timeout: float | str = 5.0,
@@ -91,6 +106,7 @@ class S3Store(ObjectStoreBase):
         multipart_chunk_size: int = 16 << 20,
         retry_conflicts: int = DEFAULT_RETRY_CONFLICTS,
         cache_bytes: int = 0,
+        body_retries: int = 2,
         client_options: Mapping[str, Any] | None = None,
         config: Mapping[str, Any] | None = None,
     ) -> None:
@@ -104,16 +120,19 @@ class S3Store(ObjectStoreBase):
             validate_key(self.prefix)
         self._pre = f"{self.prefix}/" if self.prefix else ""
         endpoint = endpoint or _env("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
-        region = region or _env("AWS_REGION", "AWS_DEFAULT_REGION") or "us-east-1"
-        if access_key_id is None and secret_access_key is None and not anonymous:
-            access_key_id = _env("AWS_ACCESS_KEY_ID")
-            secret_access_key = _env("AWS_SECRET_ACCESS_KEY")
-            session_token = session_token or _env("AWS_SESSION_TOKEN")
         if (access_key_id is None) != (secret_access_key is None):
             raise ValueError("give both access_key_id and secret_access_key (or neither)")
+        creds = s3_credentials(access_key_id, secret_access_key, session_token, anonymous=anonymous,
+                               profile=profile, instance_metadata=instance_metadata)
+        access_key_id, secret_access_key, session_token = creds.access_key_id, creds.secret_access_key, creds.session_token
+        #: where the credentials came from: "arguments", "environment", "file:<path> [<profile>]",
+        #: "instance-metadata" or "anonymous"
+        self.credential_source = creds.source
+        region = region or _env("AWS_REGION", "AWS_DEFAULT_REGION") or creds.region or "us-east-1"
         self.endpoint = endpoint
         self.region = region
         self.max_concurrency = int(max_concurrency)
+        self.body_retries = int(body_retries)
         self.multipart_threshold = int(multipart_threshold)
         self.multipart_chunk_size = int(multipart_chunk_size)
         if self.multipart_chunk_size < 5 << 20:
@@ -127,7 +146,7 @@ class S3Store(ObjectStoreBase):
             cfg["virtual_hosted_style_request"] = bool(virtual_hosted_style)
         elif virtual_hosted_style is not None:
             cfg["virtual_hosted_style_request"] = bool(virtual_hosted_style)
-        if anonymous:
+        if creds.source == "anonymous":
             cfg["skip_signature"] = True
         elif access_key_id is not None:
             cfg["access_key_id"] = access_key_id
@@ -152,6 +171,17 @@ class S3Store(ObjectStoreBase):
 
     def _path(self, key: str) -> str:
         return self._pre + key
+
+    def _error(self, what: str, key: str, e: BaseException) -> StoreError:
+        err = super()._error(what, key, e)
+        if self.credential_source == "anonymous" and "access denied" in str(err):
+            return StoreError(
+                f"{err}; no credentials were found, so the request was unsigned: pass "
+                "storage_options={'access_key_id': ..., 'secret_access_key': ...} (or 'profile'), set "
+                "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or AWS_PROFILE, or write ~/.aws/credentials; "
+                f"on a cloud instance, allow its metadata service with instance_metadata=True or {INSTANCE_METADATA_ENV}=1"
+            )
+        return err
 
     # -- writes ------------------------------------------------------------------------------
     async def _put(self, key: str, value: Any, mode: Any = None) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ...core.grid import check_element_count
 from ...errors import MetadataError, UnsupportedFeatureError
 
 __all__ = [
@@ -127,6 +128,7 @@ def parse_sizes(raw: bytes, where: str = SIZES_KEY) -> Sizes:
         shape = [shape]  # very old bcolz wrote a bare length
     if not isinstance(shape, list) or not shape or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in shape):
         raise MetadataError(f"{where}: 'shape' must be a non-empty list of integers >= 0, got {shape!r}")
+    check_element_count(shape, where)
     return Sizes(tuple(shape), _int(doc, "nbytes", where), _int(doc, "cbytes", where))
 
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from ...codecs.base import BytesBytesCodec
 from ...codecs.n5_block import compression_from_n5
+from ...core.grid import check_element_count
 from ...errors import MetadataError, UnsupportedFeatureError
 
 __all__ = [
@@ -182,6 +183,7 @@ def parse_document(raw: bytes | dict[str, Any], key: str = ATTRIBUTES_KEY) -> Da
                 f"{key}: N5 datasets with {k!r} (N5 sharding / codecs, after spec 4.0.0) are not supported"
             )
     dims = _int_list(doc, "dimensions", key, 0)
+    check_element_count(dims, key)
     blocks = _int_list(doc, "blockSize", key, 1)
     if any(b > 0xFFFFFFFF for b in blocks):
         raise MetadataError(f"{key}: 'blockSize' entries must fit uint32, got {list(blocks)}")

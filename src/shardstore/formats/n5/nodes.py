@@ -22,6 +22,7 @@ from ...errors import (
     ChunkNotFoundError,
     CodecError,
     ContainsNodeError,
+    InvalidKeyError,
     MetadataError,
     NodeNotFoundError,
     NodeTypeError,
@@ -101,7 +102,7 @@ def _resolve(
 ) -> tuple[Store, str]:
     path = (path or "").strip("/")
     if path and any(p in ("", ".", "..") for p in path.split("/")):
-        raise ValueError(f"invalid N5 path {path!r}")
+        raise InvalidKeyError(f"invalid N5 path {path!r}: empty, '.' and '..' parts would leave the container")
     return store_from_url(store_like, mode=mode, storage_options=storage_options), path
 
 

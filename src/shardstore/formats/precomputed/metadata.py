@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ...core.grid import check_element_count
 from ...errors import MetadataError, UnsupportedFeatureError
 from ...sharding.uint64 import ShardingSpec
 
@@ -159,6 +160,7 @@ def _parse_scale(doc: Any, i: int, info: VolumeInfo, where: str) -> Scale:
     if not isinstance(key, str) or not key.strip("/"):
         raise MetadataError(f"{at}.key must be a non-empty string, got {key!r}")
     size = _triple(doc["size"], f"{at}.size", minimum=0)
+    check_element_count(size, f"{at}.size")
     offset = _triple(doc.get("voxel_offset", [0, 0, 0]), f"{at}.voxel_offset")
     res = doc["resolution"]
     if not isinstance(res, list) or len(res) != 3 or not all(_is_number(r) and r > 0 for r in res):
@@ -167,6 +169,8 @@ def _parse_scale(doc: Any, i: int, info: VolumeInfo, where: str) -> Scale:
     if not isinstance(chunks, list) or not chunks:
         raise MetadataError(f"{at}.chunk_sizes must be a non-empty list of [x, y, z], got {chunks!r}")
     chunk_sizes = [_triple(c, f"{at}.chunk_sizes[{j}]", minimum=1) for j, c in enumerate(chunks)]
+    for j, c in enumerate(chunk_sizes):
+        check_element_count(c, f"{at}.chunk_sizes[{j}]")
     encoding = doc["encoding"]
     if not isinstance(encoding, str) or encoding.lower() not in _KNOWN_ENCODINGS:
         raise MetadataError(f"{at}.encoding must be one of {list(_KNOWN_ENCODINGS)}, got {encoding!r}")

@@ -15,6 +15,7 @@ import numpy as np
 
 from ...codecs.base import parse_named_config
 from ...codecs.pipeline import CodecPipeline
+from ...core.grid import check_element_count
 from ...errors import MetadataError, UnsupportedFeatureError
 
 __all__ = [
@@ -256,12 +257,14 @@ def _parse_array(doc: dict[str, Any], key: str) -> ArrayMetadata:
         if member not in doc:
             raise _err(key, f"array metadata lacks the required member {member!r}")
     shape = _int_list(doc["shape"], "shape", key, positive=False)
+    check_element_count(shape, key)
     dtype = parse_dtype(doc["data_type"], key)
 
     name, conf, _ = parse_named_config(doc["chunk_grid"], f"{key}: chunk_grid")
     if name != "regular":
         raise UnsupportedFeatureError(f"{key}: chunk_grid {name!r} is not supported (only 'regular')")
     chunk_shape = _int_list(conf.get("chunk_shape"), "chunk_grid.configuration.chunk_shape", key, positive=True)
+    check_element_count(chunk_shape, f"{key}: chunk_grid.configuration.chunk_shape")
     if len(chunk_shape) != len(shape):
         raise _err(key, f"chunk_shape {list(chunk_shape)} and shape {list(shape)} differ in rank")
 
@@ -272,7 +275,10 @@ def _parse_array(doc: dict[str, Any], key: str) -> ArrayMetadata:
     if separator not in ("/", "."):
         raise _err(key, f"chunk_key_encoding separator must be '/' or '.', got {separator!r}")
 
-    for transformer in doc.get("storage_transformers") or []:
+    transformers = doc.get("storage_transformers") or []
+    if not isinstance(transformers, list):
+        raise _err(key, f"storage_transformers must be a list, got {transformers!r}")
+    for transformer in transformers:
         tname, _, must = parse_named_config(transformer, f"{key}: storage_transformers")
         if must:
             raise UnsupportedFeatureError(f"{key}: storage transformer {tname!r} is not supported")
