@@ -14,12 +14,13 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from _servers import FaultyServer
 
 from shardstore._sync import sync
 from shardstore.errors import StoreError
@@ -34,7 +35,7 @@ KEY = "dir/v"
 GIB = 1 << 30
 
 
-class HostileServer:
+class HostileServer(FaultyServer):
     """HTTP/1.1 on 127.0.0.1; ``mode`` decides how every GET with a Range is answered.
 
     Modes: ``ok``; ``whole`` (200 + whole body); ``wrong-range`` (206, Content-Range shifted,
@@ -47,54 +48,20 @@ class HostileServer:
 
     def __init__(self) -> None:
         self.mode = "ok"
-        self.requests = 0
-        self._sock = socket.socket()
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind(("127.0.0.1", 0))
-        self._sock.listen(64)
-        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
-        self._closing = threading.Event()
-        threading.Thread(target=self._serve, daemon=True).start()
+        super().__init__()
 
-    def close(self) -> None:
-        self._closing.set()
-        self._sock.close()
+    @property
+    def requests(self) -> int:
+        return sum(self.hits.values())
 
-    def _serve(self) -> None:
-        while not self._closing.is_set():
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._conn, args=(conn,), daemon=True).start()
-
-    def _conn(self, conn: socket.socket) -> None:
-        conn.settimeout(60)
-        buf = b""
-        try:
-            while not self._closing.is_set():
-                while b"\r\n\r\n" not in buf:
-                    data = conn.recv(65536)
-                    if not data:
-                        return
-                    buf += data
-                head, _, buf = buf.partition(b"\r\n\r\n")
-                lines = head.decode("latin-1").split("\r\n")
-                method, target, _ = lines[0].split(" ", 2)
-                headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:])}
-                self.requests += 1
-                if not self._answer(conn, method, target.split("?")[0].lstrip("/"), headers.get("range")):
-                    return
-        except OSError:
-            return
-        finally:
-            conn.close()
+    def _answer(self, conn: socket.socket, method: str, path: str, headers: dict[str, str]) -> bool:
+        return self._hostile(conn, method, path, headers.get("range"))
 
     def _stall(self) -> bool:
         self._closing.wait(60)
         return False
 
-    def _answer(self, conn: socket.socket, method: str, path: str, rng: str | None) -> bool:
+    def _hostile(self, conn: socket.socket, method: str, path: str, rng: str | None) -> bool:
         # an S3 client asks for /bucket/dir/v: serve the value under any path ending in the key
         if not path.endswith(KEY):
             conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
