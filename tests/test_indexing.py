@@ -370,14 +370,15 @@ def test_basic_speed():
     assert len(list(basic_indexer(slice(None), g))) == 512
 
 
+@pytest.mark.timeout(30)  # work proportional to the 10**18 elements would never finish
 def test_no_work_proportional_to_array_size():
-    g = RegularGrid((10**15, 10**15), (1, 10**6))
-    ix = basic_indexer((slice(None, None, 10**14), slice(-3, None)), g)
+    # 10**18 elements: near the 2**60 that metadata may declare (core/grid.py)
+    g = RegularGrid((10**9, 10**9), (1, 10**6))
+    ix = basic_indexer((slice(None, None, 10**8), slice(-3, None)), g)
     assert ix.shape == (10, 3) and len(list(ix)) == 10
-    ix = basic_indexer((slice(None, None, -(10**14)), slice(5 * 10**14, 5 * 10**14 + 3 * 10**6, 7)), g)
-    assert _timed(lambda: list(ix)) < 0.5
+    ix = basic_indexer((slice(None, None, -(10**8)), slice(5 * 10**8, 5 * 10**8 + 3 * 10**6, 7)), g)
     assert len(list(ix)) == 10 * 3
-    ix = orthogonal_indexer(([10**15 - 1, 0], [-1]), g)
+    ix = orthogonal_indexer(([10**9 - 1, 0], [-1]), g)
     assert ix.shape == (2, 1) and len(list(ix)) == 2
 
 
