@@ -61,16 +61,24 @@ def _thread_lock(path: str) -> threading.Lock:
         return lock
 
 
-def _open_lock(path: str) -> int:
+def open_making_dirs(path: str, flags: int) -> int:
+    """``os.open(path, flags | O_CREAT)``, making the directory when it is missing, and again
+    when another thread or process prunes the empty parents meanwhile (``LocalStore`` removes
+    a directory once its last key is gone)."""
     for attempt in range(8):
         try:
-            # O_RDWR: NFS emulates flock with POSIX write locks, which need a writable file
-            return os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
-        except FileNotFoundError:  # the unit's directory does not exist (yet, or any more)
+            return os.open(path, flags | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+        except FileNotFoundError:
             if attempt == 7:
                 raise
-            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with contextlib.suppress(FileNotFoundError):  # (a parent pruned mid-way: retry)
+                os.makedirs(os.path.dirname(path), exist_ok=True)
     raise AssertionError("unreachable")
+
+
+def _open_lock(path: str) -> int:
+    # O_RDWR: NFS emulates flock with POSIX write locks, which need a writable file
+    return open_making_dirs(path, os.O_RDWR)
 
 
 def _current(fd: int, path: str) -> bool:

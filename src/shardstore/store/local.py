@@ -23,7 +23,7 @@ from typing import cast
 
 from .._sync import io_pool
 from ..errors import ConflictError, StoreError
-from ._filelock import Lease, is_lock_name, lock_path, locked
+from ._filelock import Lease, is_lock_name, lock_path, locked, open_making_dirs
 from .base import (
     MISSING,
     BlockingReader,
@@ -102,15 +102,7 @@ def _open_creating(path: str, flag: int) -> int:
     """``os.open(path)`` for writing, created with ``flag`` (``O_EXCL`` / ``O_TRUNC``); the
     directory is made only when missing (a ``makedirs`` per write costs three system calls and
     takes the parent directory's lock), again if a concurrent delete prunes it meanwhile."""
-    flags = os.O_WRONLY | os.O_CREAT | flag | getattr(os, "O_BINARY", 0)
-    for attempt in range(8):
-        try:
-            return os.open(path, flags, 0o666)
-        except FileNotFoundError:
-            if attempt == 7:
-                raise
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-    raise AssertionError("unreachable")
+    return open_making_dirs(path, os.O_WRONLY | flag | getattr(os, "O_BINARY", 0))
 
 
 _temp_state: tuple[int, Iterator[int], str] | None = None  # pid, counter, random prefix
