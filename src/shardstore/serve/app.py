@@ -67,7 +67,7 @@ def neuroglancer_client_dir() -> Path:
         import neuroglancer
     except ImportError as e:
         raise ShardStoreError(
-            "the Neuroglancer client comes from the `neuroglancer` package: pip install 'shardstore[serve]' "
+            "the Neuroglancer client comes from the `neuroglancer` package: pip install neuroglancer "
             "(or pass --neuroglancer-url to use another client)") from e
     path = Path(neuroglancer.__file__).parent / "static" / "client"
     if not (path / "index.html").is_file():
