@@ -23,6 +23,7 @@ from typing import cast
 
 from .._sync import io_pool
 from ..errors import ConflictError, StoreError
+from ._fileio import pread
 from ._filelock import Lease, is_lock_name, lock_path, locked, open_making_dirs
 from .base import (
     MISSING,
@@ -132,43 +133,16 @@ def temp_path(path: str) -> str:
     return os.path.join(parent, f".{name[:64]}.{_temp_suffix()}.tmp")
 
 
-def _is_temp(name: str) -> bool:
-    """Whether a file name is shardstore's own (a temp file of a write, a lock sidecar), not a key."""
+def is_temp_name(name: str) -> bool:
+    """Whether a file name is shardstore's own and never a key: a ``temp_path`` name (an
+    in-flight write, or one a killed writer left behind) or a lock sidecar of a unit whose
+    holder died (``shardstore repair`` removes stale ones)."""
     if name.startswith(".") and name.endswith(".tmp"):
         return _TEMP_RE.match(name) is not None
     return is_lock_name(name)
 
 
-def is_temp_name(name: str) -> bool:
-    """Whether a file name is shardstore's own and never a key: a ``temp_path`` name (an
-    in-flight write, or one a killed writer left behind) or a lock sidecar of a unit whose
-    holder died (``shardstore repair`` removes stale ones)."""
-    return _is_temp(name)
-
-
-def _pread(fd: int, n: int, offset: int) -> bytes:
-    """Read ``n`` bytes at ``offset`` (fewer only at end of file)."""
-    if n <= 0:
-        return b""
-    if not hasattr(os, "pread"):  # Windows
-        os.lseek(fd, offset, os.SEEK_SET)
-        return _read_loop(lambda k, _off: os.read(fd, k), n, offset)
-    return _read_loop(lambda k, off: os.pread(fd, k, off), n, offset)
-
-
-def _read_loop(read: Callable[[int, int], bytes], n: int, offset: int) -> bytes:
-    first = read(n, offset)
-    if len(first) == n or not first:
-        return first
-    chunks = [first]  # short read: large request or a file that shrank meanwhile
-    got = len(first)
-    while got < n:
-        chunk = read(n - got, offset + got)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        got += len(chunk)
-    return b"".join(chunks)
+_is_temp = is_temp_name
 
 
 def _describe(e: OSError) -> str:
@@ -251,7 +225,7 @@ class LocalStore(Store):
                 out: list[bytes | None] = []
                 for br in parts:
                     start, end = resolve_range(br, st.st_size)
-                    out.append(_pread(fd, end - start, start))
+                    out.append(pread(fd, end - start, start))
                 return out
             finally:
                 os.close(fd)
@@ -309,8 +283,8 @@ class LocalStore(Store):
                     return None
                 if byte_range is not None:  # part of a file (partial decodes, shard indexes)
                     start, end = resolve_range(byte_range, st.st_size)
-                    return _pread(fd, end - start, start)
-                return _pread(fd, st.st_size, 0)
+                    return pread(fd, end - start, start)
+                return pread(fd, st.st_size, 0)
             except OSError as e:
                 raise StoreError(f"cannot read key {key!r} from {root + key!r}: {_describe(e)}") from e
             finally:
@@ -374,7 +348,7 @@ class LocalStore(Store):
                 if not stat.S_ISREG(st.st_mode):
                     return None, MISSING
                 start, end = resolve_range(byte_range, st.st_size)
-                return _pread(fd, end - start, start), (st.st_ino, st.st_mtime_ns, st.st_size)
+                return pread(fd, end - start, start), (st.st_ino, st.st_mtime_ns, st.st_size)
             finally:
                 os.close(fd)
         except OSError as e:
