@@ -3,7 +3,7 @@
     python benchmarks/compare_versions.py --old /work/venv-old/bin/python --new /work/venv/bin/python
 
 Each interpreter must import its own shardstore (the scripts themselves are taken from this
-directory for both). Every bench runs with ``--libs shardstore --json``, old and new
+directory for both). Every bench runs with ``--libs shardstore --json`` (bench_remote has no ``--libs``), old and new
 alternating so that machine load hits both alike, ``--runs`` times (default 3); the table gives
 each numeric figure's median per version and a ratio oriented so that above 1 means the new one
 is better (new/old for rates like MB/s and reads/s, old/new for seconds, MiB and file counts),
@@ -36,7 +36,11 @@ TINY: dict[str, list[str]] = {name: ["--quick"] for name in BENCHES}
 TINY["bench_bcolz"] = ["--n", "2000000", "--piece", "100000", "--reads", "200", "--runs", "1"]
 
 # Figures that are not speeds or sizes of the data (run bookkeeping, echoed arguments).
-SKIP_KEYS = {"args", "config", "env"}
+SKIP_KEYS = {"args", "config", "env", "resident_after_drop"}
+# bench_remote has no --libs: it always runs shardstore and tensorstore's s3 kvstore.
+NO_LIBS_OPTION = {"bench_remote"}
+# Rows of other libraries and shardstore-vs-anchor ratios (bench_remote prints them always).
+FOREIGN = ("tensorstore", "ts+cache", "paired/")
 
 
 def flatten(obj: Any, prefix: str = "") -> dict[str, float]:
@@ -61,14 +65,14 @@ def flatten(obj: Any, prefix: str = "") -> dict[str, float]:
 
 def higher_is_better(key: str) -> bool:
     """Rates (MB/s, reads/s, ratios) improve upward; seconds, MiB and counts improve downward."""
-    leaf = key.rsplit("/", 1)[-1]
-    return "MBps" in leaf or "per_s" in leaf or "ratio" in leaf or "resident" in leaf
+    return any(unit in key for unit in ("MBps", "per_s", "MB/s", "reads/s", "ratio"))
 
 
 def run_once(python: str, bench: str, args: list[str], scratch: Path) -> dict[str, float] | str:
     out = scratch / f"{bench}.json"
     out.unlink(missing_ok=True)
-    cmd = [python, str(HERE / f"{bench}.py"), "--libs", "shardstore", "--json", str(out), *args]
+    libs = [] if bench in NO_LIBS_OPTION else ["--libs", "shardstore"]
+    cmd = [python, str(HERE / f"{bench}.py"), *libs, "--json", str(out), *args]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=scratch)
     if proc.returncode != 0 or not out.exists():
@@ -103,7 +107,8 @@ def main() -> None:
                         got[which].append(res)
             if not got["old"] or not got["new"]:
                 continue
-            keys = [k for k in got["new"][0] if all(k in r for r in got["old"] + got["new"])]
+            keys = [k for k in got["new"][0]
+                    if all(k in r for r in got["old"] + got["new"]) and not any(f in k for f in FOREIGN)]
             for key in keys:
                 old = statistics.median(r[key] for r in got["old"])
                 new = statistics.median(r[key] for r in got["new"])
