@@ -28,6 +28,10 @@ Phases, per variant and library (variants outer, libraries inner, so drift hits 
 6. **unaligned random reads**: 256 reads of 100^3 boxes at random origins (each touches up
    to 8 inner chunks and may straddle shards). Random reads run with a warm page cache; the
    origins are seeded and identical for every library; a few results are checked.
+7. **writes into shards** (issue 17): ``--reads`` writes of 8^3 boxes at random origins into
+   the existing array (each a read-modify-write of one shard), then whole aligned shards
+   rewritten (up to 4; no read needed, so this shows what locking costs). Timed once, after
+   the reads, on a handle opened ``r+`` (only API the pre-redesign shardstore also has).
 
 Timings are the best of ``--repeat`` repetitions (default 3 for reads, 1 for the write).
 Throughputs are in MB/s (10^6 bytes of uncompressed data per second); random reads in
@@ -100,6 +104,12 @@ class ShardStore:
     def open(self, path: Path) -> Any:
         return self.mod.zarr3.open(str(path), mode="r")
 
+    def open_rw(self, path: Path) -> Any:
+        return self.mod.zarr3.open(str(path), mode="r+")
+
+    def write_box(self, h: Any, sel: tuple[slice, ...], value: np.ndarray | int) -> None:
+        h[sel] = value
+
     def read_all(self, h: Any) -> np.ndarray:
         return np.asarray(h)
 
@@ -142,6 +152,12 @@ class TensorStore:
     def open(self, path: Path) -> Any:
         return self.ts.open(self._spec(path), open=True, read=True, context=self.context).result()
 
+    def open_rw(self, path: Path) -> Any:
+        return self.ts.open(self._spec(path), open=True, read=True, write=True, context=self.context).result()
+
+    def write_box(self, h: Any, sel: tuple[slice, ...], value: np.ndarray | int) -> None:
+        h[sel].write(value).result()
+
     def read_all(self, h: Any) -> np.ndarray:
         return h.read().result()
 
@@ -173,6 +189,12 @@ class ZarrPython:
     def open(self, path: Path) -> Any:
         return self.zarr.open_array(str(path), mode="r")
 
+    def open_rw(self, path: Path) -> Any:
+        return self.zarr.open_array(str(path), mode="r+")
+
+    def write_box(self, h: Any, sel: tuple[slice, ...], value: np.ndarray | int) -> None:
+        h[sel] = value
+
     def read_all(self, h: Any) -> np.ndarray:
         return h[...]
 
@@ -197,12 +219,36 @@ def bench_one(name: str, adapter: Any, variant: str, path: Path, vol: np.ndarray
     return bench_volume(__file__, name, adapter, variant, path, vol, npy, origins, write_repeat, read_repeat, CHUNK)
 
 
+PARTIAL = 8  # edge of the small writes into existing shards (inside one inner chunk or two)
+
+
+def bench_updates(adapter: Any, path: Path, vol: np.ndarray, origins: list[Origin]) -> dict[str, float]:
+    """Writes into the existing dataset: small boxes (a read-modify-write of one shard each, the
+    case issue 17 says must need one read instead of two) and whole aligned shards (no read at
+    all; the figure that shows what locking costs). Only API every version has: open r+, a[sel] = v."""
+    h = adapter.open_rw(path)
+    t0 = time.perf_counter()
+    for o in origins:
+        adapter.write_box(h, box(o, PARTIAL), 9)
+    partial = len(origins) / (time.perf_counter() - t0)
+    edge = min(SHARD, *vol.shape)
+    n_shards = max(1, min(4, vol.shape[0] // edge))
+    t0 = time.perf_counter()
+    for i in range(n_shards):
+        sel = (slice(i * edge, (i + 1) * edge),) + (slice(0, edge),) * (vol.ndim - 1)
+        adapter.write_box(h, sel, vol[sel])
+    whole = n_shards * edge**vol.ndim / 1e6 / (time.perf_counter() - t0)
+    return {"partial_writes_per_s": partial, "whole_shard_write_MBps": whole}
+
+
 ROWS = [  # (result key, table label)
     ("write_MBps", "write MB/s"),
     ("read_cold_MBps", "read cold MB/s"),
     ("read_warm_MBps", "read warm MB/s"),
     ("aligned_reads_per_s", "64^3 aligned reads/s"),
     ("unaligned_reads_per_s", "100^3 unaligned reads/s"),
+    ("partial_writes_per_s", f"{PARTIAL}^3 writes into shards/s"),
+    ("whole_shard_write_MBps", "whole-shard rewrite MB/s"),
     ("disk_MiB", "size on disk MiB"),
     ("rss_peak_MiB", "peak RSS write MiB"),
     ("rss_before_write_MiB", "  (RSS before write MiB)"),
@@ -263,6 +309,7 @@ def main(argv: list[str] | None = None) -> None:
     origins = {
         "aligned": random_origins(shape, min(CHUNK, args.size), args.reads, align=CHUNK, seed=1),
         "unaligned": random_origins(shape, min(100, args.size), args.reads, seed=2),
+        "partial": random_origins(shape, PARTIAL, args.reads, seed=3),
     }
     print(f"# volume {shape} generated in {time.perf_counter() - t0:.1f}s", flush=True)
     adapters = {name: LIBS[name]() for name in args.libs}
@@ -275,6 +322,7 @@ def main(argv: list[str] | None = None) -> None:
                 t0 = time.perf_counter()
                 path = out_dir / f"{variant}_{name}"
                 res = bench_one(name, adapter, variant, path, vol, npy, origins, write_repeat, read_repeat)
+                res.update(bench_updates(adapter, path, vol, origins["partial"]))
                 results[variant][name] = res
                 resident = res["resident_after_drop"]
                 print(f"# {variant}/{name}: done in {time.perf_counter() - t0:.1f}s; cache drop: "

@@ -1,0 +1,124 @@
+"""Issue 17's performance check: the benchmarks under two shardstore versions, side by side.
+
+    python benchmarks/compare_versions.py --old /work/venv-old/bin/python --new /work/venv/bin/python
+
+Each interpreter must import its own shardstore (the scripts themselves are taken from this
+directory for both). Every bench runs with ``--libs shardstore --json`` (bench_remote has no ``--libs``), old and new
+alternating so that machine load hits both alike, ``--runs`` times (default 3); the table gives
+each numeric figure's median per version and a ratio oriented so that above 1 means the new one
+is better (new/old for rates like MB/s and reads/s, old/new for seconds, MiB and file counts),
+flagged below the threshold (default 0.95). Figures are the JSON's numeric leaves.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+
+# bench -> arguments keeping the whole comparison within ~25 minutes on 2 shared cores.
+BENCHES: dict[str, list[str]] = {
+    "bench_zarr3": ["--size", "256", "--reads", "64", "--repeat", "1"],
+    "bench_n5": ["--size", "256", "--reads", "64", "--repeat", "1"],
+    "bench_precomputed": ["--size", "256", "--reads", "64", "--repeat", "1", "--runs", "1"],
+    "bench_precomputed_kv": ["--keys", "50000", "--reads", "2000", "--runs", "1"],
+    "bench_bcolz": ["--n", "20000000", "--reads", "2000", "--runs", "1"],
+    "bench_remote": ["--size", "256", "--reads", "32", "--repeat", "1"],
+}
+TINY: dict[str, list[str]] = {name: ["--quick"] for name in BENCHES}
+TINY["bench_bcolz"] = ["--n", "2000000", "--piece", "100000", "--reads", "200", "--runs", "1"]
+
+# Figures that are not speeds or sizes of the data (run bookkeeping, echoed arguments).
+SKIP_KEYS = {"args", "config", "env", "resident_after_drop"}
+# bench_remote has no --libs: it always runs shardstore and tensorstore's s3 kvstore.
+NO_LIBS_OPTION = {"bench_remote"}
+# Rows of other libraries and shardstore-vs-anchor ratios (bench_remote prints them always).
+FOREIGN = ("tensorstore", "ts+cache", "paired/")
+
+
+def flatten(obj: Any, prefix: str = "") -> dict[str, float]:
+    """Numeric leaves of a bench's JSON, keyed by their path."""
+    out: dict[str, float] = {}
+    if isinstance(obj, dict):
+        items = [(str(k), v) for k, v in obj.items() if str(k) not in SKIP_KEYS]
+    elif isinstance(obj, list):
+        items = [(str(i), v) for i, v in enumerate(obj)]
+    else:
+        items = []
+    for key, value in items:
+        path = f"{prefix}/{key}" if prefix else key
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, (int, float)):
+            out[path] = float(value)
+        else:
+            out.update(flatten(value, path))
+    return out
+
+
+def higher_is_better(key: str) -> bool:
+    """Rates (MB/s, reads/s, ratios) improve upward; seconds, MiB and counts improve downward."""
+    return any(unit in key for unit in ("MBps", "per_s", "MB/s", "reads/s", "ratio"))
+
+
+def run_once(python: str, bench: str, args: list[str], scratch: Path) -> dict[str, float] | str:
+    out = scratch / f"{bench}.json"
+    out.unlink(missing_ok=True)
+    libs = [] if bench in NO_LIBS_OPTION else ["--libs", "shardstore"]
+    cmd = [python, str(HERE / f"{bench}.py"), *libs, "--json", str(out), *args]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=scratch)
+    if proc.returncode != 0 or not out.exists():
+        return f"exit {proc.returncode}: {proc.stderr.strip().splitlines()[-1:] or proc.stdout[-200:]}"
+    return flatten(json.loads(out.read_text()))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--old", required=True, help="python of the old version")
+    p.add_argument("--new", default=sys.executable, help="python of the new version (default: this one)")
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--benches", default=",".join(BENCHES))
+    p.add_argument("--threshold", type=float, default=0.95)
+    p.add_argument("--tiny", action="store_true", help="smoke test: each bench's --quick sizes, 1 run")
+    args = p.parse_args()
+    sizes = TINY if args.tiny else BENCHES
+    runs = 1 if args.tiny else args.runs
+    print(f"| figure | old median | new median | better ratio (new vs old) | (runs {runs}; sizes: "
+          + "; ".join(f"{b} {' '.join(sizes[b])}" for b in args.benches.split(",")) + ") |")
+    print("|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory(prefix="compare-", dir="/tmp") as tmp:
+        scratch = Path(tmp)
+        for bench in args.benches.split(","):
+            got: dict[str, list[dict[str, float]]] = {"old": [], "new": []}
+            for _ in range(runs):
+                for which, python in (("old", args.old), ("new", args.new)):
+                    res = run_once(python, bench, sizes[bench], scratch)
+                    if isinstance(res, str):
+                        print(f"| {bench} ({which}) | failed: {res} | | | |", flush=True)
+                    else:
+                        got[which].append(res)
+            if not got["old"] or not got["new"]:
+                continue
+            keys = [k for k in got["new"][0]
+                    if all(k in r for r in got["old"] + got["new"]) and not any(f in k for f in FOREIGN)]
+            for key in keys:
+                old = statistics.median(r[key] for r in got["old"])
+                new = statistics.median(r[key] for r in got["new"])
+                if higher_is_better(key):
+                    ratio = new / old if old else float("nan")
+                else:
+                    ratio = old / new if new else float("nan")
+                flag = "**< threshold**" if ratio < args.threshold else ""
+                print(f"| {bench}:{key} | {old:.4g} | {new:.4g} | {ratio:.3f} | {flag} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
