@@ -17,7 +17,7 @@ import json
 import operator
 import os
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
-from typing import Any, SupportsIndex
+from typing import Any, SupportsIndex, cast
 
 from ..._sync import sync
 from ...errors import ContainsNodeError, InvalidKeyError, MetadataError
@@ -35,9 +35,12 @@ def _key(key: object) -> int:
     """A uint64 key from an int-like value (numpy integers included; bool refused)."""
     if isinstance(key, bool):
         raise InvalidKeyError(f"keys are uint64 integers, got {key!r}")
-    if not isinstance(key, SupportsIndex):
-        raise InvalidKeyError(f"keys are uint64 integers, got {type(key).__name__}: {key!r}")
-    k = operator.index(key)
+    # operator.index, not isinstance(key, SupportsIndex): a runtime Protocol check walks the
+    # protocol's members on every call and cost most of a bulk update's time
+    try:
+        k = operator.index(cast(SupportsIndex, key))
+    except TypeError:
+        raise InvalidKeyError(f"keys are uint64 integers, got {type(key).__name__}: {key!r}") from None
     if not 0 <= k <= UINT64_MAX:
         raise InvalidKeyError(f"key {k} is outside the uint64 range [0, 2**64 - 1]")
     return k
