@@ -90,13 +90,17 @@ def main() -> None:
     p.add_argument("--tiny", action="store_true", help="smoke test: each bench's --quick sizes, 1 run")
     args = p.parse_args()
     sizes = TINY if args.tiny else BENCHES
+    benches = [b if b.startswith("bench_") else f"bench_{b}" for b in args.benches.split(",")]
+    unknown = [b for b in benches if b not in sizes]
+    if unknown:
+        p.error(f"unknown benches {unknown}; known: {', '.join(sizes)}")
     runs = 1 if args.tiny else args.runs
     print(f"| figure | old median | new median | better ratio (new vs old) | (runs {runs}; sizes: "
-          + "; ".join(f"{b} {' '.join(sizes[b])}" for b in args.benches.split(",")) + ") |")
+          + "; ".join(f"{b} {' '.join(sizes[b])}" for b in benches) + ") |")
     print("|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(prefix="compare-", dir="/tmp") as tmp:
         scratch = Path(tmp)
-        for bench in args.benches.split(","):
+        for bench in benches:
             got: dict[str, list[dict[str, float]]] = {"old": [], "new": []}
             for _ in range(runs):
                 for which, python in (("old", args.old), ("new", args.new)):
