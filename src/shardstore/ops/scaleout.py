@@ -38,8 +38,9 @@ def run_tasks(
 
     ``on_done(item, result)`` is called in this process as each task finishes (in completion
     order; progress bars and resume manifests hang off it). The results come back in the order
-    of ``items``. The first failing task's error is raised after the tasks still running have
-    stopped; tasks not started yet are cancelled.
+    of ``items``. The first failing task's error is raised and tasks not started yet are
+    cancelled; on local processes it is raised after the tasks still running have stopped, on
+    Dask the tasks already running on workers finish there, their results dropped.
     """
     if workers < 1:
         raise ShardStoreError(f"workers must be at least 1, not {workers}")
