@@ -32,5 +32,5 @@ def test_workers_must_be_positive():
 
 def test_on_a_dask_scheduler():
     distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None) as cluster:
         assert run_tasks(operator.neg, [1, 2, 3], scheduler=cluster.scheduler_address) == [-1, -2, -3]
