@@ -496,7 +496,6 @@ class CountingProxy:
                 data = client.recv(1 << 20)
                 if not data:
                     break
-                upstream.sendall(data)
                 buf += data
                 while True:
                     if body_left:
@@ -528,6 +527,9 @@ class CountingProxy:
                         self.requests.append((method, path, headers.get("range")))
                     body_left = int(headers.get("content-length", "0") or 0)
                     chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+                # forwarded only after its requests are recorded: otherwise the server could
+                # answer, and the test call reset() and count, before the record landed
+                upstream.sendall(data)
         except OSError:
             pass
         finally:
