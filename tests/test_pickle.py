@@ -36,6 +36,7 @@ ALLOWED_GLOBALS = {
     ("shardstore.store.wrappers", "PrefixStore"),
     ("shardstore.formats.precomputed.nodes", "open"),
     ("shardstore.formats.bcolz.nodes", "reopen"),
+    ("shardstore.config", "IOConfig"),  # an open(config=...) travels with the record
 }
 MAX_PICKLE_BYTES = 1024
 
@@ -271,3 +272,11 @@ def test_s3_array_round_trips_into_a_spawned_process(seaweedfs: SeaweedFS, spawn
     expected = summary(_reopen_fresh(a))
     assert spawned.apply(child, (payload,)) == expected
     assert shardstore.open(where, storage_options=opts)[0, 0] == 42
+
+
+def test_group_children_and_table_columns_pickle(tmp_path: Path) -> None:
+    g = _zarr3_group(tmp_path)
+    child_array = pickle.loads(pickle.dumps(g["x"]))
+    assert child_array.shape == (4,) and not child_array.read_only
+    t = _ctable(tmp_path)
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(t.cols["a"]))[:], np.arange(50))
