@@ -5,6 +5,7 @@
     ShardStoreError
      ├── MetadataError            invalid metadata document; names the document and field
      ├── UnsupportedFeatureError  valid input that shardstore does not implement
+     │    └── NotPicklableError  a node or store that cannot be reopened in another process (also TypeError)
      ├── CodecError               encoding / decoding failed (corrupt or truncated data)
      │    └── ChecksumError       a checksum (crc32c, zstd) did not match
      ├── StoreError               a key-value backend failed (chained with ``raise ... from``)
@@ -28,6 +29,7 @@ __all__ = [
     "ShardStoreError",
     "MetadataError",
     "UnsupportedFeatureError",
+    "NotPicklableError",
     "CodecError",
     "ChecksumError",
     "StoreError",
@@ -54,6 +56,12 @@ class MetadataError(ShardStoreError, ValueError):
 
 class UnsupportedFeatureError(ShardStoreError, NotImplementedError):
     """The input is valid but uses something shardstore does not implement."""
+
+
+class NotPicklableError(UnsupportedFeatureError, TypeError):
+    """Pickling a node or store that cannot be opened again elsewhere (a memory store, a
+    store built by hand instead of from a URL); a TypeError, as ``pickle`` raises for
+    unpicklable objects."""
 
 
 class CodecError(ShardStoreError, ValueError):

@@ -8,8 +8,9 @@ from typing import Any
 
 import numpy as np
 
+from .._reopen import NodeRecord, reopen
 from .._sync import _ensure_loop, sync
-from ..errors import ReadOnlyError, UnsupportedFeatureError
+from ..errors import NotPicklableError, ReadOnlyError, UnsupportedFeatureError
 from .indexing import Indexer, basic_indexer, orthogonal_indexer
 from .io import UnitLocks, read_into, read_into_now, reshape_chunks, write_from, write_from_now, writes_now
 from .layout import ChunkLayout, FormatDriver
@@ -376,6 +377,29 @@ class Array:
         if not self.shape:
             raise TypeError("len() of a 0-d array")
         return self.shape[0]
+
+    # -- pickling: an array travels as how to open it again -----------------------------------
+    def node_record(self) -> NodeRecord:
+        """How this array is opened again (what it pickles as): format, store, path, mode."""
+        driver = self.driver
+        return NodeRecord(driver.format_name, driver.store, driver.path,
+                          "r" if self.read_only else "r+", self._reopen_options())
+
+    def _reopen_options(self) -> tuple[tuple[str, Any], ...]:
+        """Opener keywords beyond store, mode and path (format nodes add theirs)."""
+        config = getattr(self, "config", None)
+        return (("config", config),) if config is not None else ()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (reopen, (self.node_record(),))
+
+    def __dask_tokenize__(self) -> tuple[str, str]:
+        # the same array opened twice gives the same token (and Dask keys); one that cannot
+        # be reopened elsewhere (memory) is named by this object alone
+        try:
+            return (type(self).__name__, self.node_record().token())
+        except NotPicklableError:
+            return (type(self).__name__, f"local-{id(self):x}-{id(self._async):x}")
 
     def __repr__(self) -> str:
         shards = f", shards={self.shards}" if self.shards else ""

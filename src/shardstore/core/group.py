@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._reopen import NodeRecord, reopen
 from ..errors import InvalidKeyError, NodeTypeError, ShardStoreError
 from ..store.base import Store
 from .array import Attributes
@@ -13,6 +14,14 @@ __all__ = ["GroupBase"]
 
 class GroupBase:
     """A group node; ``driver`` persists its attributes (``attributes`` / ``set_attributes``)."""
+
+    #: the format's name for ``shardstore.open(format=...)``
+    format_name: str = ""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # reopened from its store and path: children are opened from there on demand
+        record = NodeRecord(self.format_name, self.store, self.path, "r" if self.read_only else "r+")
+        return (reopen, (record,))
 
     def __init__(self, store: Store, path: str, driver: Any, read_only: bool) -> None:
         self.store = store

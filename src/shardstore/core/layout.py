@@ -142,6 +142,10 @@ class FormatDriver(abc.ABC):
 
     #: short format name, e.g. "zarr3"
     format_name: str
+    #: the store the node's metadata lives in and its path there: with the format, what
+    #: opens the array again (an array pickles as that, see ``shardstore._reopen``)
+    store: Store
+    path: str
     #: whether the format allows changing the shape (``resize`` / ``append``)
     resizable: bool = True
 

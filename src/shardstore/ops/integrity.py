@@ -350,7 +350,7 @@ def _nodes(node: Any, name: str, mode: str) -> Iterator[tuple[str, Any]]:
         yield name, node
     elif isinstance(node, Array) and node.format == "precomputed":
         driver = node.driver
-        info = read_info(driver.store, path=driver.path)  # type: ignore[attr-defined]
+        info = read_info(driver.store, path=driver.path)
         for i, scale in enumerate(info["scales"]):
             a = node if i == driver.index else open_scale(driver.store, path=driver.path, scale=i, mode=mode)  # type: ignore[attr-defined]
             yield f"{name}/{scale['key']}" if name else str(scale["key"]), a

@@ -15,7 +15,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Final, cast
 
-from ..errors import ConflictError, InvalidKeyError, ReadOnlyError
+from ..errors import ConflictError, InvalidKeyError, NotPicklableError, ReadOnlyError
 from ._coalesce import DEFAULT_MAX_GAP, DEFAULT_MAX_REQUEST, coalesce_ranges
 
 # (re-exported: stores and their callers import byte ranges from here)
@@ -153,8 +153,23 @@ class Store(abc.ABC):
     #: race before raising ``ConflictError`` (0: raise at the first conflict)
     retry_conflicts: int = DEFAULT_RETRY_CONFLICTS
 
+    #: how to open this store again, in this process or another: (url, read_only,
+    #: storage_options), set by ``store_from_url``; None for a store built by hand
+    reopen_spec: tuple[str, bool, dict] | None = None
+
     def __init__(self, *, read_only: bool = False) -> None:
         self._read_only = read_only
+
+    def __reduce__(self) -> tuple:
+        """A store pickles as the URL and options that open it again: no client sessions,
+        locks, pools or caches travel, and the other process opens its own."""
+        if self.reopen_spec is None:
+            raise NotPicklableError(
+                f"cannot pickle {self!r}: it was not opened from a path or URL, so another process "
+                "cannot open it again (open it with a path, file:// or s3:// URL and storage_options)")
+        from .registry import reopen_store
+
+        return (reopen_store, self.reopen_spec)
 
     @property
     def read_only(self) -> bool:

@@ -198,6 +198,12 @@ class LocalStore(Store):
         """The directory holding the keys (absolute)."""
         return self._root
 
+    def __reduce__(self) -> tuple:
+        # the absolute root: a worker process may run in another directory
+        from .registry import reopen_store
+
+        return (reopen_store, (str(self._root), self.read_only, {}))
+
     def __repr__(self) -> str:
         flag = ", read_only=True" if self.read_only else ""
         return f"LocalStore({str(self._root)!r}{flag})"

@@ -6,6 +6,7 @@ import itertools
 import threading
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 
+from ..errors import NotPicklableError
 from .base import (
     MISSING,
     BlockingReader,
@@ -41,6 +42,13 @@ class MemoryStore(Store):
     def __repr__(self) -> str:
         flag = ", read_only=True" if self.read_only else ""
         return f"MemoryStore(<{len(self._data)} keys>{flag})"
+
+    def __reduce__(self) -> tuple:
+        # a copy in another process would silently diverge from this one: writes there
+        # would never reach the data here
+        raise NotPicklableError(
+            "cannot pickle an array or store held in memory (memory://): another process would get a "
+            "separate copy; write it to a local directory or s3:// to use it from other processes (Dask workers)")
 
     async def _get(self, key: str, byte_range: ByteRange | None) -> bytes | None:
         value = self._data.get(key)

@@ -15,7 +15,7 @@ from urllib.parse import unquote
 from ..errors import UnsupportedFeatureError
 from .base import Store
 
-__all__ = ["store_from_url", "register_scheme", "MODES"]
+__all__ = ["store_from_url", "register_scheme", "reopen_store", "MODES"]
 
 #: the open modes every layer understands; only "r" opens a store read-only
 MODES = ("r", "r+", "a", "w", "w-")
@@ -134,4 +134,12 @@ def store_from_url(
     if factory is None:
         known = ", ".join(f"{s}://" for s in sorted(_FACTORIES))
         raise UnsupportedFeatureError(f"cannot open {url_or_path!r}: unknown URL scheme {scheme!r} (known: {known})")
-    return factory(url_or_path, read_only, options)
+    store = factory(url_or_path, read_only, options)
+    store.reopen_spec = (url_or_path, read_only, options)
+    return store
+
+
+def reopen_store(url: str, read_only: bool, storage_options: Mapping[str, Any]) -> Store:
+    """What a pickled store (``Store.reopen_spec``) becomes again: ``store_from_url`` with
+    the same URL, options and writability."""
+    return store_from_url(url, mode="r" if read_only else "r+", storage_options=storage_options)

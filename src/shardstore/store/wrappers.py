@@ -90,6 +90,9 @@ class PrefixStore(_Wrapper):
     def __repr__(self) -> str:
         return f"PrefixStore({self.base!r}, {self.prefix!r})"
 
+    def __reduce__(self) -> tuple:
+        return (PrefixStore, (self.base, self.prefix))
+
     def _full(self, key: str) -> str:
         return self._pre + key
 
@@ -175,6 +178,9 @@ class ReadOnlyStore(_Wrapper):
 
     def __repr__(self) -> str:
         return f"ReadOnlyStore({self.base!r})"
+
+    def __reduce__(self) -> tuple:
+        return (ReadOnlyStore, (self.base,))
 
     def blocking_reader(self) -> BlockingReader | None:
         return self.base.blocking_reader()

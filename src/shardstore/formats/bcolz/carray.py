@@ -9,6 +9,7 @@ always describe readable data: an interrupted write leaves the previous content 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..._reopen import NodeRecord
 from ..._sync import sync
 from ...core.array import Array
 from ...errors import CodecError, ContainsNodeError, ShardStoreError
@@ -201,6 +203,16 @@ class CArray(FlushOnClose, Array):
         if nitems > len(self):
             raise ValueError("`nitems` must be less than total length")
         self.resize(len(self) - nitems)
+
+    def node_record(self) -> NodeRecord:
+        from .nodes import reopen  # (nodes imports this module)
+
+        record = super().node_record()
+        return dataclasses.replace(record, opener=reopen, options=(("rootdir", self.rootdir),) if self.rootdir else ())
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        self.flush()  # rows appended here and still in memory must reach the other process
+        return super().__reduce__()
 
     def flush(self) -> None:
         """Write the appended rows still in memory (the leftover) and ``meta/sizes``."""

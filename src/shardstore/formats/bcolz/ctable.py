@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ..._reopen import NodeRecord, reopen
 from ..._sync import sync
 from ...core.array import Attributes
 from ...errors import ContainsNodeError, MetadataError, ReadOnlyError, ShardStoreError
@@ -244,6 +245,18 @@ class CTable(FlushOnClose):
         if int(nitems) > self._len:
             raise ValueError("`nitems` must be less than total length")
         self.resize(self._len - int(nitems))
+
+    def node_record(self) -> NodeRecord:
+        """How this table is opened again (what it pickles as)."""
+        from .nodes import reopen as opener  # (nodes imports this module)
+
+        named = self.rootdir is not None and not isinstance(self.rootdir, Store)
+        return NodeRecord("bcolz", self.store, self.path, "r" if self.read_only else "r+",
+                          (("rootdir", self.rootdir),) if named else (), opener)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        self.flush()  # rows appended here and still in memory must reach the other process
+        return (reopen, (self.node_record(),))
 
     def flush(self) -> None:
         """Write what appends left in memory (each column's leftover and ``meta/sizes``)."""

@@ -51,6 +51,12 @@ def open_node(store: Store, mode: str = "r", path: str = "") -> CArray | CTable:
     return _open(store, (path or "").strip("/"), "r" if mode == "r" else "a", store)
 
 
+def reopen(store: Store, mode: str = "r", *, path: str | None = None, rootdir: RootDir = None) -> CArray | CTable:
+    """What a pickled carray or ctable opens as: ``open_node``, keeping the rootdir (path or
+    URL) it shows in its repr."""
+    return _open(store, (path or "").strip("/"), "r" if mode == "r" else "a", rootdir if rootdir is not None else store)
+
+
 def create(store: RootDir, *, path: str = "", mode: str = "w-", storage_options: dict[str, Any] | None = None, **kwargs: Any) -> CArray | CTable:
     """``shardstore.create`` hook: ``columns=`` makes a ctable, otherwise ``data=`` (or
     ``dtype=``) a carray; the other keywords are those of ``carray`` / ``ctable``."""

@@ -333,6 +333,8 @@ class _GroupDriver:
 class Group(GroupBase):
     """An N5 group: attributes plus children (sub-directories: datasets and groups)."""
 
+    format_name = "n5"
+
     def __init__(self, store: Store, path: str, meta: GroupMetadata, read_only: bool) -> None:
         super().__init__(store, path, _GroupDriver(store, path, meta), read_only)
 

@@ -19,6 +19,7 @@ import os
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from typing import Any, SupportsIndex, cast
 
+from ..._reopen import NodeRecord, reopen
 from ..._sync import sync
 from ...errors import ContainsNodeError, InvalidKeyError, MetadataError
 from ...sharding.uint64 import SHARDING_TYPE, UINT64_MAX, CompleteShard, ShardingSpec, Uint64ShardedStore
@@ -48,6 +49,10 @@ def _key(key: object) -> int:
 
 class ShardedKV(MutableMapping[int, bytes]):
     """uint64 keys -> bytes values stored in ``neuroglancer_uint64_sharded_v1`` shards."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # reopened from the directory's store: no shard caches or locks travel
+        return (reopen, (NodeRecord("precomputed_kv", self.store.base, "", "r" if self.read_only else "r+"),))
 
     def __init__(self, store: Uint64ShardedStore) -> None:
         self.store = store

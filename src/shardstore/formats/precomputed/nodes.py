@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from ..._reopen import NodeRecord
 from ..._sync import sync
 from ...core.array import Array, AsyncArray
 from ...errors import (
@@ -68,6 +70,16 @@ def scales_text(info: VolumeInfo) -> str:
 class PrecomputedArray(Array):
     """One scale of a precomputed volume: shape ``size + [num_channels]``, indexed
     ``[x, y, z, channel]`` relative to ``voxel_offset``. Selection mistakes say so."""
+
+    def _reopen_options(self) -> tuple[tuple[str, Any], ...]:
+        # the scale by index (its key could repeat a path), and the writer options
+        driver: PrecomputedDriver = self.driver  # type: ignore[assignment]
+        opts = [("scale", driver.index), ("jpeg_quality", driver.options.jpeg_quality),
+                ("png_level", driver.options.png_level)]
+        return tuple((k, v) for k, v in opts if v is not None) + super()._reopen_options()
+
+    def node_record(self) -> NodeRecord:
+        return dataclasses.replace(super().node_record(), opener=open)
 
     def _explain(self, e: IndexError) -> SelectionError:
         driver: PrecomputedDriver = self.driver  # type: ignore[assignment]

@@ -260,6 +260,8 @@ class _GroupDriver:
 class Group(GroupBase):
     """A Zarr v3 group: attributes plus named children (arrays and groups)."""
 
+    format_name = "zarr3"
+
     def __init__(self, store: Store, path: str, meta: GroupMetadata, read_only: bool) -> None:
         super().__init__(store, path, _GroupDriver(store, path, meta), read_only)
 
