@@ -8,26 +8,32 @@ inner chunks of 64^3, chunk keys ``c/i/j/k``, fill value 0. Two inner codec vari
 * ``zstd``  -- bytes + zstd level 3 (no checksum);
 * ``blosc`` -- bytes + blosc lz4 clevel 5, byte shuffle, typesize 1.
 
-Phases, per variant and library (variants outer, libraries inner, so drift hits all alike):
+Rows (library configurations; ``--libs`` takes libraries or row names): ``shardstore`` (its
+defaults), ``shardstore+cache`` (an ``IOConfig`` with its decoded-chunk cache; skipped with the
+reason printed when the installed shardstore has none), ``tensorstore`` (``cache_pool`` 0) and
+``tensorstore+cache`` (256 MiB), ``zarr`` (zarr-python's default pipeline) and ``zarr+zarrs``
+(``codec_pipeline.path = zarrs.ZarrsCodecPipeline``; skipped when zarrs is not installed).
 
-1. **write**: a fresh child process (``--child-write LIB VARIANT DIR``) loads the volume from
-   a .npy file, creates the array and writes it whole with one ``a[...] = vol``. The child
-   reports the wall time of create + write (data reaches the page cache, no fsync) and its
-   peak RSS (``VmHWM``, not ``ru_maxrss``, which Linux inherits from the parent across
-   exec; see ``_common.peak_rss_mib``). The peak includes the interpreter, the library
-   import and the 1x volume the child holds -- "RSS before write" shows that baseline.
+Phases, per variant, every row taking turns (``_common.bench_volumes``):
+
+1. **write**: a fresh child process (``--child-write ROW VARIANT DIR``) loads the volume from
+   a .npy file, creates the array and writes it whole with one ``a[...] = vol``; once per
+   input order (``--orders``, default C and F: Zarr stores C, so C is also the anchors'
+   preferred order). The child reports the wall time of create + write (data reaches the
+   page cache, no fsync) and its peak RSS (``VmHWM``; it includes the interpreter, the import
+   and the volume the child holds).
 2. **size on disk**: apparent size of all files of the dataset (zarr.json included).
-3. **read cold**: the dataset is evicted from the page cache before every repetition
-   (``/proc/sys/vm/drop_caches`` if writable, else ``posix_fadvise(DONTNEED)`` per file; the
-   output says which, and how much stayed resident according to ``fincore``), then the whole
-   array is read into one NumPy array. The array is opened once per library and reused by
-   all read phases (tensorstore with a cache pool of 0 bytes, i.e. no chunk cache).
-4. **read warm**: the same whole read with the dataset in the page cache. The result is
-   compared with the source volume once (a mismatch aborts the run).
-5. **aligned random reads**: 256 reads of 64^3 boxes at random chunk-aligned origins.
+3. **read cold**: the dataset is evicted from the page cache and the array opened afresh
+   (so no chunk cache survives) before every repetition (``/proc/sys/vm/drop_caches`` if
+   writable, else ``posix_fadvise(DONTNEED)`` per file; the output says which and how much
+   stayed resident according to ``fincore``), then the whole array is read into one array.
+4. **read warm**: the same whole read on the same handle with the page cache (and any chunk
+   cache) warm. Every library returns C order here (printed).
+5. **aligned random reads**: 256 reads of 64^3 boxes at random chunk-aligned origins, cold
+   (page cache dropped, fresh handle) and then warm (the same boxes again on that handle).
 6. **unaligned random reads**: 256 reads of 100^3 boxes at random origins (each touches up
-   to 8 inner chunks and may straddle shards). Random reads run with a warm page cache; the
-   origins are seeded and identical for every library; a few results are checked.
+   to 8 inner chunks and may straddle shards), cold and warm as above. The origins are
+   seeded and identical for every row; a few results are checked.
 7. **writes into shards** (issue 17): ``--reads`` writes of 8^3 boxes at random origins into
    the existing array (each a read-modify-write of one shard), then whole aligned shards
    rewritten (up to 4; no read needed, so this shows what locking costs). Timed once, after
@@ -35,11 +41,13 @@ Phases, per variant and library (variants outer, libraries inner, so drift hits 
 
 Timings are the best of ``--repeat`` repetitions (default 3 for reads, 1 for the write).
 Throughputs are in MB/s (10^6 bytes of uncompressed data per second); random reads in
-reads/s; sizes and RSS in MiB. The ratio columns divide shardstore's figure by the other
-library's (> 1 is better for MB/s and reads/s; < 1 is better for size and RSS).
+reads/s; sizes and RSS in MiB. For every figure the table names the best anchor row and
+gives each shardstore row's ratio against it, oriented so that above 1 means shardstore is
+better (for size and RSS too), from the best repetitions and from the medians.
 
 Usage: python benchmarks/bench_zarr3.py [--quick] [--libs shardstore,tensorstore,zarr]
-       [--variants zstd,blosc] [--size 512] [--reads 256] [--repeat N] [--out-dir DIR]
+       [--variants zstd,blosc] [--orders C,F] [--shardstore-config JSON]
+       [--shardstore-cache-config JSON] [--size 512] [--reads 256] [--repeat N] [--out-dir DIR]
        [--keep] [--json FILE]
 """
 
