@@ -532,11 +532,14 @@ def vs_best_anchor(values: Mapping[str, float | None], rows: Sequence[Row], high
     Ratios are oriented so that above 1 means shardstore is better: ours / best for rates,
     best / ours for sizes, seconds and RSS. Empty when there is no anchor value.
     """
-    anchors = {r.name: values.get(r.name) for r in rows if not r.ours}
-    anchors = {k: v for k, v in anchors.items() if v is not None}
+    anchors: dict[str, float] = {}
+    for r in rows:
+        v = values.get(r.name)
+        if not r.ours and v is not None:
+            anchors[r.name] = v
     if not anchors:
         return {}
-    best = (max if higher else min)(anchors, key=lambda k: anchors[k])  # type: ignore[arg-type]
+    best = (max if higher else min)(anchors, key=anchors.__getitem__)
     bv = anchors[best]
     out: dict[str, Any] = {"best_anchor": best, "best_anchor_value": bv}
     for r in rows:

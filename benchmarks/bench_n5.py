@@ -159,7 +159,7 @@ class Z5py:
         return h[box(origin, n)]
 
 
-LIBS = {"shardstore": ShardStore, "tensorstore": TensorStore, "z5py": Z5py}
+LIBS: dict[str, Any] = {"shardstore": ShardStore, "tensorstore": TensorStore, "z5py": Z5py}
 ROWS = [  # every library's default configuration and its fastest documented one
     *shardstore_rows(),
     *tensorstore_rows(),

@@ -292,7 +292,7 @@ def main() -> None:
             print(f"median per-run ratio {row.name} / best anchor row: "
                   + ", ".join(f"{fig} {summary[fig][f'{row.name} vs best anchor']:.2f}" for fig, _, _ in FIGURES))
     if args.json:
-        env = {"python": platform.python_version(), "machine": platform.machine()}
+        env: dict[str, str | None] = {"python": platform.python_version(), "machine": platform.machine()}
         for pkg in ("tensorstore", "cloud-volume", "numpy", "mmh3"):
             try:
                 env[pkg] = version(pkg)

@@ -99,7 +99,8 @@ class Lib:
 
     def write(self, arr: Any, vol: np.ndarray) -> None: ...
 
-    def read(self, arr: Any, sel: Any) -> np.ndarray: ...
+    def read(self, arr: Any, sel: Any) -> np.ndarray:
+        raise NotImplementedError
 
 
 class Shardstore(Lib):

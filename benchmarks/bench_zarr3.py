@@ -203,7 +203,7 @@ class ZarrPython:
         self.pipeline: dict[str, Any] = {}
         if zarrs:
             try:
-                import zarrs  # noqa: F401
+                import zarrs as _zarrs  # noqa: F401
             except ImportError as e:
                 raise RowUnavailable(f"zarrs is not installed ({e}); pip install zarrs") from None
             self.pipeline = {"codec_pipeline.path": "zarrs.ZarrsCodecPipeline"}
@@ -239,7 +239,7 @@ class ZarrPython:
         return h[box(origin, n)]
 
 
-LIBS = {"shardstore": ShardStore, "tensorstore": TensorStore, "zarr": ZarrPython}
+LIBS: dict[str, Any] = {"shardstore": ShardStore, "tensorstore": TensorStore, "zarr": ZarrPython}
 ROWS = [  # every library's default configuration and its fastest documented one
     *shardstore_rows(),
     *tensorstore_rows(),
