@@ -245,15 +245,6 @@ def order_key(key: str, order: str) -> str:
     return f"{head}_{order}_{unit}"
 
 
-def bench_volume(
-    script: str, name: str, adapter: Any, variant: str, path: Path, vol: np.ndarray, npy: Path,
-    origins: dict[str, list[Origin]], write_repeat: int, read_repeat: int, chunk: int,
-) -> dict[str, Any]:
-    """Every phase of a volume benchmark for one library and variant (see ``bench_volumes``)."""
-    return bench_volumes(script, {name: adapter}, variant, {name: path}, vol, {"C": npy}, origins,
-                         write_repeat, read_repeat, chunk)[name]
-
-
 def bench_volumes(
     script: str, adapters: dict[str, Any], variant: str, paths: dict[str, Path], vol: np.ndarray,
     npy: Path | Mapping[str, Path], origins: dict[str, list[Origin]], write_repeat: int,
