@@ -238,10 +238,11 @@ def save_orders(vol: np.ndarray, out_dir: Path, orders: Sequence[str]) -> dict[s
 
 def order_key(key: str, order: str) -> str:
     """The result key of a write figure for an input in ``order``: C keeps the plain key (the
-    JSON paths compare_versions reads), other orders insert it: ``write_F_MBps``."""
+    JSON paths compare_versions reads), other orders insert it before the unit: ``write_F_MBps``,
+    ``rss_peak_F_MiB``."""
     if order == "C":
         return key
-    head, _, unit = key.partition("_")
+    head, _, unit = key.rpartition("_")
     return f"{head}_{order}_{unit}"
 
 
