@@ -7,6 +7,8 @@ NumPy only (no scipy), so a benchmark runs in the plain test environment.
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
 import os
 import resource
@@ -15,7 +17,8 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -212,7 +215,10 @@ def box(origin: Origin, n: int) -> tuple[slice, ...]:
 
 
 def child_write(adapter: Any, variant: str, path: str, volume: str) -> None:
-    """The write phase, in its own process: print one JSON line with time and peak RSS."""
+    """The write phase, in its own process: print one JSON line with time and peak RSS.
+
+    The volume is loaded in the memory layout it was saved in (``np.save`` keeps Fortran
+    order), so a write figure is for an input in that order."""
     vol = np.load(volume)
     before = peak_rss_mib()
     t0 = time.perf_counter()
@@ -221,45 +227,65 @@ def child_write(adapter: Any, variant: str, path: str, volume: str) -> None:
     print(json.dumps({"seconds": seconds, "rss_peak_mib": peak_rss_mib(), "rss_before_mib": before}))
 
 
-def bench_volume(
-    script: str, name: str, adapter: Any, variant: str, path: Path, vol: np.ndarray, npy: Path,
-    origins: dict[str, list[Origin]], write_repeat: int, read_repeat: int, chunk: int,
-) -> dict[str, Any]:
-    """Every phase of a volume benchmark for one library and variant (see ``bench_volumes``)."""
-    return bench_volumes(script, {name: adapter}, variant, {name: path}, vol, npy, origins,
-                         write_repeat, read_repeat, chunk)[name]
+def save_orders(vol: np.ndarray, out_dir: Path, orders: Sequence[str]) -> dict[str, Path]:
+    """The source volume saved once per input order ("C", "F"), for the write children."""
+    out = {}
+    for order in orders:
+        out[order] = out_dir / f"source_{order}.npy"
+        np.save(out[order], np.asfortranarray(vol) if order == "F" else np.ascontiguousarray(vol))
+    return out
+
+
+def order_key(key: str, order: str) -> str:
+    """The result key of a write figure for an input in ``order``: C keeps the plain key (the
+    JSON paths compare_versions reads), other orders insert it before the unit: ``write_F_MBps``,
+    ``rss_peak_F_MiB``."""
+    if order == "C":
+        return key
+    head, _, unit = key.rpartition("_")
+    return f"{head}_{order}_{unit}"
 
 
 def bench_volumes(
     script: str, adapters: dict[str, Any], variant: str, paths: dict[str, Path], vol: np.ndarray,
-    npy: Path, origins: dict[str, list[Origin]], write_repeat: int, read_repeat: int, chunk: int,
+    npy: Path | Mapping[str, Path], origins: dict[str, list[Origin]], write_repeat: int,
+    read_repeat: int, chunk: int, child_args: Sequence[str] = (),
 ) -> dict[str, dict[str, Any]]:
-    """Every phase of a volume benchmark for several libraries, taking turns.
+    """Every phase of a volume benchmark for several rows (library configurations), taking turns.
 
     Each phase is repeated (the best repetition counts) and every repetition is done by every
-    library in turn, the order rotating: the shared machine's slow spells then hit all of
-    them alike, instead of whichever library ran its phases during one. The write runs in
-    child processes (``script --child-write``), each after an ``os.sync()``; then the whole
-    read cold (page cache dropped first) and warm (checked against ``vol``) and the aligned
-    (``chunk``-sized) and unaligned (100^3) random reads, one at a time with results dropped
-    (a few checked). Each adapter has ``open``, ``read_all`` and ``read_box``.
+    row in turn, the order rotating: the shared machine's slow spells then hit all of them
+    alike, instead of whichever row ran its phases during one. The write runs in child
+    processes (``script --child-write ROW VARIANT DIR --volume NPY *child_args``), each after
+    an ``os.sync()``, once per input order (``npy`` maps "C"/"F" to the volume saved in that
+    layout; the last order's dataset is the one read). Then the whole read cold (page cache
+    dropped and the array opened afresh, so no library cache survives either) and warm (the
+    same handle again; checked against ``vol``), and for the aligned (``chunk``-sized) and
+    unaligned (100^3) random boxes a cold pass (page cache dropped, fresh handle) followed by
+    a warm pass of the same boxes on that handle: a row with a chunk cache reuses what the
+    cold pass decoded, as its users' repeated views would. Reads go one at a time, results
+    dropped (a few checked). Each adapter has ``open``, ``read_all`` and ``read_box``.
     """
     names = list(adapters)
+    npys = {"C": npy} if isinstance(npy, Path) else dict(npy)
 
     def turns(rep: int) -> list[str]:
         k = rep % len(names)
         return names[k:] + names[:k]
 
-    writes: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
-    for rep in range(max(write_repeat, 1)):
-        for name in turns(rep):
-            # no dirty pages waiting (the .npy just saved, another library's files): the
-            # kernel's writeback would otherwise slow whoever writes next
-            os.sync()
-            writes[name].append(run_child(script, ["--child-write", name, variant, str(paths[name]), "--volume", str(npy)]))
-    handles = {n: adapters[n].open(paths[n]) for n in names}
+    writes: dict[str, dict[str, list[dict[str, Any]]]] = {n: {o: [] for o in npys} for n in names}
+    for order, source in npys.items():
+        for rep in range(max(write_repeat, 1)):
+            for name in turns(rep):
+                # no dirty pages waiting (the .npy just saved, another library's files): the
+                # kernel's writeback would otherwise slow whoever writes next
+                os.sync()
+                writes[name][order].append(run_child(script, ["--child-write", name, variant, str(paths[name]),
+                                                              "--volume", str(source), *child_args]))
+    handles: dict[str, Any] = {}
     times: dict[str, dict[str, list[float]]] = {n: {} for n in names}
     drops: dict[str, tuple[str, float | None]] = {}
+    returns: dict[str, str] = {}
 
     def timed(phase: str, name: str, run: Callable[[], Any]) -> Any:
         t0 = time.perf_counter()
@@ -267,27 +293,36 @@ def bench_volumes(
         times[name].setdefault(phase, []).append(time.perf_counter() - t0)
         return result
 
+    def cold_open(name: str) -> None:
+        method = drop_page_cache(paths[name])
+        drops.setdefault(name, (method, resident_fraction(paths[name])))
+        handles[name] = adapters[name].open(paths[name])
+
     for phase in ("cold", "warm"):
         for rep in range(max(read_repeat, 1)):
             for name in turns(rep):
                 if phase == "cold":
-                    method = drop_page_cache(paths[name])
-                    drops.setdefault(name, (method, resident_fraction(paths[name])))
-                data = timed(phase, name, lambda: adapters[name].read_all(handles[name]))
-                if rep == 0 and not np.array_equal(data, vol):
-                    raise AssertionError(f"{name}/{variant}: whole read differs from the source volume")
+                    cold_open(name)
+                data = timed(phase, name, lambda name=name: adapters[name].read_all(handles[name]))  # type: ignore[misc]
+                if rep == 0 and phase == "cold":
+                    returns[name] = layout_of(data)
+                    if not np.array_equal(data, vol):
+                        raise AssertionError(f"{name}/{variant}: whole read differs from the source volume")
                 del data
     for kind, n in (("aligned", chunk), ("unaligned", 100)):
         n = min(n, vol.shape[0])
         boxes = origins[kind]
         for rep in range(max(read_repeat, 1)):
             for name in turns(rep):
-                a, h = adapters[name], handles[name]
+                a = adapters[name]
+                cold_open(name)
+                h = handles[name]
 
-                def reads(a: Any = a, h: Any = h) -> None:
+                def reads(a: Any = a, h: Any = h, boxes: list[Origin] = boxes, n: int = n) -> None:
                     for origin in boxes:  # one at a time, result dropped: random access, not a batch
                         a.read_box(h, origin, n)
 
+                timed(f"{kind} cold", name, reads)
                 timed(kind, name, reads)
         for name in names:
             for o in boxes[:4]:
@@ -297,26 +332,246 @@ def bench_volumes(
     per_phase = {  # figure -> (phase, amount per run): figure = amount / seconds
         "read_cold_MBps": ("cold", nbytes / MB),
         "read_warm_MBps": ("warm", nbytes / MB),
+        "aligned_cold_reads_per_s": ("aligned cold", len(origins["aligned"])),
         "aligned_reads_per_s": ("aligned", len(origins["aligned"])),
+        "unaligned_cold_reads_per_s": ("unaligned cold", len(origins["unaligned"])),
         "unaligned_reads_per_s": ("unaligned", len(origins["unaligned"])),
     }
     results = {}
     for name in names:
         disk, nfiles = disk_usage(paths[name])
-        write_s = [w["seconds"] for w in writes[name]]
-        # the headline is the best repetition; the median of the repetitions sits beside it
-        # (``<figure>_median``), so that a library whose runs scatter widely shows that
+        res: dict[str, Any] = {}
+        for order, ws in writes[name].items():
+            write_s = [w["seconds"] for w in ws]
+            # the headline is the best repetition; the median of the repetitions sits beside it
+            # (``<figure>_median``), so that a row whose runs scatter widely shows that
+            res[order_key("write_MBps", order)] = nbytes / MB / min(write_s)
+            res[order_key("write_MBps", order) + "_median"] = nbytes / MB / statistics.median(write_s)
+            res[order_key("rss_peak_MiB", order)] = max(w["rss_peak_mib"] for w in ws)
+            res[order_key("rss_before_write_MiB", order)] = max(w["rss_before_mib"] for w in ws)
         results[name] = {
-            "write_MBps": nbytes / MB / min(write_s),
-            "write_MBps_median": nbytes / MB / statistics.median(write_s),
+            **res,
             **{key: amount / min(times[name][phase]) for key, (phase, amount) in per_phase.items()},
             **{f"{key}_median": amount / statistics.median(times[name][phase])
                for key, (phase, amount) in per_phase.items()},
             "disk_MiB": disk / MiB,
             "files": nfiles,
-            "rss_peak_MiB": max(w["rss_peak_mib"] for w in writes[name]),
-            "rss_before_write_MiB": max(w["rss_before_mib"] for w in writes[name]),
+            "returns": returns[name],
             "cache_drop": drops[name][0],
             "resident_after_drop": drops[name][1],
         }
     return results
+
+
+def volume_figures(orders: Sequence[str]) -> list[tuple[str, str, bool]]:
+    """The (key, label, higher is better) figures ``bench_volumes`` measures, writes per order."""
+    writes = [(order_key("write_MBps", o), f"write MB/s, {o}-order input", True) for o in orders]
+    rss = [(order_key("rss_peak_MiB", o), f"peak RSS write MiB, {o} input", False) for o in orders]
+    return [
+        *writes,
+        ("read_cold_MBps", "read cold MB/s", True),
+        ("read_warm_MBps", "read warm MB/s", True),
+        ("aligned_cold_reads_per_s", "aligned reads/s cold", True),
+        ("aligned_reads_per_s", "aligned reads/s warm", True),
+        ("unaligned_cold_reads_per_s", "100^3 unaligned reads/s cold", True),
+        ("unaligned_reads_per_s", "100^3 unaligned reads/s warm", True),
+        ("disk_MiB", "size on disk MiB", False),
+        *rss,
+    ]
+
+
+def returns_line(results: Mapping[str, Mapping[str, Any]]) -> str:
+    """Which memory layout each row's whole read returned."""
+    return "# whole reads return: " + ", ".join(f"{n} {r.get('returns', '?')}" for n, r in results.items())
+
+
+# --------------------------------------------------------------------------- rows: configurations
+# A "row" is one library in one configuration. Every anchor runs in its default configuration
+# and in its fastest documented one, so that the ratio against the best anchor row cannot be
+# flattered by benchmarking a competitor as nobody would run it.
+
+#: tensorstore's cache_pool for the "+cache" rows. 256 MiB: the budget tensorstore's own
+#: examples use for interactive reads, twice the 512^3 uint8 volume (so a re-read can be served
+#: from decoded chunks), and the same size as the shardstore "+cache" row's default budget.
+TS_CACHE_BYTES = 256 * MiB
+#: the IOConfig fields of the default "shardstore+cache" row (override with
+#: ``--shardstore-cache-config``); a field the installed shardstore lacks skips the row
+SHARDSTORE_CACHE_CONFIG: dict[str, Any] = {"chunk_cache_bytes": TS_CACHE_BYTES}
+
+
+class RowUnavailable(Exception):
+    """A row's library or configuration is not installed or not supported: the row is skipped."""
+
+
+@dataclass(frozen=True)
+class Row:
+    """One column of a benchmark table: ``lib`` (an adapter factory key) built with ``options``."""
+
+    name: str
+    lib: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+    ours: bool = False  # shardstore's own rows; every other row is an anchor
+    note: str = ""  # what the configuration is, printed once per run
+
+
+def shardstore_rows(note_default: str = "opened with its defaults") -> list[Row]:
+    """shardstore's two rows: as opened by default, and with its decoded-chunk cache."""
+    return [
+        Row("shardstore", "shardstore", {}, ours=True, note=note_default),
+        Row("shardstore+cache", "shardstore", {"cache": True}, ours=True,
+            note="IOConfig with the decoded-chunk cache (--shardstore-cache-config)"),
+    ]
+
+
+def tensorstore_rows(default_cache: int = 0) -> list[Row]:
+    """tensorstore without a chunk cache (``cache_pool`` 0, or ``default_cache``) and with one."""
+    return [
+        Row("tensorstore", "tensorstore", {"cache_bytes": default_cache},
+            note=f"cache_pool total_bytes_limit {default_cache}"),
+        Row("tensorstore+cache", "tensorstore", {"cache_bytes": TS_CACHE_BYTES},
+            note=f"cache_pool total_bytes_limit {TS_CACHE_BYTES} (256 MiB)"),
+    ]
+
+
+def select_rows(declared: Sequence[Row], wanted: Sequence[str]) -> list[Row]:
+    """The declared rows named in ``wanted`` by row name or by library (all of its rows)."""
+    known = {r.name for r in declared} | {r.lib for r in declared}
+    if unknown := sorted(set(wanted) - known):
+        raise SystemExit(f"unknown rows/libraries {unknown}; choose from {sorted(known)}")
+    return [r for r in declared if r.name in wanted or r.lib in wanted]
+
+
+def add_row_arguments(parser: Any, declared: Sequence[Row]) -> None:
+    """``--libs`` (rows or libraries) and the shardstore configuration options."""
+    parser.add_argument("--libs", default=",".join(dict.fromkeys(r.lib for r in declared)),
+                        help="comma list of libraries (all their rows) or rows: "
+                        + ", ".join(r.name for r in declared))
+    parser.add_argument("--shardstore-config", type=json.loads, default={},
+                        help="JSON object of IOConfig fields for every shardstore row "
+                        "(passed as config=IOConfig(...) to open/create)")
+    parser.add_argument("--shardstore-cache-config", type=json.loads, default=SHARDSTORE_CACHE_CONFIG,
+                        help="JSON object of IOConfig fields added for the shardstore+cache row "
+                        f"(default {json.dumps(SHARDSTORE_CACHE_CONFIG)})")
+
+
+def row_child_args(args: Any) -> list[str]:
+    """The row options a ``--child-write`` process needs to rebuild the same adapter."""
+    return ["--shardstore-config", json.dumps(args.shardstore_config),
+            "--shardstore-cache-config", json.dumps(args.shardstore_cache_config)]
+
+
+def row_options(row: Row, args: Any) -> dict[str, Any]:
+    """The adapter keywords of ``row``: its options, with shardstore's IOConfig fields resolved."""
+    options = dict(row.options)
+    if row.lib == "shardstore":
+        cache = options.pop("cache", False)
+        options["config"] = {**args.shardstore_config, **(args.shardstore_cache_config if cache else {})}
+    return options
+
+
+def build_adapters(rows: Sequence[Row], factories: Mapping[str, Callable[..., Any]], args: Any,
+                   quiet: bool = False) -> dict[str, Any]:
+    """One adapter per available row; a row that cannot run is dropped with its reason printed."""
+    out = {}
+    for row in rows:
+        try:
+            out[row.name] = factories[row.lib](**row_options(row, args))
+        except (RowUnavailable, ImportError) as e:
+            if not quiet:
+                print(f"# row {row.name} skipped: {e}", flush=True)
+            continue
+        if not quiet:
+            print(f"# row {row.name}: {row.note or 'defaults'}", flush=True)
+    return out
+
+
+def shardstore_kwargs(config: Mapping[str, Any] | None, *entry_points: Callable[..., Any]) -> dict[str, Any]:
+    """``{"config": IOConfig(**config)}`` for shardstore's open/create calls, or {} for no config.
+
+    Raises RowUnavailable when the installed shardstore has no IOConfig, lacks one of the
+    fields, or an entry point takes no ``config`` keyword: such a row is skipped, not faked.
+    """
+    if not config:
+        return {}
+    try:
+        from shardstore.config import IOConfig
+    except ImportError:
+        raise RowUnavailable("the installed shardstore has no shardstore.config.IOConfig") from None
+    fields = {f.name for f in dataclasses.fields(IOConfig)}
+    if unknown := sorted(set(config) - fields):
+        raise RowUnavailable(f"the installed shardstore's IOConfig has no field {', '.join(unknown)}")
+    for fn in entry_points:
+        params = inspect.signature(fn).parameters
+        if "config" not in params and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            raise RowUnavailable(f"{fn.__module__}.{fn.__qualname__} takes no config=")
+    return {"config": IOConfig(**config)}
+
+
+def layout_of(a: Any) -> str:
+    """"C", "F" (or "C/F" for 1-D and other arrays contiguous both ways) or "strided"."""
+    flags = np.asarray(a).flags
+    if flags.c_contiguous and flags.f_contiguous:
+        return "C/F"
+    return "C" if flags.c_contiguous else "F" if flags.f_contiguous else "strided"
+
+
+# --------------------------------------------------------------------------- vs best anchor
+
+
+def vs_best_anchor(values: Mapping[str, float | None], rows: Sequence[Row], higher: bool) -> dict[str, Any]:
+    """The best anchor row of one figure and each of our rows' ratio against it.
+
+    Ratios are oriented so that above 1 means shardstore is better: ours / best for rates,
+    best / ours for sizes, seconds and RSS. Empty when there is no anchor value.
+    """
+    anchors: dict[str, float] = {}
+    for r in rows:
+        v = values.get(r.name)
+        if not r.ours and v is not None:
+            anchors[r.name] = v
+    if not anchors:
+        return {}
+    best = (max if higher else min)(anchors, key=anchors.__getitem__)
+    bv = anchors[best]
+    out: dict[str, Any] = {"best_anchor": best, "best_anchor_value": bv}
+    for r in rows:
+        v = values.get(r.name)
+        if r.ours and v is not None and bv:
+            out[r.name] = v / bv if higher else (bv / v if v else None)
+    return out
+
+
+def anchor_table(title: str, figures: Sequence[tuple[str, str, bool]],
+                 results: Mapping[str, Mapping[str, Any]], rows: Sequence[Row]) -> tuple[str, dict[str, Any]]:
+    """A table of every row's figures, the best anchor row and our rows' "vs best" ratios.
+
+    ``figures`` holds (result key, label, higher is better); ``results`` maps row -> figures.
+    When the results carry ``<key>_median`` (median repetitions), the shardstore row's ratio
+    of the medians is printed too: best-of-N favours rows whose repetitions scatter widely.
+    Returns the text and ``{key: vs_best_anchor(...)}`` (plus ``<key>_median`` entries).
+    """
+    present = [r for r in rows if r.name in results]
+    ours = [r.name for r in present if r.ours]
+    with_medians = any(f"{k}_median" in res for res in results.values() for k, _, _ in figures)
+    header = ["", *(r.name for r in present), "best anchor", *(f"{o} vs best" for o in ours)]
+    if with_medians and ours:
+        header.append(f"{ours[0]} vs best (medians)")
+    body, summary = [], {}
+    for key, label, higher in figures:
+        values = {r.name: results[r.name].get(key) for r in present}
+        ratio = vs_best_anchor(values, present, higher)
+        summary[key] = ratio
+        cells = [label, *(_fmt(values[r.name]) for r in present), ratio.get("best_anchor", "-")]
+        cells += [f"{ratio[o]:.2f}" if ratio.get(o) is not None else "-" for o in ours]
+        if with_medians and ours:
+            med = vs_best_anchor({r.name: results[r.name].get(f"{key}_median") for r in present}, present, higher)
+            summary[f"{key}_median"] = med
+            cells.append(f"{med[ours[0]]:.2f}" if med.get(ours[0]) is not None else "-")
+        body.append(cells)
+    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
+    line = lambda cells: "  ".join(  # noqa: E731
+        c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))
+    )
+    sep = "-" * len(line(header))
+    note = "(vs best: shardstore row / best anchor row; above 1 = shardstore better, for sizes too)"
+    return "\n".join([title, note, sep, line(header), sep, *map(line, body), sep]), summary

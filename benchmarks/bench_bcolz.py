@@ -14,9 +14,13 @@ The machine this runs on is shared, and its load changes within seconds. So that
 library meets the same load, the libraries take turns at a fine grain: each piece is
 appended to every library in turn (the order rotating), the warm read is done three times
 per library in rotating turns (median kept), and the slice reads go in batches of 1,000, each
-batch read by every library in turn. Every figure is measured ``--runs`` times; the tables
-give the median figures and the median of the per-run ratios shardstore/bcolz and
-shardstore/best-blosc2 (higher is better for shardstore in every row).
+batch read by every library in turn. Every figure is measured ``--runs`` times; the table
+gives the median figures, names the best anchor row (bcolz, blosc2 SChunk, blosc2 NDArray) of
+each and shardstore's ratio against it (above 1 = shardstore better, for size too); below it,
+the median of the per-run ratios against each run's best anchor row. ``shardstore+cache``
+(an ``IOConfig`` with the decoded-chunk cache) is skipped with the reason printed when the
+installed shardstore has none. The anchors run with their own default threading, which is
+their fastest documented configuration here (all cores); a 1-D array has no input order.
 
     python benchmarks/bench_bcolz.py                      # full size
     python benchmarks/bench_bcolz.py --n 20000000 --runs 5
@@ -38,9 +42,18 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import MB, disk_usage, drop_page_cache, format_table  # noqa: E402
-
-LIBS = ("shardstore", "bcolz", "blosc2_schunk", "blosc2_ndarray")
+from _common import (  # noqa: E402
+    MB,
+    Row,
+    add_row_arguments,
+    anchor_table,
+    build_adapters,
+    disk_usage,
+    drop_page_cache,
+    select_rows,
+    shardstore_kwargs,
+    shardstore_rows,
+)
 
 
 def smooth_piece(start: int, n: int) -> np.ndarray:
@@ -49,10 +62,15 @@ def smooth_piece(start: int, n: int) -> np.ndarray:
 
 
 class Shardstore:
+    def __init__(self, config: dict[str, Any] | None = None) -> None:
+        from shardstore import bcolz as sbz
+
+        self.kw = shardstore_kwargs(config, sbz.carray, sbz.open)
+
     def create(self, path: Path, n: int, piece_nbytes: int) -> Any:
         from shardstore import bcolz as sbz
 
-        return sbz.carray(None, rootdir=path, dtype="i4", expectedlen=n)
+        return sbz.carray(None, rootdir=path, dtype="i4", expectedlen=n, **self.kw)
 
     def add(self, h: Any, piece: np.ndarray) -> None:
         h.append(piece)
@@ -63,7 +81,7 @@ class Shardstore:
     def open(self, path: Path) -> Any:
         from shardstore import bcolz as sbz
 
-        return sbz.open(path, mode="r")
+        return sbz.open(path, mode="r", **self.kw)
 
     def read_all(self, h: Any) -> np.ndarray:
         return h[:]
@@ -73,6 +91,9 @@ class Shardstore:
 
 
 class Bcolz(Shardstore):
+    def __init__(self) -> None:
+        pass
+
     def create(self, path: Path, n: int, piece_nbytes: int) -> Any:
         import bcolz
 
@@ -119,6 +140,9 @@ class Blosc2SChunk:
 
 
 class Blosc2NDArray(Shardstore):
+    def __init__(self) -> None:
+        pass
+
     def create(self, path: Path, n: int, piece_nbytes: int) -> Any:
         import blosc2
 
@@ -139,12 +163,18 @@ class Blosc2NDArray(Shardstore):
 
 
 ADAPTERS = {"shardstore": Shardstore, "bcolz": Bcolz, "blosc2_schunk": Blosc2SChunk, "blosc2_ndarray": Blosc2NDArray}
-ROWS = [
-    ("append_MBps", "append MB/s"),
-    ("read_cold_MBps", "whole read cold MB/s"),
-    ("read_warm_MBps", "whole read warm MB/s"),
-    ("slices_per_s", "1000-elem slices/s"),
-    ("disk_MiB", "size on disk MiB"),
+ROWS = [  # each anchor runs with its own default threading, which is also its fastest
+    *shardstore_rows(),
+    Row("bcolz", "bcolz", note="bcolz-zipline, blosc threads = its ncores default"),
+    Row("blosc2_schunk", "blosc2_schunk", note="python-blosc2 SChunk, one file"),
+    Row("blosc2_ndarray", "blosc2_ndarray", note="python-blosc2 NDArray, one file"),
+]
+FIGURES = [  # (key, label, higher is better)
+    ("append_MBps", "append MB/s", True),
+    ("read_cold_MBps", "whole read cold MB/s", True),
+    ("read_warm_MBps", "whole read warm MB/s", True),
+    ("slices_per_s", "1000-elem slices/s", True),
+    ("disk_MiB", "size on disk MiB", False),
 ]
 
 
@@ -154,9 +184,10 @@ def _turns(names: list[str], i: int) -> list[str]:
     return names[k:] + names[:k]
 
 
-def bench_run(libs: list[str], out_dir: Path, pieces: list[np.ndarray], n: int, starts: np.ndarray, source: np.ndarray, run: int) -> dict[str, dict[str, float]]:
-    """One run of every measurement for every library, the libraries taking turns."""
-    adapters = {name: ADAPTERS[name]() for name in libs}
+def bench_run(adapters: dict[str, Any], out_dir: Path, pieces: list[np.ndarray], n: int, starts: np.ndarray,
+              source: np.ndarray, run: int) -> dict[str, dict[str, float]]:
+    """One run of every measurement for every row, the rows taking turns."""
+    libs = list(adapters)
     paths = {name: out_dir / name for name in libs}
     spent = dict.fromkeys(libs, 0.0)
     handles = {}
@@ -274,11 +305,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--piece", type=int, default=1_000_000, help="elements per append (default 1,000,000)")
     p.add_argument("--reads", type=int, default=10_000, help="random slice reads (default 10,000)")
     p.add_argument("--runs", type=int, default=3, help="repetitions; ratios are medians over runs")
-    p.add_argument("--libs", default=",".join(LIBS))
+    add_row_arguments(p, ROWS)
     p.add_argument("--out-dir", type=Path, default=None)
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
-    libs = [s for s in args.libs.split(",") if s]
+    rows = select_rows(ROWS, [s for s in args.libs.split(",") if s])
     out_dir = args.out_dir or Path(tempfile.mkdtemp(prefix="bench_bcolz_", dir="/tmp"))
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -289,32 +320,36 @@ def main(argv: list[str] | None = None) -> None:
     starts = np.random.default_rng(1).integers(0, args.n - 1000, args.reads)
     print(f"# n={args.n} piece={args.piece} reads={args.reads} runs={args.runs} cpus={os.cpu_count()} "
           f"loadavg={os.getloadavg()} (data made in {time.perf_counter() - t0:.1f}s)\n# {_threads()}", flush=True)
+    adapters = build_adapters(rows, ADAPTERS, args)
+    rows = [r for r in rows if r.name in adapters]
+    libs = list(adapters)
     runs: list[dict[str, dict[str, float]]] = []
     try:
         for r in range(args.runs):
-            res = bench_run(libs, out_dir, pieces, args.n, starts, source, r)
+            res = bench_run(adapters, out_dir, pieces, args.n, starts, source, r)
             for name in libs:
                 print(f"# run {r} {name}: {json.dumps({k: round(v, 1) for k, v in res[name].items()})}", flush=True)
             runs.append(res)
     finally:
         if args.out_dir is None:
             shutil.rmtree(out_dir, ignore_errors=True)
-    median = {lib: {k: statistics.median(run[lib][k] for run in runs) for k, _ in ROWS} for lib in libs}
-    rows = [(label, {lib: median[lib][key] for lib in libs}) for key, label in ROWS]
-    print(format_table(f"\nbcolz carray, {args.n:,} int32 (median figure over {args.runs} runs)", rows, libs))
-    # median of per-run ratios (the noisy machine moves all libraries together within a run)
-    b2 = [lib for lib in libs if lib.startswith("blosc2")]
-    print("\nmedian per-run ratio (shardstore / other; > 1 = shardstore faster):")
-    for key, label in ROWS[:4]:
-        cells = []
-        if "bcolz" in libs:
-            cells.append(f"vs bcolz {statistics.median(run['shardstore'][key] / run['bcolz'][key] for run in runs):.2f}")
-        if b2:
-            best = statistics.median(run["shardstore"][key] / max(run[x][key] for x in b2) for run in runs)
-            cells.append(f"vs best blosc2 {best:.2f}")
-        print(f"  {label:24s} " + "   ".join(cells))
+    median = {lib: {k: statistics.median(run[lib][k] for run in runs) for k, _, _ in FIGURES} for lib in libs}
+    table, vs_best = anchor_table(f"\nbcolz carray, {args.n:,} int32 (median figure over {args.runs} runs)",
+                                  FIGURES, median, rows)
+    print(table)
+    # median of per-run ratios (the noisy machine moves all rows together within a run)
+    anchors = [r.name for r in rows if not r.ours]
+    paired: dict[str, dict[str, float]] = {}
+    for row in rows:
+        if row.ours and anchors:
+            paired[row.name] = {key: statistics.median(
+                run[row.name][key] / max(run[a][key] for a in anchors) for run in runs) for key, _, _ in FIGURES[:4]}
+            print(f"median per-run ratio {row.name} / best anchor row (> 1 = shardstore faster): "
+                  + ", ".join(f"{label} {paired[row.name][key]:.2f}" for key, label, _ in FIGURES[:4]))
     if args.json:
-        args.json.write_text(json.dumps({"args": vars(args) | {"out_dir": str(out_dir), "json": str(args.json)}, "runs": runs}, indent=2, default=str))
+        args.json.write_text(json.dumps({"args": vars(args) | {"out_dir": str(out_dir), "json": str(args.json)},
+                                         "runs": runs, "vs_best_anchor": vs_best, "paired": paired},
+                                        indent=2, default=str))
 
 
 if __name__ == "__main__":

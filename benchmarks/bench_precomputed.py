@@ -8,19 +8,30 @@ voxel_offset 0. Two variants:
 * ``sharded``   -- ``neuroglancer_uint64_sharded_v1``, identity hash, preshift 0, 6 minishard
   bits, 3 shard bits (8 shards of 256^3: one octant each), raw minishard index and data.
 
-Phases per variant and library (as bench_zarr3.py): write in a fresh child process (create +
-write the whole volume; wall time, peak RSS), size on disk, whole read cold (page cache
-dropped before each repetition) and warm, 256 aligned 64^3 reads and 256 unaligned 100^3 reads
-at seeded random origins (warm). tensorstore runs without a chunk cache (cache pool 0),
-cloud-volume with ``fill_missing=True``, no LRU, ``parallel=1`` (its default). cloud-volume
-writes sharded volumes one whole shard per call, so its write loops over the 8 octants.
+Rows (``--libs`` takes libraries or row names): ``shardstore`` and ``shardstore+cache`` (an
+``IOConfig`` with its decoded-chunk cache; skipped with the reason printed when the installed
+shardstore has none), ``tensorstore`` (``cache_pool`` 0) and ``tensorstore+cache`` (256 MiB),
+``cloudvolume`` (``lru_bytes`` 0, ``parallel=1``, ``fill_missing=True``: its defaults) and
+``cloudvolume+lru`` (``lru_bytes`` 256 MiB, its decoded-chunk LRU). cloud-volume writes sharded
+volumes one whole shard per call, so its write loops over the 8 octants.
 
-``--runs N`` repeats everything N times (libraries interleaved within a run); the table shows
-per-run medians and the ratio columns divide shardstore's figure by the other library's
-(> 1 is better for MB/s and reads/s, < 1 for size and RSS).
+Phases per variant, every row taking turns (``_common.bench_volumes``, as bench_zarr3.py):
+write in a fresh child process (create + write the whole volume; wall time, peak RSS) once
+per input order: ``--orders C,F``, C and Fortran ``[x, y, z]`` -- the layout CloudVolume and
+tensorstore hand their users and the order precomputed chunks are stored in; size on disk;
+whole read cold (page cache dropped and the volume reopened before each repetition) and
+warm; 256 aligned 64^3 and 256 unaligned 100^3 reads at seeded random origins, each cold
+(page cache dropped, fresh handle) and then warm (the same boxes again on that handle).
+Every row returns Fortran order (printed): shardstore and CloudVolume do by themselves,
+tensorstore is asked for ``read(order="F")``, as its users holding ``[x, y, z]`` arrays do.
+
+``--runs N`` repeats everything N times; the table shows per-run medians, names the best
+anchor row of each figure and divides shardstore's figure by it (oriented so that above 1
+means shardstore is better, for size and RSS too).
 
 Usage: python benchmarks/bench_precomputed.py [--quick] [--runs 3]
-       [--libs shardstore,tensorstore,cloudvolume] [--variants unsharded,sharded] [--size 512]
+       [--libs shardstore,tensorstore,cloudvolume] [--variants unsharded,sharded] [--orders C,F]
+       [--shardstore-config JSON] [--shardstore-cache-config JSON] [--size 512]
        [--reads 256] [--repeat N] [--out-dir DIR] [--keep] [--json FILE]
 """
 
@@ -43,14 +54,26 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
+    TS_CACHE_BYTES,
     Origin,
-    bench_volume,
+    Row,
+    add_row_arguments,
+    anchor_table,
+    bench_volumes,
     box,
-    child_write as _child_write,
-    format_table,
+    build_adapters,
     make_volume,
     random_origins,
+    returns_line,
+    row_child_args,
+    save_orders,
+    select_rows,
+    shardstore_kwargs,
+    shardstore_rows,
+    tensorstore_rows,
+    volume_figures,
 )
+from _common import child_write as _child_write  # noqa: E402
 
 CHUNK = 64
 SHARDING = {
@@ -77,17 +100,19 @@ def scale_metadata(shape: tuple[int, ...], variant: str) -> dict[str, Any]:
 class ShardStore:
     package = "shardstore"
 
-    def __init__(self) -> None:
+    def __init__(self, config: dict[str, Any] | None = None) -> None:
         import shardstore
 
         self.mod = shardstore
+        self.kw = shardstore_kwargs(config, shardstore.precomputed.create, shardstore.precomputed.open)
 
     def write(self, path: Path, vol: np.ndarray, variant: str) -> None:
-        a = self.mod.precomputed.create(str(path), data_type="uint8", scales=[scale_metadata(vol.shape, variant)], mode="w")
+        a = self.mod.precomputed.create(str(path), data_type="uint8", scales=[scale_metadata(vol.shape, variant)],
+                                        mode="w", **self.kw)
         a[...] = vol
 
     def open(self, path: Path) -> Any:
-        return self.mod.precomputed.open(str(path))
+        return self.mod.precomputed.open(str(path), **self.kw)
 
     def read_all(self, h: Any) -> np.ndarray:
         return np.asarray(h)
@@ -99,11 +124,16 @@ class ShardStore:
 class TensorStore:
     package = "tensorstore"
 
-    def __init__(self) -> None:
+    def __init__(self, cache_bytes: int = 0) -> None:
         import tensorstore
 
         self.ts = tensorstore
-        self.context = tensorstore.Context({"cache_pool": {"total_bytes_limit": 0}})
+        self.cache_bytes = cache_bytes
+
+    @property
+    def context(self) -> Any:
+        """A fresh context per open: a reopened volume starts with an empty chunk cache."""
+        return self.ts.Context({"cache_pool": {"total_bytes_limit": self.cache_bytes}})
 
     def _spec(self, path: Path) -> dict[str, Any]:
         return {"driver": "neuroglancer_precomputed", "kvstore": {"driver": "file", "path": str(path)}}
@@ -123,23 +153,26 @@ class TensorStore:
     def open(self, path: Path) -> Any:
         return self.ts.open(self._spec(path), open=True, read=True, context=self.context).result()
 
+    # Fortran order, as users holding [x, y, z] arrays ask for it (shardstore and CloudVolume
+    # return it too): the same result layout for every row
     def read_all(self, h: Any) -> np.ndarray:
-        return h.read().result()
+        return h.read(order="F").result()
 
     def read_box(self, h: Any, origin: Origin, n: int) -> np.ndarray:
-        return h[box(origin, n)].read().result()
+        return h[box(origin, n)].read(order="F").result()
 
 
 class CloudVolumeLib:
     package = "cloud-volume"
 
-    def __init__(self) -> None:
+    def __init__(self, lru_bytes: int = 0) -> None:
         import warnings
 
         warnings.filterwarnings("ignore")
         from cloudvolume import CloudVolume
 
         self.CloudVolume = CloudVolume
+        self.lru_bytes = lru_bytes
 
     def write(self, path: Path, vol: np.ndarray, variant: str) -> None:
         info = {"@type": "neuroglancer_multiscale_volume", "type": "image", "data_type": "uint8",
@@ -159,7 +192,7 @@ class CloudVolumeLib:
                     cv[box] = vol[box]
 
     def open(self, path: Path) -> Any:
-        return self.CloudVolume(f"file://{path}", progress=False, fill_missing=True, lru_bytes=0)
+        return self.CloudVolume(f"file://{path}", progress=False, fill_missing=True, lru_bytes=self.lru_bytes)
 
     def read_all(self, h: Any) -> np.ndarray:
         return np.asarray(h[:, :, :])
@@ -169,32 +202,25 @@ class CloudVolumeLib:
 
 
 LIBS: dict[str, Any] = {"shardstore": ShardStore, "tensorstore": TensorStore, "cloudvolume": CloudVolumeLib}
+ROWS = [  # every library's default configuration and its fastest documented one
+    *shardstore_rows(),
+    *tensorstore_rows(),
+    Row("cloudvolume", "cloudvolume", {"lru_bytes": 0}, note="lru_bytes 0, parallel 1 (its defaults)"),
+    Row("cloudvolume+lru", "cloudvolume", {"lru_bytes": TS_CACHE_BYTES},
+        note=f"lru_bytes {TS_CACHE_BYTES} (its decoded-chunk LRU, 256 MiB)"),
+]
+#: the layout CloudVolume and tensorstore hand their users: [x, y, z] arrays in Fortran order
+ORDERS = ("C", "F")
 
 
 # --------------------------------------------------------------------------- phases
 
 
-def child_write(lib: str, variant: str, path: str, volume: str) -> None:
+def child_write(args: argparse.Namespace) -> None:
     """The write phase, in its own process (see ``_common.child_write``)."""
-    _child_write(LIBS[lib](), variant, path, volume)
-
-
-def bench_one(name: str, adapter: Any, variant: str, path: Path, vol: np.ndarray, npy: Path,
-              origins: dict[str, list[Origin]], read_repeat: int) -> dict[str, Any]:
-    """All phases for one library and variant (one write; see ``_common.bench_volume``)."""
-    return bench_volume(__file__, name, adapter, variant, path, vol, npy, origins, 1, read_repeat, CHUNK)
-
-
-ROWS = [
-    ("write_MBps", "write MB/s"),
-    ("read_cold_MBps", "read cold MB/s"),
-    ("read_warm_MBps", "read warm MB/s"),
-    ("aligned_reads_per_s", "64^3 aligned reads/s"),
-    ("unaligned_reads_per_s", "100^3 unaligned reads/s"),
-    ("disk_MiB", "size on disk MiB"),
-    ("files", "files"),
-    ("rss_peak_MiB", "peak RSS write MiB"),
-]
+    row, variant, path = args.child_write
+    adapter = build_adapters(select_rows(ROWS, [row]), LIBS, args, quiet=True)[row]
+    _child_write(adapter, variant, path, args.volume)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -204,19 +230,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeat", type=int, default=3, help="best of N for each read timing (default 3)")
     p.add_argument("--runs", type=int, default=1, help="repeat everything N times; report medians")
     p.add_argument("--variants", default=",".join(VARIANTS))
-    p.add_argument("--libs", default=",".join(LIBS))
+    add_row_arguments(p, ROWS)
+    p.add_argument("--orders", default=",".join(ORDERS), help="input orders of the write (default C,F)")
     p.add_argument("--out-dir", type=Path, default=None)
     p.add_argument("--keep", action="store_true")
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--quick", action="store_true", help="smoke test: size 128, 32 reads, 1 repetition")
-    p.add_argument("--child-write", nargs=3, metavar=("LIB", "VARIANT", "DIR"), help=argparse.SUPPRESS)
+    p.add_argument("--child-write", nargs=3, metavar=("ROW", "VARIANT", "DIR"), help=argparse.SUPPRESS)
     p.add_argument("--volume", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.quick:
         args.size, args.reads, args.repeat = 128, 32, 1
-    args.libs = [s for s in args.libs.split(",") if s]
+    args.rows = select_rows(ROWS, [s for s in args.libs.split(",") if s])
     args.variants = [s for s in args.variants.split(",") if s]
-    for value, known in ((args.libs, LIBS), (args.variants, VARIANTS)):
+    args.orders = [s for s in args.orders.split(",") if s]
+    for value, known in ((args.variants, VARIANTS), (args.orders, ORDERS)):
         if unknown := set(value) - set(known):
             p.error(f"unknown {sorted(unknown)}; choose from {sorted(known)}")
     return args
@@ -225,59 +253,60 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.child_write:
-        child_write(*args.child_write, volume=args.volume)
+        child_write(args)
         return
     made_dir = args.out_dir is None
     out_dir = Path(tempfile.mkdtemp(prefix="bench_precomputed_", dir="/tmp")) if made_dir else args.out_dir
     out_dir.mkdir(parents=True, exist_ok=True)
+    libs = dict.fromkeys(r.lib for r in args.rows)
     env = {"python": platform.python_version(), "cpus": os.cpu_count(), "loadavg": os.getloadavg(),
-           **{f"{k}_version": version(v.package) for k, v in LIBS.items() if k in args.libs}}
+           **{f"{k}_version": version(LIBS[k].package) for k in libs}}
     config = {"size": args.size, "reads": args.reads, "read_repeat": args.repeat, "runs": args.runs,
-              "chunk": CHUNK, "sharding": SHARDING}
+              "chunk": CHUNK, "sharding": SHARDING, "orders": args.orders,
+              "shardstore_config": args.shardstore_config, "shardstore_cache_config": args.shardstore_cache_config}
     print(f"# {json.dumps(config)}\n# {json.dumps(env)}", flush=True)
     vol = make_volume(args.size)[..., None]  # [x, y, z, channel]
-    npy = out_dir / "source.npy"
-    np.save(npy, vol)
+    npys = save_orders(vol, out_dir, args.orders)
     origins = {
         "aligned": random_origins(vol.shape[:3], min(CHUNK, args.size), args.reads, align=CHUNK, seed=1),
         "unaligned": random_origins(vol.shape[:3], min(100, args.size), args.reads, seed=2),
     }
-    adapters = {name: LIBS[name]() for name in args.libs}
+    adapters = build_adapters(args.rows, LIBS, args)
+    rows = [r for r in args.rows if r.name in adapters]
     runs: list[dict[str, dict[str, dict[str, Any]]]] = []
-    ratios = [("shardstore", o) for o in ("tensorstore", "cloudvolume") if "shardstore" in args.libs and o in args.libs]
+    summary: dict[str, dict[str, Any]] = {}
+    figures = [*volume_figures(args.orders), ("files", "files", False)]
     try:
         for run in range(args.runs):
             results: dict[str, dict[str, dict[str, Any]]] = {}
             for variant in args.variants:
-                results[variant] = {}
-                for name, adapter in adapters.items():
-                    t0 = time.perf_counter()
-                    path = out_dir / f"{variant}_{name}"
-                    results[variant][name] = bench_one(name, adapter, variant, path, vol, npy, origins, args.repeat)
-                    print(f"# run {run + 1} {variant}/{name}: {time.perf_counter() - t0:.1f}s "
-                          f"({results[variant][name]['cache_drop']})", flush=True)
-                    if not args.keep:
+                t0 = time.perf_counter()
+                paths = {name: out_dir / f"{variant}_{name}" for name in adapters}
+                results[variant] = bench_volumes(__file__, adapters, variant, paths, vol, npys, origins,
+                                                 1, args.repeat, CHUNK, row_child_args(args))
+                print(f"# run {run + 1} {variant}: all rows {time.perf_counter() - t0:.1f}s "
+                      f"({next(iter(results[variant].values()))['cache_drop']})", flush=True)
+                if not args.keep:
+                    for path in paths.values():
                         shutil.rmtree(path, ignore_errors=True)
             runs.append(results)
         for variant in args.variants:
-            rows = []
-            for key, label in ROWS:
-                rows.append((label, {n: statistics.median(r[variant][n][key] for r in runs) for n in args.libs}))
-            title = (f"\nprecomputed, {args.size}^3 uint8, chunk {CHUNK}^3 raw, {variant}; median of "
-                     f"{args.runs} run(s)")
-            print(format_table(title, rows, args.libs, ratios), flush=True)
-            if args.runs > 1 and ratios:  # the median of per-run ratios (less sensitive to drift)
-                for a, b in ratios:
-                    med = {label: statistics.median(r[variant][a][key] / r[variant][b][key] for r in runs)
-                           for key, label in ROWS[:5]}
-                    print(f"median per-run ratio {a}/{b}: " + ", ".join(f"{k} {v:.2f}" for k, v in med.items()))
+            print("\n" + returns_line(runs[0][variant]) + " (tensorstore read(order='F'))")
+            med = {n: {key: statistics.median(r[variant][n][key] for r in runs) for key, _, _ in figures}
+                   for n in adapters}
+            title = (f"precomputed, {args.size}^3 uint8, chunk {CHUNK}^3 raw, {variant}; median of "
+                     f"{args.runs} run(s), each the best of {args.repeat} (reads), 1 (writes)")
+            table, summary[variant] = anchor_table(title, figures, med, rows)
+            print(table, flush=True)
     finally:
         if not args.keep:
-            npy.unlink(missing_ok=True)
+            for npy in npys.values():
+                npy.unlink(missing_ok=True)
             if made_dir:
                 shutil.rmtree(out_dir, ignore_errors=True)
     if args.json:
-        args.json.write_text(json.dumps({"config": config, "env": env, "runs": runs}, indent=2))
+        args.json.write_text(json.dumps({"config": config, "env": env, "runs": runs,
+                                         "vs_best_anchor": summary}, indent=2))
 
 
 if __name__ == "__main__":

@@ -18,18 +18,24 @@ Phases per library (libraries inner, runs outer, so drift hits all alike):
    phase every file of the dataset is read once (page cache warm; the page cache of a shared
    machine may be dropped by anything else running).
 3. **get_many**: the same keys all at once (``kv.get_many``; all ``read`` futures issued, then
-   awaited; ``get_data(list)``), on a fresh handle.
+   awaited; ``get_data(list)``), on a fresh handle, with the page cache warm and then cold
+   (``_common.drop_page_cache`` first: the issue's "batched point reads, cold").
 
-tensorstore gets a 64 MiB cache pool so it can cache minishard indexes (without one it reads
-them again for every key). CloudVolume's ShardReader keeps its own LRU of indexes.
+Rows (``--libs`` takes libraries or row names): ``tensorstore`` with its default cache pool of
+0 bytes (it then reads the minishard index again for every key) and ``tensorstore+cache``
+(256 MiB, so it caches minishard indexes); ``cloudvolume`` (its ShardReader keeps its own LRU
+of indexes); ``shardstore`` and ``shardstore+cache`` (an ``IOConfig`` with its decoded-chunk
+cache; skipped with the reason printed when the installed shardstore has none).
 
-Every figure is a rate (MB/s of values written, reads/s); each run computes shardstore's
-figure divided by the best other library's in that run, and the table reports the median
-ratio over ``--runs`` runs next to each library's median figure. Every read is checked
+Every figure is a rate (MB/s of values written, reads/s); the table gives each row's median
+over ``--runs`` runs, names the best anchor row of each figure and each shardstore row's ratio
+against it (above 1: shardstore better); below it, the median over runs of each run's ratio
+against that run's best anchor row. Every read is checked
 against the written values once.
 
 Usage: python benchmarks/bench_precomputed_kv.py [--quick] [--runs 3] [--keys 200000]
-       [--reads 10000] [--libs shardstore,tensorstore,cloudvolume] [--out-dir DIR] [--json FILE]
+       [--reads 10000] [--libs shardstore,tensorstore,cloudvolume] [--shardstore-config JSON]
+       [--shardstore-cache-config JSON] [--out-dir DIR] [--json FILE]
 """
 
 from __future__ import annotations
@@ -51,7 +57,18 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import MB, format_table  # noqa: E402
+from _common import (  # noqa: E402
+    MB,
+    Row,
+    add_row_arguments,
+    anchor_table,
+    build_adapters,
+    drop_page_cache,
+    select_rows,
+    shardstore_kwargs,
+    shardstore_rows,
+    tensorstore_rows,
+)
 
 SPEC = {
     "@type": "neuroglancer_uint64_sharded_v1",
@@ -62,7 +79,6 @@ SPEC = {
     "minishard_index_encoding": "gzip",
     "data_encoding": "raw",
 }
-LIBS = ("shardstore", "tensorstore", "cloudvolume")
 
 
 def make_data(n: int, seed: int = 0) -> dict[int, bytes]:
@@ -77,16 +93,17 @@ def make_data(n: int, seed: int = 0) -> dict[int, bytes]:
 
 
 class ShardstoreKV:
-    def __init__(self) -> None:
+    def __init__(self, config: dict[str, Any] | None = None) -> None:
         from shardstore.formats.precomputed.kv import open_kv
 
         self._open = open_kv
+        self.kw = shardstore_kwargs(config, open_kv)
 
     def write(self, path: Path, values: dict[int, bytes]) -> None:
-        self._open(path, sharding=SPEC, mode="w").update(values)
+        self._open(path, sharding=SPEC, mode="w", **self.kw).update(values)
 
     def open(self, path: Path) -> Any:
-        return self._open(path, sharding=SPEC)
+        return self._open(path, sharding=SPEC, **self.kw)
 
     def read_one(self, h: Any, key: int) -> bytes:
         return h[key]
@@ -97,17 +114,18 @@ class ShardstoreKV:
 
 
 class TensorstoreKV:
-    def __init__(self) -> None:
+    def __init__(self, cache_bytes: int = 0) -> None:
         import tensorstore as ts
 
         self.ts = ts
+        self.cache_bytes = cache_bytes
 
     def _open(self, path: Path) -> Any:
         return self.ts.KvStore.open({
             "driver": "neuroglancer_uint64_sharded",
             "base": f"file://{path}/",
             "metadata": SPEC,
-            "context": {"cache_pool": {"total_bytes_limit": 64 << 20}},
+            "context": {"cache_pool": {"total_bytes_limit": self.cache_bytes}},
         }).result()
 
     def write(self, path: Path, values: dict[int, bytes]) -> None:
@@ -160,6 +178,17 @@ class CloudvolumeKV:
 
 
 ADAPTERS = {"shardstore": ShardstoreKV, "tensorstore": TensorstoreKV, "cloudvolume": CloudvolumeKV}
+ROWS = [  # every library's default configuration and its fastest documented one
+    *shardstore_rows(),
+    *tensorstore_rows(),
+    Row("cloudvolume", "cloudvolume", {}, note="ShardReader with its own LRU of indexes"),
+]
+FIGURES = [  # (key, label, higher is better): every figure is a rate
+    ("bulk write MB/s", "bulk write MB/s", True),
+    ("point reads/s", "point reads/s", True),
+    ("get_many reads/s", "get_many reads/s", True),
+    ("get_many reads/s cold", "get_many reads/s cold", True),
+]
 
 
 def warm_page_cache(path: Path) -> None:
@@ -186,17 +215,23 @@ def run_once(lib: Any, path: Path, values: dict[int, bytes], probe: list[int], n
     if got != [values[k] for k in probe]:
         raise RuntimeError(f"{type(lib).__name__}: point reads returned wrong values")
 
-    warm_page_cache(path)
-    h = lib.open(path)
-    t0 = time.perf_counter()
-    got = lib.read_many(h, probe)
-    t_many = time.perf_counter() - t0
-    if got != [values[k] for k in probe]:
-        raise RuntimeError(f"{type(lib).__name__}: get_many returned wrong values")
+    times = {}
+    for temp in ("warm", "cold"):
+        if temp == "warm":
+            warm_page_cache(path)
+        else:
+            drop_page_cache(path)
+        h = lib.open(path)
+        t0 = time.perf_counter()
+        got = lib.read_many(h, probe)
+        times[temp] = time.perf_counter() - t0
+        if got != [values[k] for k in probe]:
+            raise RuntimeError(f"{type(lib).__name__}: get_many returned wrong values")
     return {
         "bulk write MB/s": nbytes / t_write / MB,
         "point reads/s": len(probe) / t_point,
-        "get_many reads/s": len(probe) / t_many,
+        "get_many reads/s": len(probe) / times["warm"],
+        "get_many reads/s cold": len(probe) / times["cold"],
     }
 
 
@@ -206,17 +241,15 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--keys", type=int, default=200_000)
     p.add_argument("--reads", type=int, default=10_000)
-    p.add_argument("--libs", default=",".join(LIBS))
+    add_row_arguments(p, ROWS)
     p.add_argument("--out-dir", default=None)
     p.add_argument("--json", default=None)
     args = p.parse_args()
     if args.quick:
         args.keys, args.reads, args.runs = 20_000, 2_000, 1
-    libs = [lib for lib in args.libs.split(",") if lib]
-    for lib in libs:
-        if lib not in ADAPTERS:
-            p.error(f"unknown library {lib!r}; choose from {list(ADAPTERS)}")
-    adapters = {lib: ADAPTERS[lib]() for lib in libs}
+    adapters = build_adapters(select_rows(ROWS, [s for s in args.libs.split(",") if s]), ADAPTERS, args)
+    rows = [r for r in ROWS if r.name in adapters]
+    libs = list(adapters)
 
     values = make_data(args.keys)
     nbytes = sum(map(len, values.values()))
@@ -238,31 +271,35 @@ def main() -> None:
             f"{fig}: " + ", ".join(f"{lib} {v:,.1f}" for lib, v in vals.items()) for fig, vals in figures.items()
         ), flush=True)
 
-    rows = []
-    summary: dict[str, dict[str, float]] = {}
-    for fig in runs[0]:
-        med = {lib: statistics.median(run[fig][lib] for run in runs) for lib in libs}
-        others = [lib for lib in libs if lib != "shardstore"]
-        if "shardstore" in libs and others:
-            ratios = [run[fig]["shardstore"] / max(run[fig][o] for o in others) for run in runs]
-            med["ratio vs best"] = statistics.median(ratios)
-        rows.append((fig, med))
-        summary[fig] = med
-    cols = [*libs, *(["ratio vs best"] if "shardstore" in libs and len(libs) > 1 else [])]
-    print()
-    print(format_table(
+    med = {lib: {fig: statistics.median(run[fig][lib] for run in runs) for fig, _, _ in FIGURES} for lib in libs}
+    table, vs_best = anchor_table(
         f"neuroglancer_uint64_sharded_v1 kv: {args.keys:,} keys (200-2000 B), 16 shards x 64 minishards, "
-        f"gzip minishard index; medians of {args.runs} runs (ratio = median of per-run shardstore / best other)",
-        rows, cols,
-    ))
+        f"gzip minishard index; medians of {args.runs} runs", FIGURES, med, rows)
+    print()
+    print(table)
+    # the median of the per-run ratios against that run's best anchor row (the noisy machine
+    # moves all rows together within a run)
+    anchors = [r.name for r in rows if not r.ours]
+    summary: dict[str, dict[str, Any]] = {}
+    for fig, _, _ in FIGURES:
+        summary[fig] = {lib: med[lib][fig] for lib in libs}
+        for row in rows:
+            if row.ours and anchors:
+                ratios = [run[fig][row.name] / max(run[fig][a] for a in anchors) for run in runs]
+                summary[fig][f"{row.name} vs best anchor"] = statistics.median(ratios)
+    for row in rows:
+        if row.ours and anchors:
+            print(f"median per-run ratio {row.name} / best anchor row: "
+                  + ", ".join(f"{fig} {summary[fig][f'{row.name} vs best anchor']:.2f}" for fig, _, _ in FIGURES))
     if args.json:
-        env = {"python": platform.python_version(), "machine": platform.machine()}
+        env: dict[str, str | None] = {"python": platform.python_version(), "machine": platform.machine()}
         for pkg in ("tensorstore", "cloud-volume", "numpy", "mmh3"):
             try:
                 env[pkg] = version(pkg)
             except Exception:  # noqa: BLE001 - reporting only
                 env[pkg] = None
-        Path(args.json).write_text(json.dumps({"args": vars(args), "env": env, "runs": runs, "summary": summary}, indent=1))
+        Path(args.json).write_text(json.dumps({"args": vars(args), "env": env, "runs": runs, "summary": summary,
+                                               "vs_best_anchor": vs_best}, indent=1))
     if not args.out_dir:
         shutil.rmtree(out_dir, ignore_errors=True)
 

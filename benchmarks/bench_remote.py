@@ -13,29 +13,38 @@ pays a cost per piece, and obstore's HTTP stack (hyper) pays more of it than ten
 64^3, bytes + zstd level 3, index at the end (bytes + crc32c): the ``zstd`` layout of
 ``bench_zarr3.py``. Both libraries write the same metadata (tensorstore gets shardstore's).
 
-Phases, per repetition and library (libraries alternate order each repetition):
+Phases, per repetition and row (rows alternate order each repetition):
 
 1. **write**: ``a[...] = vol`` of the whole volume into a fresh prefix (metadata written before
    the timer starts);
 2. **read whole**: a freshly opened array (cold: no index cache) read whole;
-3. **random reads**: 256 reads of 64^3 boxes at random chunk-aligned origins (seeded, shared),
-   one after the other, on a freshly opened array (caches fill as the reads go).
+3. **aligned reads**: ``--reads`` (256) reads of 64^3 boxes at random chunk-aligned origins
+   (seeded, shared), one after the other, on a freshly opened array (caches fill as the
+   reads go);
+4. **unaligned reads**: ``--unaligned-reads`` (128) reads of 100^3 boxes at random origins
+   (each up to 8 inner chunks, may straddle shards), cold on a freshly opened array, then
+   warm: the same boxes again on that handle, so a chunk cache serves what it kept.
 
-Each library runs twice: tensorstore with a cache pool of 0 bytes (no caching at all, as in
-``bench_zarr3.py``) and with 256 MiB (``ts+cache``: it then caches shard indexes and decoded
-chunks, revalidating them); shardstore as it opens by default (``shardstore``: shard indexes
-cached) and with ``storage_options={"cache_bytes": 256 MiB}`` (``ss+cache``: byte ranges read
-are kept, so reading a chunk again costs no request).
+Rows (``--libs`` takes libraries or row names): tensorstore with a cache pool of 0 bytes
+(``tensorstore``: no caching at all) and with 256 MiB (``tensorstore+cache``: it then caches
+shard indexes and decoded chunks, revalidating them); shardstore as it opens by default
+(``shardstore``: shard indexes cached), with ``storage_options={"cache_bytes": 256 MiB}``
+(``shardstore+bytecache``: byte ranges read are kept, so reading them again costs no
+request) and with an ``IOConfig`` holding its decoded-chunk cache (``shardstore+cache``;
+skipped with the reason printed when the installed shardstore has none).
 
 Reported: MB/s (10^6 bytes of uncompressed data per second), reads/s, the requests each phase
 made (GET / PUT / other, from the proxy), and the CPU seconds each phase cost this process (all
 its threads: the library measured) and the SeaweedFS server; medians over ``--repeat`` runs.
-Ratio columns are ratios of those medians (above 1 is better for throughput; below 1 for
-requests and CPU); below the table, the medians of the per-run throughput ratios (each run's
-libraries measured back to back, so slow phases of the shared machine cancel out better).
+For every figure the table names the best anchor (tensorstore) row and gives each shardstore
+row's ratio against it, oriented so that above 1 means shardstore is better (fewer requests
+and CPU seconds count as better); below the table, the medians of the per-run throughput
+ratios against the best anchor row of that run (rows measured back to back, so slow phases
+of the shared machine cancel out better).
 
-Usage: python benchmarks/bench_remote.py [--size 512] [--reads 256] [--repeat 3] [--quick]
-       [--json FILE]
+Usage: python benchmarks/bench_remote.py [--size 512] [--reads 256] [--unaligned-reads 128]
+       [--repeat 3] [--quick] [--libs shardstore,tensorstore] [--shardstore-config JSON]
+       [--shardstore-cache-config JSON] [--json FILE]
 """
 
 from __future__ import annotations
@@ -58,7 +67,21 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
-from _common import MB, format_table, make_volume, random_origins  # noqa: E402
+from _common import (  # noqa: E402
+    MB,
+    TS_CACHE_BYTES,
+    Row,
+    RowUnavailable,
+    add_row_arguments,
+    anchor_table,
+    make_volume,
+    random_origins,
+    row_options,
+    select_rows,
+    shardstore_kwargs,
+    shardstore_rows,
+    tensorstore_rows,
+)
 
 SHARD, CHUNK = 256, 64
 CODECS = [{"name": "bytes", "configuration": {"endian": "little"}},
@@ -76,26 +99,29 @@ class Lib:
 
     def write(self, arr: Any, vol: np.ndarray) -> None: ...
 
-    def read(self, arr: Any, sel: Any) -> np.ndarray: ...
+    def read(self, arr: Any, sel: Any) -> np.ndarray:
+        raise NotImplementedError
 
 
 class Shardstore(Lib):
-    def __init__(self, server: Any, cache_bytes: int = 0) -> None:
-        self.server = server
+    def __init__(self, name: str, server: Any, cache_bytes: int = 0, config: dict[str, Any] | None = None) -> None:
+        import shardstore
+
+        self.server, self.name = server, name
         self.options = server.storage_options(**({"cache_bytes": cache_bytes} if cache_bytes else {}))
-        self.name = "shardstore" if cache_bytes == 0 else "ss+cache"
+        self.kw = shardstore_kwargs(config, shardstore.open)
 
     def create(self, prefix: str, size: int) -> Any:
         import shardstore
 
         return shardstore.open(self.server.url(prefix), mode="w", storage_options=self.options,
                                shape=(size,) * 3, dtype="uint8", chunks=(CHUNK,) * 3, shards=(SHARD,) * 3,
-                               codecs=CODECS, fill_value=0)
+                               codecs=CODECS, fill_value=0, **self.kw)
 
     def open(self, prefix: str) -> Any:
         import shardstore
 
-        return shardstore.open(self.server.url(prefix), storage_options=self.options)
+        return shardstore.open(self.server.url(prefix), storage_options=self.options, **self.kw)
 
     def write(self, arr: Any, vol: np.ndarray) -> None:
         arr[...] = vol
@@ -105,9 +131,8 @@ class Shardstore(Lib):
 
 
 class Tensorstore(Lib):
-    def __init__(self, server: Any, metadata: dict[str, Any], cache_bytes: int) -> None:
-        self.server, self.metadata, self.cache_bytes = server, metadata, cache_bytes
-        self.name = "tensorstore" if cache_bytes == 0 else "ts+cache"
+    def __init__(self, name: str, server: Any, metadata: dict[str, Any], cache_bytes: int = 0) -> None:
+        self.server, self.metadata, self.cache_bytes, self.name = server, metadata, cache_bytes, name
 
     def _spec(self, prefix: str) -> dict[str, Any]:
         return {"driver": "zarr3", "kvstore": self.server.tensorstore_kvstore(prefix),
@@ -253,7 +278,8 @@ class CPU:
         return me.ru_utime + me.ru_stime, server
 
 
-def measure(lib: Lib, proxy: Any, cpu: CPU, vol: np.ndarray, origins: list[tuple[int, ...]], check: bool) -> dict[str, float]:
+def measure(lib: Lib, proxy: Any, cpu: CPU, vol: np.ndarray, origins: list[tuple[int, ...]],
+            unaligned: list[tuple[int, ...]], check: bool) -> dict[str, float]:
     size = vol.shape[0]
     prefix = f"bench-{lib.name}-{uuid.uuid4().hex[:8]}"
     out: dict[str, float] = {}
@@ -300,31 +326,61 @@ def measure(lib: Lib, proxy: Any, cpu: CPU, vol: np.ndarray, origins: list[tuple
     seconds = phase("64^3 reads", reads)
     out["64^3 aligned reads/s"] = len(origins) / seconds
     out["64^3 reads GETs"], out["64^3 reads other requests"] = proxy.count("GET"), proxy.count() - proxy.count("GET")
+
+    # unaligned 100^3 boxes (up to 8 inner chunks, may straddle shards): cold on a fresh handle,
+    # then warm, the same boxes again on that handle (a chunk cache serves what it kept)
+    arr = lib.open(prefix)
+    n = min(100, size)
+
+    def boxes() -> None:
+        for i, o in enumerate(unaligned):
+            sel = tuple(slice(c, c + n) for c in o)
+            block = lib.read(arr, sel)
+            if check and i < 4 and not np.array_equal(block, vol[sel]):
+                raise SystemExit(f"{lib.name}: unaligned read at {o} differs")
+
+    for temp in ("cold", "warm"):
+        proxy.reset()
+        seconds = phase(f"100^3 {temp}", boxes)
+        out[f"100^3 unaligned reads/s {temp}"] = len(unaligned) / seconds
+        out[f"100^3 {temp} GETs"] = proxy.count("GET")
     return out
 
 
-#: the figures shown, in order (the CPU figures are measured per phase)
-FIGURES = ["write MB/s", "write PUTs", "write other requests", "write CPU s (client)", "write CPU s (server)",
-           "read whole MB/s", "read whole GETs", "read whole other requests", "read whole CPU s (client)",
-           "read whole CPU s (server)", "64^3 aligned reads/s", "64^3 reads GETs", "64^3 reads other requests",
-           "64^3 reads CPU s (client)", "64^3 reads CPU s (server)"]
-THROUGHPUT = ["write MB/s", "read whole MB/s", "64^3 aligned reads/s"]
-PAIRS = [("shardstore", "tensorstore"), ("ss+cache", "ts+cache"), ("shardstore", "ts+cache")]
+#: the figures shown, in order (the CPU figures are measured per phase), and whether higher is better
+FIGURES = [(f, f, any(u in f for u in ("MB/s", "reads/s"))) for f in [
+    "write MB/s", "write PUTs", "write other requests", "write CPU s (client)", "write CPU s (server)",
+    "read whole MB/s", "read whole GETs", "read whole other requests", "read whole CPU s (client)",
+    "read whole CPU s (server)", "64^3 aligned reads/s", "64^3 reads GETs", "64^3 reads other requests",
+    "64^3 reads CPU s (client)", "64^3 reads CPU s (server)",
+    "100^3 unaligned reads/s cold", "100^3 cold GETs", "100^3 cold CPU s (client)",
+    "100^3 unaligned reads/s warm", "100^3 warm GETs", "100^3 warm CPU s (client)"]]
+THROUGHPUT = ["write MB/s", "read whole MB/s", "64^3 aligned reads/s", "100^3 unaligned reads/s cold",
+              "100^3 unaligned reads/s warm"]
+ROWS = [  # every library's default configuration and its fastest documented one
+    *shardstore_rows(),
+    Row("shardstore+bytecache", "shardstore", {"cache_bytes": TS_CACHE_BYTES}, ours=True,
+        note="storage_options cache_bytes 256 MiB (byte ranges read are kept: no request again)"),
+    *tensorstore_rows(),
+]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", type=int, default=512)
-    parser.add_argument("--reads", type=int, default=256)
+    parser.add_argument("--reads", type=int, default=256, help="aligned 64^3 reads (default 256)")
+    parser.add_argument("--unaligned-reads", type=int, default=128, help="unaligned 100^3 reads (default 128)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="256^3, 32 reads, 1 repetition")
     parser.add_argument("--json", type=str, default=None)
     parser.add_argument("--proxy", choices=["nginx", "python"], default="nginx",
                         help="what counts the requests: nginx as a reverse proxy (default) or "
                         "tests/_servers.CountingProxy in a child process")
+    add_row_arguments(parser, ROWS)
     args = parser.parse_args()
     if args.quick:
-        args.size, args.reads, args.repeat = 256, 32, 1
+        args.size, args.reads, args.unaligned_reads, args.repeat = 256, 32, 16, 1
+    rows = select_rows(ROWS, [s for s in args.libs.split(",") if s])
     os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
 
     import _servers
@@ -344,34 +400,50 @@ def main() -> None:
             vol = make_volume(args.size)
             print(f"== volume {vol.shape} uint8 built in {time.perf_counter() - t0:.1f} s", flush=True)
             origins = random_origins(vol.shape, CHUNK, args.reads, align=CHUNK)
-            probe = Shardstore(seen).create(f"meta-{uuid.uuid4().hex[:6]}", args.size)
-            libs: list[Lib] = [Shardstore(seen), Tensorstore(seen, dict(probe.metadata), 0),
-                               Shardstore(seen, 256 << 20), Tensorstore(seen, dict(probe.metadata), 256 << 20)]
+            unaligned = random_origins(vol.shape, min(100, args.size), args.unaligned_reads, seed=2)
+            probe = Shardstore("probe", seen).create(f"meta-{uuid.uuid4().hex[:6]}", args.size)
+            libs: list[Lib] = []
+            for row in rows:
+                try:
+                    if row.lib == "shardstore":
+                        libs.append(Shardstore(row.name, seen, **row_options(row, args)))
+                    else:
+                        libs.append(Tensorstore(row.name, seen, dict(probe.metadata), **row_options(row, args)))
+                except RowUnavailable as e:
+                    print(f"== row {row.name} skipped: {e}", flush=True)
+                    continue
+                print(f"== row {row.name}: {row.note}", flush=True)
+            rows = [r for r in rows if any(lib.name == r.name for lib in libs)]
             runs: dict[str, list[dict[str, float]]] = {lib.name: [] for lib in libs}
             cpu = CPU(proc.pid)
             for rep in range(args.repeat):
                 k = rep % len(libs)  # rotate who goes first
                 order = libs[k:] + libs[:k] if rep % 2 == 0 else (libs[k:] + libs[:k])[::-1]
                 for lib in order:
-                    res = measure(lib, proxy, cpu, vol, origins, check=rep == 0)
+                    res = measure(lib, proxy, cpu, vol, origins, unaligned, check=rep == 0)
                     runs[lib.name].append(res)
                     print(f"   run {rep + 1} {lib.name:11s} " + ", ".join(f"{k} {v:.1f}" for k, v in res.items()), flush=True)
         finally:
             proxy.close()
             _servers._stop(proc)
-    medians = {name: {f: statistics.median(r[f] for r in rs) for f in FIGURES} for name, rs in runs.items()}
-    rows = [(f, {name: medians[name][f] for name in medians}) for f in FIGURES]
-    names = [lib.name for lib in libs]
+    medians = {name: {f: statistics.median(r[f] for r in rs) for f, _, _ in FIGURES} for name, rs in runs.items()}
     print()
-    print(format_table(f"Zarr v3 sharded {args.size}^3 uint8 on SeaweedFS (S3, loopback), median of {args.repeat}",
-                       rows, names, ratios=PAIRS))
-    paired = {f"{a}/{b}": {f: statistics.median(x[f] / y[f] for x, y in zip(runs[a], runs[b])) for f in THROUGHPUT}
-              for a, b in PAIRS}
-    print("median of the per-run throughput ratios: " + "; ".join(
-        f"{pair} " + ", ".join(f"{f.split(' ')[0] if f != '64^3 aligned reads/s' else '64^3 reads'} {v:.2f}"
-                               for f, v in ratios.items()) for pair, ratios in paired.items()))
+    table, summary = anchor_table(
+        f"Zarr v3 sharded {args.size}^3 uint8 on SeaweedFS (S3, loopback), median of {args.repeat}; "
+        f"{args.reads} aligned 64^3 and {args.unaligned_reads} unaligned 100^3 reads", FIGURES, medians, rows)
+    print(table)
+    # per run, each of our rows against that run's best anchor row (measured back to back, so
+    # slow phases of the shared machine cancel out better), then the median over the runs
+    anchors = [r.name for r in rows if not r.ours]
+    paired = {r.name: {f: statistics.median(runs[r.name][i][f] / max(runs[a][i][f] for a in anchors)
+                                            for i in range(args.repeat)) for f in THROUGHPUT}
+              for r in rows if r.ours and anchors}
+    for name, ratios in paired.items():
+        print(f"median of the per-run ratios {name} / best anchor row: "
+              + ", ".join(f"{f} {v:.2f}" for f, v in ratios.items()))
     if args.json:
-        Path(args.json).write_text(json.dumps({"args": vars(args), "runs": runs, "medians": medians, "paired": paired}, indent=1))
+        Path(args.json).write_text(json.dumps({"args": vars(args), "runs": runs, "medians": medians,
+                                               "paired": paired, "vs_best_anchor": summary}, indent=1))
 
 
 if __name__ == "__main__":

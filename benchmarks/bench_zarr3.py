@@ -8,26 +8,32 @@ inner chunks of 64^3, chunk keys ``c/i/j/k``, fill value 0. Two inner codec vari
 * ``zstd``  -- bytes + zstd level 3 (no checksum);
 * ``blosc`` -- bytes + blosc lz4 clevel 5, byte shuffle, typesize 1.
 
-Phases, per variant and library (variants outer, libraries inner, so drift hits all alike):
+Rows (library configurations; ``--libs`` takes libraries or row names): ``shardstore`` (its
+defaults), ``shardstore+cache`` (an ``IOConfig`` with its decoded-chunk cache; skipped with the
+reason printed when the installed shardstore has none), ``tensorstore`` (``cache_pool`` 0) and
+``tensorstore+cache`` (256 MiB), ``zarr`` (zarr-python's default pipeline) and ``zarr+zarrs``
+(``codec_pipeline.path = zarrs.ZarrsCodecPipeline``; skipped when zarrs is not installed).
 
-1. **write**: a fresh child process (``--child-write LIB VARIANT DIR``) loads the volume from
-   a .npy file, creates the array and writes it whole with one ``a[...] = vol``. The child
-   reports the wall time of create + write (data reaches the page cache, no fsync) and its
-   peak RSS (``VmHWM``, not ``ru_maxrss``, which Linux inherits from the parent across
-   exec; see ``_common.peak_rss_mib``). The peak includes the interpreter, the library
-   import and the 1x volume the child holds -- "RSS before write" shows that baseline.
+Phases, per variant, every row taking turns (``_common.bench_volumes``):
+
+1. **write**: a fresh child process (``--child-write ROW VARIANT DIR``) loads the volume from
+   a .npy file, creates the array and writes it whole with one ``a[...] = vol``; once per
+   input order (``--orders``, default C and F: Zarr stores C, so C is also the anchors'
+   preferred order). The child reports the wall time of create + write (data reaches the
+   page cache, no fsync) and its peak RSS (``VmHWM``; it includes the interpreter, the import
+   and the volume the child holds).
 2. **size on disk**: apparent size of all files of the dataset (zarr.json included).
-3. **read cold**: the dataset is evicted from the page cache before every repetition
-   (``/proc/sys/vm/drop_caches`` if writable, else ``posix_fadvise(DONTNEED)`` per file; the
-   output says which, and how much stayed resident according to ``fincore``), then the whole
-   array is read into one NumPy array. The array is opened once per library and reused by
-   all read phases (tensorstore with a cache pool of 0 bytes, i.e. no chunk cache).
-4. **read warm**: the same whole read with the dataset in the page cache. The result is
-   compared with the source volume once (a mismatch aborts the run).
-5. **aligned random reads**: 256 reads of 64^3 boxes at random chunk-aligned origins.
+3. **read cold**: the dataset is evicted from the page cache and the array opened afresh
+   (so no chunk cache survives) before every repetition (``/proc/sys/vm/drop_caches`` if
+   writable, else ``posix_fadvise(DONTNEED)`` per file; the output says which and how much
+   stayed resident according to ``fincore``), then the whole array is read into one array.
+4. **read warm**: the same whole read on the same handle with the page cache (and any chunk
+   cache) warm. Every library returns C order here (printed).
+5. **aligned random reads**: 256 reads of 64^3 boxes at random chunk-aligned origins, cold
+   (page cache dropped, fresh handle) and then warm (the same boxes again on that handle).
 6. **unaligned random reads**: 256 reads of 100^3 boxes at random origins (each touches up
-   to 8 inner chunks and may straddle shards). Random reads run with a warm page cache; the
-   origins are seeded and identical for every library; a few results are checked.
+   to 8 inner chunks and may straddle shards), cold and warm as above. The origins are
+   seeded and identical for every row; a few results are checked.
 7. **writes into shards** (issue 17): ``--reads`` writes of 8^3 boxes at random origins into
    the existing array (each a read-modify-write of one shard), then whole aligned shards
    rewritten (up to 4; no read needed, so this shows what locking costs). Timed once, after
@@ -35,11 +41,13 @@ Phases, per variant and library (variants outer, libraries inner, so drift hits 
 
 Timings are the best of ``--repeat`` repetitions (default 3 for reads, 1 for the write).
 Throughputs are in MB/s (10^6 bytes of uncompressed data per second); random reads in
-reads/s; sizes and RSS in MiB. The ratio columns divide shardstore's figure by the other
-library's (> 1 is better for MB/s and reads/s; < 1 is better for size and RSS).
+reads/s; sizes and RSS in MiB. For every figure the table names the best anchor row and
+gives each shardstore row's ratio against it, oriented so that above 1 means shardstore is
+better (for size and RSS too), from the best repetitions and from the medians.
 
 Usage: python benchmarks/bench_zarr3.py [--quick] [--libs shardstore,tensorstore,zarr]
-       [--variants zstd,blosc] [--size 512] [--reads 256] [--repeat N] [--out-dir DIR]
+       [--variants zstd,blosc] [--orders C,F] [--shardstore-config JSON]
+       [--shardstore-cache-config JSON] [--size 512] [--reads 256] [--repeat N] [--out-dir DIR]
        [--keep] [--json FILE]
 """
 
@@ -62,13 +70,25 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
     Origin,
-    bench_volume,
+    Row,
+    RowUnavailable,
+    add_row_arguments,
+    anchor_table,
+    bench_volumes,
     box,
-    child_write as _child_write,
-    format_table,
+    build_adapters,
     make_volume,
     random_origins,
+    returns_line,
+    row_child_args,
+    save_orders,
+    select_rows,
+    shardstore_kwargs,
+    shardstore_rows,
+    tensorstore_rows,
+    volume_figures,
 )
+from _common import child_write as _child_write  # noqa: E402
 
 SHARD, CHUNK = 256, 64
 BYTES = {"name": "bytes", "configuration": {"endian": "little"}}
@@ -89,23 +109,24 @@ COMPRESSORS = {  # the inner bytes->bytes codec of each variant, as Zarr v3 JSON
 class ShardStore:
     package = "shardstore"
 
-    def __init__(self) -> None:
+    def __init__(self, config: dict[str, Any] | None = None) -> None:
         import shardstore
 
         self.mod = shardstore
+        self.kw = shardstore_kwargs(config, shardstore.zarr3.create, shardstore.zarr3.open)
 
     def write(self, path: Path, vol: np.ndarray, variant: str) -> None:
         a = self.mod.zarr3.create(
             str(path), shape=vol.shape, dtype="uint8", chunks=(CHUNK,) * vol.ndim,
-            shards=(SHARD,) * vol.ndim, codecs=[BYTES, COMPRESSORS[variant]], mode="w",
+            shards=(SHARD,) * vol.ndim, codecs=[BYTES, COMPRESSORS[variant]], mode="w", **self.kw,
         )
         a[...] = vol
 
     def open(self, path: Path) -> Any:
-        return self.mod.zarr3.open(str(path), mode="r")
+        return self.mod.zarr3.open(str(path), mode="r", **self.kw)
 
     def open_rw(self, path: Path) -> Any:
-        return self.mod.zarr3.open(str(path), mode="r+")
+        return self.mod.zarr3.open(str(path), mode="r+", **self.kw)
 
     def write_box(self, h: Any, sel: tuple[slice, ...], value: np.ndarray | int) -> None:
         h[sel] = value
@@ -120,12 +141,16 @@ class ShardStore:
 class TensorStore:
     package = "tensorstore"
 
-    def __init__(self) -> None:
+    def __init__(self, cache_bytes: int = 0) -> None:
         import tensorstore
 
         self.ts = tensorstore
-        # No chunk cache: cold reads are cold, and no library is favoured by caching.
-        self.context = tensorstore.Context({"cache_pool": {"total_bytes_limit": 0}})
+        self.cache_bytes = cache_bytes
+
+    @property
+    def context(self) -> Any:
+        """A fresh context per open: a reopened array starts with an empty chunk cache."""
+        return self.ts.Context({"cache_pool": {"total_bytes_limit": self.cache_bytes}})
 
     def _spec(self, path: Path) -> dict[str, Any]:
         return {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(path)}}
@@ -168,29 +193,41 @@ class TensorStore:
 class ZarrPython:
     package = "zarr"
 
-    def __init__(self) -> None:
+    def __init__(self, zarrs: bool = False) -> None:
         import zarr
         from zarr.codecs import BloscCodec, ZstdCodec
 
         self.zarr = zarr
+        # zarr-python binds the codec pipeline when an array is opened, so opening (and
+        # creating) inside this config makes every later read and write of it use zarrs
+        self.pipeline: dict[str, Any] = {}
+        if zarrs:
+            try:
+                import zarrs as _zarrs  # noqa: F401
+            except ImportError as e:
+                raise RowUnavailable(f"zarrs is not installed ({e}); pip install zarrs") from None
+            self.pipeline = {"codec_pipeline.path": "zarrs.ZarrsCodecPipeline"}
         self.compressors = {  # the same codecs as COMPRESSORS, as zarr-python objects
             "zstd": ZstdCodec(level=3, checksum=False),
             "blosc": BloscCodec(cname="lz4", clevel=5, shuffle="shuffle", typesize=1),
         }
 
     def write(self, path: Path, vol: np.ndarray, variant: str) -> None:
-        a = self.zarr.create_array(
-            store=str(path), shape=vol.shape, chunks=(CHUNK,) * vol.ndim,
-            shards=(SHARD,) * vol.ndim, dtype="uint8", fill_value=0,
-            compressors=self.compressors[variant], overwrite=True,
-        )
-        a[...] = vol
+        with self.zarr.config.set(self.pipeline):
+            a = self.zarr.create_array(
+                store=str(path), shape=vol.shape, chunks=(CHUNK,) * vol.ndim,
+                shards=(SHARD,) * vol.ndim, dtype="uint8", fill_value=0,
+                compressors=self.compressors[variant], overwrite=True,
+            )
+            a[...] = vol
 
     def open(self, path: Path) -> Any:
-        return self.zarr.open_array(str(path), mode="r")
+        with self.zarr.config.set(self.pipeline):
+            return self.zarr.open_array(str(path), mode="r")
 
     def open_rw(self, path: Path) -> Any:
-        return self.zarr.open_array(str(path), mode="r+")
+        with self.zarr.config.set(self.pipeline):
+            return self.zarr.open_array(str(path), mode="r+")
 
     def write_box(self, h: Any, sel: tuple[slice, ...], value: np.ndarray | int) -> None:
         h[sel] = value
@@ -202,21 +239,24 @@ class ZarrPython:
         return h[box(origin, n)]
 
 
-LIBS = {"shardstore": ShardStore, "tensorstore": TensorStore, "zarr": ZarrPython}
+LIBS: dict[str, Any] = {"shardstore": ShardStore, "tensorstore": TensorStore, "zarr": ZarrPython}
+ROWS = [  # every library's default configuration and its fastest documented one
+    *shardstore_rows(),
+    *tensorstore_rows(),
+    Row("zarr", "zarr", {}, note="zarr-python's default codec pipeline"),
+    Row("zarr+zarrs", "zarr", {"zarrs": True}, note="codec_pipeline.path zarrs.ZarrsCodecPipeline"),
+]
+ROW_LIB = {r.name: r.lib for r in ROWS}
 
 
 # --------------------------------------------------------------------------- phases
 
 
-def child_write(lib: str, variant: str, path: str, volume: str) -> None:
+def child_write(args: argparse.Namespace) -> None:
     """The write phase, in its own process (see ``_common.child_write``)."""
-    _child_write(LIBS[lib](), variant, path, volume)
-
-
-def bench_one(name: str, adapter: Any, variant: str, path: Path, vol: np.ndarray, npy: Path,
-              origins: dict[str, list[Origin]], write_repeat: int, read_repeat: int) -> dict[str, Any]:
-    """All phases for one library and variant (see ``_common.bench_volume``)."""
-    return bench_volume(__file__, name, adapter, variant, path, vol, npy, origins, write_repeat, read_repeat, CHUNK)
+    row, variant, path = args.child_write
+    adapter = build_adapters(select_rows(ROWS, [row]), LIBS, args, quiet=True)[row]
+    _child_write(adapter, variant, path, args.volume)
 
 
 PARTIAL = 8  # edge of the small writes into existing shards (inside one inner chunk or two)
@@ -241,17 +281,9 @@ def bench_updates(adapter: Any, path: Path, vol: np.ndarray, origins: list[Origi
     return {"partial_writes_per_s": partial, "whole_shard_write_MBps": whole}
 
 
-ROWS = [  # (result key, table label)
-    ("write_MBps", "write MB/s"),
-    ("read_cold_MBps", "read cold MB/s"),
-    ("read_warm_MBps", "read warm MB/s"),
-    ("aligned_reads_per_s", "64^3 aligned reads/s"),
-    ("unaligned_reads_per_s", "100^3 unaligned reads/s"),
-    ("partial_writes_per_s", f"{PARTIAL}^3 writes into shards/s"),
-    ("whole_shard_write_MBps", "whole-shard rewrite MB/s"),
-    ("disk_MiB", "size on disk MiB"),
-    ("rss_peak_MiB", "peak RSS write MiB"),
-    ("rss_before_write_MiB", "  (RSS before write MiB)"),
+UPDATE_FIGURES = [
+    ("partial_writes_per_s", f"{PARTIAL}^3 writes into shards/s", True),
+    ("whole_shard_write_MBps", "whole-shard rewrite MB/s", True),
 ]
 
 
@@ -265,19 +297,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeat", type=int, default=None,
                    help="best of N for every timing (default: 3 for reads, 1 for the write)")
     p.add_argument("--variants", default="zstd,blosc", help="comma list of: zstd, blosc")
-    p.add_argument("--libs", default="shardstore,tensorstore,zarr", help="comma list of: " + ", ".join(LIBS))
+    add_row_arguments(p, ROWS)
+    p.add_argument("--orders", default="C,F",
+                   help="input orders of the write (C is what Zarr stores; default C,F)")
     p.add_argument("--out-dir", type=Path, default=None, help="where datasets go (default: a tempdir in /tmp)")
     p.add_argument("--keep", action="store_true", help="keep the datasets")
     p.add_argument("--json", type=Path, default=None, help="also dump the results to this file")
     p.add_argument("--quick", action="store_true", help="smoke test: size 128, 32 reads, 1 repetition")
-    p.add_argument("--child-write", nargs=3, metavar=("LIB", "VARIANT", "DIR"), help=argparse.SUPPRESS)
+    p.add_argument("--child-write", nargs=3, metavar=("ROW", "VARIANT", "DIR"), help=argparse.SUPPRESS)
     p.add_argument("--volume", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.quick:
         args.size, args.reads, args.repeat = 128, 32, args.repeat or 1
-    args.libs = [s for s in args.libs.split(",") if s]
+    args.rows = select_rows(ROWS, [s for s in args.libs.split(",") if s])
     args.variants = [s for s in args.variants.split(",") if s]
-    for value, known in ((args.libs, LIBS), (args.variants, COMPRESSORS)):
+    args.orders = [s for s in args.orders.split(",") if s]
+    for value, known in ((args.variants, COMPRESSORS), (args.orders, ("C", "F"))):
         if unknown := set(value) - set(known):
             p.error(f"unknown {sorted(unknown)}; choose from {sorted(known)}")
     return args
@@ -286,25 +321,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.child_write:
-        child_write(*args.child_write, volume=args.volume)
+        child_write(args)
         return
     write_repeat, read_repeat = args.repeat or 1, args.repeat or 3
     made_dir = args.out_dir is None
     out_dir = Path(tempfile.mkdtemp(prefix="bench_zarr3_", dir="/tmp")) if made_dir else args.out_dir
     out_dir.mkdir(parents=True, exist_ok=True)
+    libs = dict.fromkeys(r.lib for r in args.rows)
     env = {
         "python": platform.python_version(), "cpus": os.cpu_count(), "loadavg": os.getloadavg(),
-        **{f"{k}_version": version(v.package) for k, v in LIBS.items() if k in args.libs},
+        **{f"{k}_version": version(LIBS[k].package) for k in libs},
         "numpy_version": np.__version__,
     }
     config = {"size": args.size, "reads": args.reads, "write_repeat": write_repeat,
-              "read_repeat": read_repeat, "shard": SHARD, "chunk": CHUNK, "out_dir": str(out_dir)}
+              "read_repeat": read_repeat, "shard": SHARD, "chunk": CHUNK, "orders": args.orders,
+              "shardstore_config": args.shardstore_config,
+              "shardstore_cache_config": args.shardstore_cache_config, "out_dir": str(out_dir)}
     print(f"# {json.dumps(config)}\n# {json.dumps(env)}", flush=True)
 
     t0 = time.perf_counter()
     vol = make_volume(args.size)
-    npy = out_dir / "source.npy"
-    np.save(npy, vol)
+    npys = save_orders(vol, out_dir, args.orders)
     shape = vol.shape
     origins = {
         "aligned": random_origins(shape, min(CHUNK, args.size), args.reads, align=CHUNK, seed=1),
@@ -312,35 +349,41 @@ def main(argv: list[str] | None = None) -> None:
         "partial": random_origins(shape, PARTIAL, args.reads, seed=3),
     }
     print(f"# volume {shape} generated in {time.perf_counter() - t0:.1f}s", flush=True)
-    adapters = {name: LIBS[name]() for name in args.libs}
+    adapters = build_adapters(args.rows, LIBS, args)
+    rows = [r for r in args.rows if r.name in adapters]
     results: dict[str, dict[str, Any]] = {}
-    ratios = [("shardstore", o) for o in ("tensorstore", "zarr") if "shardstore" in args.libs and o in args.libs]
+    summary: dict[str, dict[str, Any]] = {}
     try:
         for variant in args.variants:
-            results[variant] = {}
+            t0 = time.perf_counter()
+            paths = {name: out_dir / f"{variant}_{name}" for name in adapters}
+            results[variant] = bench_volumes(__file__, adapters, variant, paths, vol, npys, origins,
+                                             write_repeat, read_repeat, CHUNK, row_child_args(args))
             for name, adapter in adapters.items():
-                t0 = time.perf_counter()
-                path = out_dir / f"{variant}_{name}"
-                res = bench_one(name, adapter, variant, path, vol, npy, origins, write_repeat, read_repeat)
-                res.update(bench_updates(adapter, path, vol, origins["partial"]))
-                results[variant][name] = res
+                res = results[variant][name]
+                res.update(bench_updates(adapter, paths[name], vol, origins["partial"]))
                 resident = res["resident_after_drop"]
-                print(f"# {variant}/{name}: done in {time.perf_counter() - t0:.1f}s; cache drop: "
-                      f"{res['cache_drop']}, resident after drop: "
+                print(f"# {variant}/{name}: cache drop: {res['cache_drop']}, resident after drop: "
                       f"{'n/a' if resident is None else f'{resident:.1%}'}", flush=True)
                 if not args.keep:
-                    shutil.rmtree(path, ignore_errors=True)
-            rows = [(label, {n: results[variant][n][key] for n in args.libs}) for key, label in ROWS]
+                    shutil.rmtree(paths[name], ignore_errors=True)
+            print(f"# {variant}: all rows done in {time.perf_counter() - t0:.1f}s", flush=True)
+            print(returns_line(results[variant]) + " (tensorstore read(), order C)", flush=True)
             title = (f"\nZarr v3, {args.size}^3 uint8, shard {SHARD}^3, chunk {CHUNK}^3, "
-                     f"variant {variant} ({json.dumps(COMPRESSORS[variant]['configuration'])})")
-            print(format_table(title, rows, args.libs, ratios), flush=True)
+                     f"variant {variant} ({json.dumps(COMPRESSORS[variant]['configuration'])}); "
+                     f"best of {read_repeat} (reads), {write_repeat} (writes)")
+            table, summary[variant] = anchor_table(
+                title, [*volume_figures(args.orders), *UPDATE_FIGURES], results[variant], rows)
+            print(table, flush=True)
     finally:
         if not args.keep:
-            npy.unlink(missing_ok=True)
+            for npy in npys.values():
+                npy.unlink(missing_ok=True)
             if made_dir:
                 shutil.rmtree(out_dir, ignore_errors=True)
     if args.json:
-        args.json.write_text(json.dumps({"config": config, "env": env, "results": results}, indent=2))
+        args.json.write_text(json.dumps({"config": config, "env": env, "results": results,
+                                         "vs_best_anchor": summary}, indent=2))
 
 
 if __name__ == "__main__":

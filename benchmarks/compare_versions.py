@@ -3,7 +3,7 @@
     python benchmarks/compare_versions.py --old /work/venv-old/bin/python --new /work/venv/bin/python
 
 Each interpreter must import its own shardstore (the scripts themselves are taken from this
-directory for both). Every bench runs with ``--libs shardstore --json`` (bench_remote has no ``--libs``), old and new
+directory for both). Every bench runs with ``--libs shardstore --json`` (only shardstore's rows), old and new
 alternating so that machine load hits both alike, ``--runs`` times (default 3); the table gives
 each numeric figure's median per version and a ratio oriented so that above 1 means the new one
 is better (new/old for rates like MB/s and reads/s, old/new for seconds, MiB and file counts),
@@ -37,10 +37,10 @@ TINY["bench_bcolz"] = ["--n", "2000000", "--piece", "100000", "--reads", "200", 
 
 # Figures that are not speeds or sizes of the data (run bookkeeping, echoed arguments).
 SKIP_KEYS = {"args", "config", "env", "resident_after_drop"}
-# bench_remote has no --libs: it always runs shardstore and tensorstore's s3 kvstore.
-NO_LIBS_OPTION = {"bench_remote"}
-# Rows of other libraries and shardstore-vs-anchor ratios (bench_remote prints them always).
-FOREIGN = ("tensorstore", "ts+cache", "paired/")
+# Benches without a --libs option (all have one now; kept for benches added without it).
+NO_LIBS_OPTION: set[str] = set()
+# Rows of other libraries and shardstore-vs-anchor ratios (they measure the anchors too).
+FOREIGN = ("tensorstore", "paired/", "vs_best_anchor/")
 
 
 def flatten(obj: Any, prefix: str = "") -> dict[str, float]:
