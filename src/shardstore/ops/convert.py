@@ -209,7 +209,7 @@ def _convert_into(dst_store: Store, src: Any, dst: Any, targets: list[tuple[str,
     dsts = [_open_dst(dst_store, d) for _, d, _, _ in targets]
     jobs, items, blocks, oversize, parallel = _jobs(src, dst, dst_store, targets, dsts, storage, budget,
                                                     workers, old[1] if resuming and old else None)
-    manifest = Manifest(dst_store, args, blocks, done)
+    manifest = Manifest(dst_store, args, blocks, set(done))
     if not resuming:
         manifest.save()
     arrays = Arrays(jobs, {(i, "src"): a for i, (_, _, a, _) in enumerate(targets)}
@@ -303,7 +303,8 @@ def _jobs(src: Any, dst: Any, dst_store: Store, targets: list[tuple[str, str, Ar
         used.append(list(plan.block))
         oversize |= plan.oversize
         parallel &= plan.parallel
-        items.extend((i, box, len(items) + k) for k, box in enumerate(plan.boxes))
+        first = len(items)
+        items.extend((i, box, first + k) for k, box in enumerate(plan.boxes))
     return jobs, items, used, oversize, parallel
 
 
