@@ -34,6 +34,7 @@ from .convert_meta import Target, describe_source, ome_attributes, plan_target
 from .convert_plan import DEFAULT_TASK_BYTES, MEMORY_FACTOR, Box, Endpoint, Job, plan_boxes
 from .convert_resume import MANIFEST_KEY, Manifest, digest, load_manifest
 from .convert_task import Arrays, TaskStats, compare_box, copy_box
+from .downsample import parse_size
 from .scaleout import run_tasks
 from .verbatim import verbatim_mode
 
@@ -131,7 +132,7 @@ def convert(  # noqa: C901 - the steps of one conversion, in order
     encoding: str | None = None,
     ome: bool = False,
     overwrite: bool = False,
-    max_memory: int | None = None,
+    max_memory: int | str | None = None,
     workers: int = 1,
     scheduler: str | None = None,
     resume: bool = True,
@@ -147,8 +148,8 @@ def convert(  # noqa: C901 - the steps of one conversion, in order
     codec list), ``compression`` (``"zstd:5"``, ``"gzip"``, ``"blosc:lz4:5"``, ``"none"``; for
     Zarr v3 and N5) or ``encoding`` (precomputed); defaults keep the source's where the format
     can, else zstd (Zarr v3), gzip (N5), raw or compressed_segmentation (precomputed).
-    ``ome``: write an OME-Zarr 0.5 image group (the array is ``DST/0``). ``max_memory``: bytes
-    the conversion may hold (default a quarter of RAM, at most 16 GiB). ``resume``: continue an
+    ``ome``: write an OME-Zarr 0.5 image group (the array is ``DST/0``). ``max_memory``: bytes (or
+    ``"2G"``) the conversion may hold (default a quarter of RAM, at most 16 GiB). ``resume``: continue an
     interrupted conversion with the same arguments. ``verify``: compare every element after
     the copy. ``storage_options`` configure both URLs' stores. See ``convert_meta`` for how
     axes, resolution and offsets map.
@@ -160,7 +161,7 @@ def convert(  # noqa: C901 - the steps of one conversion, in order
         raise ShardStoreError(f"workers must be at least 1, not {workers}")
     if _same_place(src, dst):
         raise ShardStoreError(f"convert: {str(dst)!r} overlaps the source {str(src)!r}; choose another DST")
-    budget = int(max_memory) if max_memory is not None else default_max_memory()
+    budget = parse_size(max_memory) if max_memory is not None else default_max_memory()
     chunk_arg, shard_arg = _shape_arg(chunks, "--chunks"), _shape_arg(shards, "--shards")
     if isinstance(chunk_arg, str):
         raise ShardStoreError("--chunks none: give a chunk shape")
