@@ -19,6 +19,7 @@ import shardstore
 from shardstore.ops.convert import MANIFEST_KEY
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+pytest_plugins = ["_servers"]  # the seaweedfs / nginx fixtures
 
 SRC_PATH = str(Path(shardstore.__file__).resolve().parents[1])
 
@@ -142,3 +143,29 @@ def test_dask_local_cluster(tmp_path: Path) -> None:
                                verify=True)
     assert r.tasks > 1 and r.verified
     np.testing.assert_array_equal(shardstore.open(tmp_path / "d.n5")[...], data)
+
+
+# -- remote sources and destinations ------------------------------------------------------------
+def test_s3_to_s3_and_http_source(tmp_path: Path, seaweedfs, nginx) -> None:  # type: ignore[no-untyped-def]
+    import shutil
+    import uuid
+
+    opts = seaweedfs.storage_options()
+    src, canon = make_source("precomputed-sharded", tmp_path)
+    up = seaweedfs.url(f"convert-{uuid.uuid4().hex[:8]}/src")
+    r = shardstore.convert(src, up, to="precomputed", storage_options=opts)  # local -> s3
+    assert r.bytes_out is None and r.chunks_verbatim > 0
+    dst = seaweedfs.url(f"convert-{uuid.uuid4().hex[:8]}/dst.zarr")
+    r = shardstore.convert(up, dst, shards=(32, 32, 32), storage_options=opts, workers=2, max_memory=1 << 20,
+                           verify=True)  # s3 -> s3 on two worker processes
+    assert r.tasks > 1 and r.verified
+    out = shardstore.open(dst, storage_options=opts)
+    np.testing.assert_array_equal(out[...], canon)
+    with pytest.raises(shardstore.ContainsNodeError):
+        shardstore.convert(up, dst, storage_options=opts)
+
+    served = nginx.root / f"convert-{uuid.uuid4().hex[:8]}"
+    shutil.copytree(src, served)
+    http_src = f"{nginx.url.rstrip('/')}/{served.name}"
+    r = shardstore.convert(http_src, tmp_path / "from-http.n5")
+    np.testing.assert_array_equal(shardstore.open(tmp_path / "from-http.n5")[...], canon)

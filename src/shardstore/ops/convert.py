@@ -117,7 +117,14 @@ def _same_place(src: Any, dst: Any) -> bool:
 def _open_source(src: Any, storage: dict[str, Any] | None) -> Any:
     from ..api import open as open_node
 
-    return open_node(src, mode="r", storage_options=storage)
+    return open_node(src, mode="r", storage_options=_options(src, storage))
+
+
+def _options(where: Any, storage: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``storage_options`` for a remote URL; None for local paths and Store objects."""
+    if not storage or isinstance(where, Store) or _local_path(where) is not None:
+        return None
+    return storage
 
 
 def convert(  # noqa: C901 - the steps of one conversion, in order
@@ -169,7 +176,8 @@ def convert(  # noqa: C901 - the steps of one conversion, in order
     sources = _sources(node, src)
     targets: list[tuple[str, str, Array, Target]] = []  # (src path, dst path, source, target)
     for sub, a in sources:
-        geo = describe_source(a, f"{src}/{sub}" if sub else str(src), storage)
+        geo = describe_source(a, f"{src}/{sub}" if sub else str(src), {"storage_options": _options(src, storage)}
+                              if _options(src, storage) else {})
         t = plan_target(a, geo, to, chunks=chunk_arg, shards=shard_arg, codecs=codecs,
                         compression=compression, encoding=encoding, ome=ome)
         targets.append((sub, sub or ("0" if ome else ""), a, t))
@@ -179,7 +187,7 @@ def convert(  # noqa: C901 - the steps of one conversion, in order
     local = _local_path(dst)
     fresh = local is not None and (not local.exists() or (local.is_dir() and not any(local.iterdir())))
     try:
-        dst_store = store_from_url(dst, mode="w", storage_options=storage)
+        dst_store = store_from_url(dst, mode="w", storage_options=_options(dst, storage))
         return _convert_into(dst_store, src, dst, targets, group_attrs, args, to=to, resume=resume, overwrite=overwrite,
                              storage=storage, budget=budget, workers=workers, scheduler=scheduler, verify=verify,
                              progress=progress, t0=t0)
@@ -287,7 +295,8 @@ def _open_dst(store: Store, path: str) -> Array:
 def _jobs(src: Any, dst: Any, dst_store: Store, targets: list[tuple[str, str, Array, Target]], dsts: list[Array],
           storage: dict[str, Any], budget: int, workers: int, blocks: list[list[int]] | None,
           ) -> tuple[list[Job], list[tuple[int, Box, int]], list[list[int]], bool, bool]:
-    opts = tuple(sorted(storage.items()))
+    src_opts = tuple(sorted((_options(src, storage) or {}).items()))
+    dst_opts = tuple(sorted((_options(dst, storage) or {}).items()))
     per_task = max(1, min(DEFAULT_TASK_BYTES, budget // (MEMORY_FACTOR * workers)))
     jobs: list[Job] = []
     items: list[tuple[int, Box, int]] = []
@@ -295,8 +304,8 @@ def _jobs(src: Any, dst: Any, dst_store: Store, targets: list[tuple[str, str, Ar
     oversize = False
     parallel = True
     for i, ((sub, path, a, t), d) in enumerate(zip(targets, dsts)):
-        src_ep = Endpoint(src, sub, opts) if isinstance(src, (str, os.PathLike)) else Endpoint(src, sub)
-        dst_ep = Endpoint(dst if isinstance(dst, (str, os.PathLike)) else dst_store, path, opts)
+        src_ep = Endpoint(src, sub, src_opts)
+        dst_ep = Endpoint(dst if isinstance(dst, (str, os.PathLike)) else dst_store, path, dst_opts)
         jobs.append(Job(src_ep, dst_ep, t.axis_map, verbatim_mode(a, d, t.axis_map)))
         src_chunks = tuple(a.chunks[m] if m is not None else 1 for m in t.axis_map)
         reuse = blocks[i] if blocks and i < len(blocks) and blocks[i] else None
