@@ -410,6 +410,11 @@ def _plan_n5(src: Array, t: Target, shards: Any, compression: str | None, codecs
                 "attributes": attrs}
 
 
+def _scale_of(a: Array) -> dict[str, Any]:
+    """The ``info`` scale of a precomputed array."""
+    return dict(a.metadata["scales"][getattr(a.driver, "index", 0)])
+
+
 def _nm(unit: str | None, where: str, t: Target) -> float:
     if unit is None:
         return 1.0
@@ -431,8 +436,7 @@ def _plan_precomputed(src: Array, t: Target, shards: Any, encoding: str | None, 
     if t.chunks[3] != nc:
         t.chunks = (*t.chunks[:3], nc)
     kind = g.kind if g.kind in ("image", "segmentation") else "image"
-    src_encoding = (src.metadata["scales"][getattr(src.driver, "index", 0)].get("encoding")
-                    if src.format == "precomputed" else None)
+    src_encoding = _scale_of(src).get("encoding") if src.format == "precomputed" else None
     if encoding is None:
         if src_encoding is not None:
             encoding = src_encoding
@@ -449,21 +453,16 @@ def _plan_precomputed(src: Array, t: Target, shards: Any, encoding: str | None, 
     scale: dict[str, Any] = {"size": list(t.shape[:3]), "chunk_sizes": [list(t.chunks[:3])], "encoding": encoding,
                              "resolution": [int(r) if float(r).is_integer() else r for r in resolution],
                              "voxel_offset": offset}
-    want_shards = shards not in (None, "none") or (shards is None and src.shards is not None)
-    if want_shards:
-        if shards is not None and shards != "none":
-            target_vox = math.prod(int(s) for s in list(shards)[:3])
-        else:
-            target_vox = math.prod((_src_shards(src, t) or (2 * 4 * 64,) * 4)[:3]) if src.format != "precomputed" else 0
-        target = max(target_vox * t.dtype.itemsize * nc, math.prod(t.chunks[:3]) * t.dtype.itemsize * nc)
-        if src.format == "precomputed":
-            scale["sharding"] = src.metadata["scales"][getattr(src.driver, "index", 0)].get("sharding")
-        else:
-            scale["sharding"] = sharding_for_scale(t.shape[:3], t.chunks[:3], t.dtype, encoding, num_channels=nc,
-                                                   uncompressed_shard_bytes=target)
-        if src.format == "precomputed" and shards not in (None, "none"):
-            scale["sharding"] = sharding_for_scale(t.shape[:3], t.chunks[:3], t.dtype, encoding, num_channels=nc,
-                                                   uncompressed_shard_bytes=target)
+    given = shards if isinstance(shards, tuple) else None
+    if given is None and shards is None and src.format == "precomputed":
+        scale["sharding"] = _scale_of(src).get("sharding")  # the source's sharding, as it is
+    elif given is not None or (shards is None and src.shards is not None):
+        # a sharded destination: shards of about the given (else the source's) shard size, by
+        # the rules igneous uses (identity hash, a power-of-two number of chunks per shard)
+        box = given or _src_shards(src, t) or t.chunks
+        shard_bytes = math.prod(int(n) for n in box[:3]) * t.dtype.itemsize * nc
+        scale["sharding"] = sharding_for_scale(t.shape[:3], t.chunks[:3], t.dtype, encoding, num_channels=nc,
+                                               uncompressed_shard_bytes=shard_bytes)
     if encoding == "compressed_segmentation":
         scale["compressed_segmentation_block_size"] = [8, 8, 8]
     attrs = dict(g.attrs)
