@@ -72,6 +72,13 @@ def test_sigkill_then_rerun_gives_the_bytes_of_an_uninterrupted_run(tmp_path: Pa
     with pytest.raises(shardstore.ContainsNodeError, match="resume"):
         shardstore.convert(src, killed, **ARGS, resume=False)
 
+    import shutil
+
+    restarted = tmp_path / "restarted.zarr"
+    shutil.copytree(killed, restarted)
+    r = shardstore.convert(src, restarted, **ARGS, overwrite=True)  # overwrite: start again, resume nothing
+    assert r.tasks_resumed == 0 and r.chunks_written == r.tasks * 8
+
     r = shardstore.convert(src, killed, **ARGS)
     assert r.tasks == 3 * 4 * 4 and r.tasks_resumed == 5
     assert r.chunks_written == (r.tasks - 5) * 8  # 8 chunks per shard, the finished shards skipped
@@ -79,7 +86,7 @@ def test_sigkill_then_rerun_gives_the_bytes_of_an_uninterrupted_run(tmp_path: Pa
 
     clean = tmp_path / "clean.zarr"
     shardstore.convert(src, clean, **ARGS)
-    assert _files(killed) == _files(clean)
+    assert _files(killed) == _files(clean) == _files(restarted)
     np.testing.assert_array_equal(shardstore.open(killed)[...], data)
 
 

@@ -203,7 +203,7 @@ def _convert_into(dst_store: Store, src: Any, dst: Any, targets: list[tuple[str,
                   progress: bool, t0: float) -> ConvertResult:
     local = _local_path(dst)
     old = load_manifest(dst_store)
-    resuming = old is not None and resume and old[0] == digest(args)
+    resuming = old is not None and resume and not overwrite and old[0] == digest(args)
     if old is not None and not resuming and not overwrite:
         why = "other arguments" if resume else "resume=False"
         raise ContainsNodeError(f"{str(dst)!r} holds an unfinished conversion with {why}; rerun it with the "
