@@ -197,3 +197,25 @@ def test_cli_convert_prints_the_summary(tmp_path: Path, capsys: pytest.CaptureFi
     assert code == 0 and shardstore.open(tmp_path / "c.n5").metadata["compression"]["type"] == "zstd"
     code = main(["convert", "--no-progress", str(tmp_path / "c.zarr"), str(tmp_path / "x.n5"), "--shards", "16"])
     assert code == 2 and "sharding" in capsys.readouterr().err
+
+
+def test_each_source_chunk_is_decoded_once_when_boxes_align(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Source chunks of 24 and destination shards of 16: tasks span 48 (their least common
+    multiple), so no source chunk is read for two destination shards."""
+    data = np.random.default_rng(1).integers(0, 9, size=(48, 96, 72), dtype=np.uint16)
+    src = shardstore.zarr3.create(tmp_path / "s.zarr", shape=data.shape, dtype=data.dtype, chunks=(24, 24, 24))
+    src[...] = data
+    calls = _count_decodes(monkeypatch)
+    r = shardstore.convert(tmp_path / "s.zarr", tmp_path / "d.zarr", chunks=(8, 8, 8), shards=(16, 16, 16),
+                           max_memory=4 * 48**3 * 2)  # a task holds one 48^3 box
+    assert calls[0] == 2 * 4 * 3  # every source chunk once
+    monkeypatch.undo()
+    assert r.tasks == 1 * 2 * 2 and r.chunks_reencoded == 6 * 12 * 9
+    np.testing.assert_array_equal(shardstore.open(tmp_path / "d.zarr")[...], data)
+
+
+def test_progress_bar_shows_bytes_per_second(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src, _ = make_source("n5", tmp_path)
+    shardstore.convert(src, tmp_path / "p.zarr", progress=True)
+    err = capsys.readouterr().err
+    assert "converting" in err and "B/s" in err and "100%" in err
