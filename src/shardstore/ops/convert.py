@@ -64,6 +64,19 @@ class ConvertResult:
     oversize: bool = False  # a destination shard is larger than the memory budget
 
 
+@dataclass(frozen=True)
+class _RunOptions:
+    """How a planned conversion runs (none of these change the destination's bytes)."""
+
+    budget: int
+    workers: int
+    scheduler: str | None
+    resume: bool
+    overwrite: bool
+    verify: bool
+    progress: bool
+
+
 def default_max_memory() -> int:
     """A quarter of the machine's RAM, at most 16 GiB (4 GiB where RAM cannot be read)."""
     try:
@@ -188,19 +201,18 @@ def convert(  # noqa: C901 - the steps of one conversion, in order
     fresh = local is not None and (not local.exists() or (local.is_dir() and not any(local.iterdir())))
     try:
         dst_store = store_from_url(dst, mode="w", storage_options=_options(dst, storage))
-        return _convert_into(dst_store, src, dst, targets, group_attrs, args, to=to, resume=resume, overwrite=overwrite,
-                             storage=storage, budget=budget, workers=workers, scheduler=scheduler, verify=verify,
-                             progress=progress, t0=t0)
+        run = _RunOptions(budget, workers, scheduler, resume, overwrite, verify, progress)
+        return _convert_into(dst_store, src, dst, to, targets, group_attrs, args, storage, run, t0)
     except BaseException:
         if fresh and local is not None and not _made_progress(local):
             shutil.rmtree(local, ignore_errors=True)  # a failed conversion leaves nothing behind
         raise
 
 
-def _convert_into(dst_store: Store, src: Any, dst: Any, targets: list[tuple[str, str, Array, Target]],
-                  group_attrs: dict[str, Any] | None, args: dict[str, Any], *, to: str, resume: bool, overwrite: bool,
-                  storage: dict[str, Any], budget: int, workers: int, scheduler: str | None, verify: bool,
-                  progress: bool, t0: float) -> ConvertResult:
+def _convert_into(dst_store: Store, src: Any, dst: Any, to: str, targets: list[tuple[str, str, Array, Target]],
+                  group_attrs: dict[str, Any] | None, args: dict[str, Any], storage: dict[str, Any],
+                  run: _RunOptions, t0: float) -> ConvertResult:
+    resume, overwrite, workers, scheduler = run.resume, run.overwrite, run.workers, run.scheduler
     local = _local_path(dst)
     old = load_manifest(dst_store)
     resuming = old is not None and resume and not overwrite and old[0] == digest(args)
@@ -216,7 +228,7 @@ def _convert_into(dst_store: Store, src: Any, dst: Any, targets: list[tuple[str,
             sync(dst_store.delete_prefix(""))
         _create(dst_store, to, targets, group_attrs, storage)
     dsts = [_open_dst(dst_store, d) for _, d, _, _ in targets]
-    jobs, items, blocks, oversize, parallel = _jobs(src, dst, dst_store, targets, dsts, storage, budget,
+    jobs, items, blocks, oversize, parallel = _jobs(src, dst, dst_store, targets, dsts, storage, run.budget,
                                                     workers, old[1] if resuming and old else None)
     manifest = Manifest(dst_store, args, blocks, set(done))
     if not resuming:
@@ -224,10 +236,10 @@ def _convert_into(dst_store: Store, src: Any, dst: Any, targets: list[tuple[str,
     arrays = Arrays(jobs, {(i, "src"): a for i, (_, _, a, _) in enumerate(targets)}
                     | {(i, "dst"): d for i, d in enumerate(dsts)})
     todo = [it for it in items if it[2] not in done]
-    stats = _run(arrays, todo, manifest, workers if parallel else 1, scheduler if parallel else None, progress,
+    stats = _run(arrays, todo, manifest, workers if parallel else 1, scheduler if parallel else None, run.progress,
                  sum(_box_bytes(it[1], dsts[it[0]]) for it in items))
     mismatches = 0
-    if verify:
+    if run.verify:
         mismatches = sum(run_tasks(functools.partial(compare_box, arrays), items,
                                    workers=workers if parallel else 1, scheduler=scheduler if parallel else None))
         if mismatches:
@@ -241,7 +253,7 @@ def _convert_into(dst_store: Store, src: Any, dst: Any, targets: list[tuple[str,
         chunks_written=stats.chunks_verbatim + stats.chunks_reencoded, chunks_verbatim=stats.chunks_verbatim,
         chunks_reencoded=stats.chunks_reencoded, bytes_in=stats.bytes_in, bytes_out=bytes_out,
         seconds=time.perf_counter() - t0, dropped=dropped, changed=changed, tasks=len(items),
-        tasks_resumed=len(done & {it[2] for it in items}) if resuming else 0, verified=verify, oversize=oversize,
+        tasks_resumed=len(done & {it[2] for it in items}) if resuming else 0, verified=run.verify, oversize=oversize,
     )
 
 
