@@ -338,7 +338,10 @@ def _plan_zarr3(src: Array, t: Target, shards: Any, codecs: list[Any] | None, co
         inner = [{"name": "bytes", "configuration": {"endian": "little"}}, _ZARR_DEFAULT]
         t.changed.append(f"codecs: {_source_codecs_text(src)} -> [bytes, zstd]")
     if codecs is not None or compression is not None:
-        t.changed.append(f"codecs: {_source_codecs_text(src)} -> [{', '.join(c['name'] if isinstance(c, dict) else str(c) for c in inner)}]")
+        names = [c["name"] if isinstance(c, dict) else str(c) for c in inner]
+        if not names or names[0] not in ("bytes", "transpose"):
+            names.insert(0, "bytes")  # zarr3.create adds it, as it says
+        t.changed.append(f"codecs: {_source_codecs_text(src)} -> [{', '.join(names)}]")
     fill = src.fill_value if src.format in ("zarr3", "bcolz") else 0
     attrs = dict(t.geometry.attrs)
     if src.format == "precomputed":
