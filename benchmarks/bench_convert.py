@@ -8,7 +8,7 @@ Data: ``make_volume(size)`` (uint8, EM-like; default 1024^3 = 1 GiB), written on
   (shardstore copies the chunk bytes: the verbatim path);
 - (c) N5, 64^3 blocks, gzip level 1, converted to Zarr v3 (64^3 in 256^3 shards, zstd 3).
 
-Each run is a fresh child process (wall seconds, peak RSS from VmHWM):
+Each run is a fresh child process (wall seconds; peak RSS: VmHWM, or the largest worker's):
 
 - shardstore: ``shardstore.convert(src, dst, ...)`` with ``--max-memory``, one worker and two;
 - tensorstore: open source and destination, copy in shard-aligned blocks, each block in its
@@ -137,7 +137,11 @@ def child(args: list[str]) -> None:
     else:
         extra = run_dask(src, dst)
     seconds = time.perf_counter() - t0
-    print(json.dumps({"seconds": seconds, "rss_mib": peak_rss_mib(), **extra}))
+    import resource
+
+    # worker processes (shardstore x2) count too: the largest of this process and its children
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    print(json.dumps({"seconds": seconds, "rss_mib": max(peak_rss_mib(), children), **extra}))
 
 
 # --------------------------------------------------------------------------- table (parent)
