@@ -36,6 +36,14 @@ import numpy as np
 
 from ..core.array import Array
 from ..errors import ShardStoreError, UnsupportedFeatureError
+from .convert_codecs import (
+    BCOLZ_SHUFFLE,
+    inner_zarr_codecs,
+    n5_compression,
+    parse_compression,
+    source_codecs_text,
+    zarr_compressor,
+)
 from .downsample_formats import _read_multiscales
 
 __all__ = ["Geometry", "Target", "describe_source", "plan_target", "ome_attributes", "FORMATS"]
@@ -189,73 +197,6 @@ def check_axis_map(axis_map: tuple[int | None, ...], src_shape: tuple[int, ...])
             raise UnsupportedFeatureError(f"source axis {i} (length {n}) has no place in the destination")
 
 
-# --------------------------------------------------------------------------- codecs
-
-def parse_compression(text: str) -> tuple[str, list[Any]]:
-    """``zstd``, ``zstd:5``, ``gzip:6``, ``blosc``, ``blosc:zstd:5``, ``none``: (name, parameters)."""
-    parts = text.strip().lower().split(":")
-    name, params = parts[0], parts[1:]
-    if name in ("raw", "none", ""):
-        return "none", []
-    if name not in ("zstd", "gzip", "blosc", "lz4", "bz2", "xz"):
-        raise ShardStoreError(f"--compression {text!r}: expected zstd[:LEVEL], gzip[:LEVEL], blosc[:CNAME[:LEVEL]] or none")
-    return name, params
-
-
-def _zarr_compressor(name: str, params: list[Any], itemsize: int) -> list[dict[str, Any]]:
-    if name == "none":
-        return []
-    if name == "blosc":
-        cname = params[0] if params else "lz4"
-        clevel = int(params[1]) if len(params) > 1 else 5
-        return [{"name": "blosc", "configuration": {"cname": cname, "clevel": clevel, "shuffle": "shuffle",
-                                                     "typesize": itemsize, "blocksize": 0}}]
-    if name in ("zstd", "gzip"):
-        level = int(params[0]) if params else (3 if name == "zstd" else 5)
-        conf: dict[str, Any] = {"level": level}
-        if name == "zstd":
-            conf["checksum"] = False
-        return [{"name": name, "configuration": conf}]
-    raise ShardStoreError(f"--compression {name}: not a Zarr v3 codec (zstd, gzip, blosc or none)")
-
-
-def _n5_compression(name: str, params: list[Any]) -> dict[str, Any]:
-    if name == "none":
-        return {"type": "raw"}
-    if name == "blosc":
-        return {"type": "blosc", "cname": params[0] if params else "lz4",
-                "clevel": int(params[1]) if len(params) > 1 else 5, "shuffle": 1}
-    if name in ("gzip", "zstd", "bzip2", "xz", "lz4"):
-        return {"type": name, **({"level": int(params[0])} if params else {})}
-    if name == "bz2":
-        return {"type": "bzip2", **({"blockSize": int(params[0])} if params else {})}
-    raise ShardStoreError(f"--compression {name}: not an N5 compression")
-
-
-_BCOLZ_SHUFFLE = {0: "noshuffle", 1: "shuffle", 2: "bitshuffle"}
-
-
-def _source_codecs_text(a: Array) -> str:
-    """A short description of the source's compression, for ``changed``."""
-    if a.format == "zarr3":
-        codecs = a.metadata.get("codecs", [])
-        if codecs and codecs[0].get("name") == "sharding_indexed":
-            codecs = codecs[0]["configuration"]["codecs"]
-        return "[" + ", ".join(c["name"] for c in codecs) + "]"
-    if a.format == "n5":
-        return f"n5 {a.metadata.get('compression', {}).get('type', 'raw')}"
-    if a.format == "precomputed":
-        return f"precomputed {a.metadata['scales'][getattr(a.driver, 'index', 0)].get('encoding')}"
-    return f"bcolz {getattr(a, 'cparams', {})}"
-
-
-def _inner_zarr_codecs(a: Array) -> list[dict[str, Any]]:
-    codecs = list(a.metadata.get("codecs", []))
-    if codecs and codecs[0].get("name") == "sharding_indexed":
-        codecs = list(codecs[0]["configuration"]["codecs"])
-    return codecs
-
-
 # --------------------------------------------------------------------------- the plan
 
 def plan_target(  # noqa: C901 - one decision per option and format, in one place
@@ -323,12 +264,12 @@ def _plan_zarr3(src: Array, t: Target, shards: Any, codecs: list[Any] | None, co
         inner = list(codecs)
     elif compression is not None:
         name, params = parse_compression(compression)
-        inner = [{"name": "bytes", "configuration": {"endian": "little"}}, *_zarr_compressor(name, params, t.dtype.itemsize)]
+        inner = [{"name": "bytes", "configuration": {"endian": "little"}}, *zarr_compressor(name, params, t.dtype.itemsize)]
     elif src.format == "zarr3":
-        inner = _inner_zarr_codecs(src)
+        inner = inner_zarr_codecs(src)
     elif src.format == "bcolz":
         cp = getattr(src, "cparams", {}) or {}
-        shuffle = _BCOLZ_SHUFFLE.get(int(cp.get("shuffle", 1)), "shuffle")
+        shuffle = BCOLZ_SHUFFLE.get(int(cp.get("shuffle", 1)), "shuffle")
         inner = [{"name": "bytes", "configuration": {"endian": "little"}},
                  {"name": "blosc", "configuration": {"cname": cp.get("cname", "lz4"), "clevel": int(cp.get("clevel", 5)),
                                                      "shuffle": shuffle, "typesize": t.dtype.itemsize, "blocksize": 0}}]
@@ -336,12 +277,12 @@ def _plan_zarr3(src: Array, t: Target, shards: Any, codecs: list[Any] | None, co
                          f"{cp.get('clevel', 5)}, {shuffle})")
     else:
         inner = [{"name": "bytes", "configuration": {"endian": "little"}}, _ZARR_DEFAULT]
-        t.changed.append(f"codecs: {_source_codecs_text(src)} -> [bytes, zstd]")
+        t.changed.append(f"codecs: {source_codecs_text(src)} -> [bytes, zstd]")
     if codecs is not None or compression is not None:
         names = [c["name"] if isinstance(c, dict) else str(c) for c in inner]
         if not names or names[0] not in ("bytes", "transpose"):
             names.insert(0, "bytes")  # zarr3.create adds it, as it says
-        t.changed.append(f"codecs: {_source_codecs_text(src)} -> [{', '.join(names)}]")
+        t.changed.append(f"codecs: {source_codecs_text(src)} -> [{', '.join(names)}]")
     fill = src.fill_value if src.format in ("zarr3", "bcolz") else 0
     attrs = dict(t.geometry.attrs)
     if src.format == "precomputed":
@@ -386,13 +327,13 @@ def _plan_n5(src: Array, t: Target, shards: Any, compression: str | None, codecs
     if codecs is not None:
         raise ShardStoreError("--codecs is for Zarr v3; N5 takes --compression (e.g. gzip:6, zstd:3, raw)")
     if compression is not None:
-        comp = _n5_compression(*parse_compression(compression))
+        comp = n5_compression(*parse_compression(compression))
     elif src.format == "n5":
         comp = dict(src.metadata.get("compression", {"type": "gzip"}))
     else:
         comp = {"type": "gzip", "level": 6}
     if src.format != "n5" or compression is not None:
-        t.changed.append(f"compression: {_source_codecs_text(src)} -> n5 {comp.get('type')}")
+        t.changed.append(f"compression: {source_codecs_text(src)} -> n5 {comp.get('type')}")
     fill = src.fill_value
     if fill is not None and _json_scalar(fill) not in (0, 0.0, False):
         t.changed.append(f"fill_value {_json_scalar(fill)} -> 0 (N5 has no fill value; every chunk is written)")
@@ -448,7 +389,7 @@ def _plan_precomputed(src: Array, t: Target, shards: Any, encoding: str | None, 
         else:
             encoding = "raw"
     if src_encoding != encoding:
-        t.changed.append(f"encoding: {_source_codecs_text(src)} -> precomputed {encoding}")
+        t.changed.append(f"encoding: {source_codecs_text(src)} -> precomputed {encoding}")
     resolution = [g.scale[i] * _nm(g.units[i], "resolution", t) for i in range(3)]
     offset = [int(round(o)) for o in g.offset[:3]]
     if any(float(o) != round(o) for o in g.offset[:3]):
