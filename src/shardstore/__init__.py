@@ -30,6 +30,7 @@ from .errors import (
     UnsupportedFeatureError,
 )
 from .formats.zarr3 import Group
+from .ops.convert import convert
 from .store import LocalStore, MemoryStore, Store
 
 __version__ = "0.1.0"
@@ -38,6 +39,7 @@ __all__ = [
     "open",
     "create",
     "open_group",
+    "convert",
     "Array",
     "Group",
     "zarr3",

@@ -1,4 +1,4 @@
-"""The ``shardstore`` command: demo, info, ls, verify, repair, copy, downsample, serve, view.
+"""The ``shardstore`` command: demo, info, ls, verify, repair, convert (alias copy), downsample, serve, view.
 
 One module per command; each has ``add_parser(add)`` (arguments only) and ``run(args)`` (the
 work). A new command is a new module listed in ``COMMANDS``.
@@ -18,13 +18,13 @@ from collections.abc import Sequence
 
 from .. import __version__
 from ..errors import ShardStoreError
-from . import copy, demo, downsample, info, ls, repair, serve, verify, view
+from . import convert, copy, demo, downsample, info, ls, repair, serve, verify, view
 from ._common import CommandFailed
 
 __all__ = ["main", "build_parser", "COMMANDS"]
 
 #: the subcommands, in the order ``--help`` lists them
-COMMANDS = (demo, info, ls, verify, repair, copy, downsample, serve, view)
+COMMANDS = (demo, info, ls, verify, repair, convert, copy, downsample, serve, view)
 
 _EPILOG = """\
 examples:
@@ -32,7 +32,8 @@ examples:
   shardstore info /tmp/shardstore-demo/em.ome.zarr/0
   shardstore verify /tmp/shardstore-demo
   shardstore view /tmp/shardstore-demo            look at it in Neuroglancer
-  shardstore copy SRC DST --shards 128 --codecs '[{"name": "zstd", "configuration": {"level": 9}}]'
+  shardstore convert vol.precomputed vol.zarr --shards 256 --ome
+  shardstore convert SRC DST --shards 128 --codecs '[{"name": "zstd", "configuration": {"level": 9}}]'
 
 exit codes: 0 ok, 1 a problem was found (verify, demo), 2 error (message on stderr)
 """

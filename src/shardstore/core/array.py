@@ -13,7 +13,7 @@ from .._sync import _ensure_loop, sync
 from ..errors import NotPicklableError, ReadOnlyError, UnsupportedFeatureError
 from .indexing import Indexer, basic_indexer, orthogonal_indexer
 from .io import UnitLocks, read_into, read_into_now, reshape_chunks, write_from, write_from_now, writes_now
-from .layout import ChunkLayout, FormatDriver
+from .layout import ChunkLayout, FormatDriver, fill_mask
 
 __all__ = ["AsyncArray", "Array", "Attributes"]
 
@@ -230,6 +230,44 @@ class AsyncArray:
         async with self._locks(layout.write_unit(coords)):
             await layout.store.set_many([(layout.chunk_key(coords), data)])
         await self.driver.after_write()
+
+
+    async def read_chunks_bytes(self, coords: list[tuple[int, ...]]) -> list[bytes | None]:
+        """``read_chunk_bytes`` of many chunks in one batch (a shard adapter reads each shard
+        index once and coalesces the byte ranges)."""
+        layout = self.driver.layout
+        for c in coords:
+            layout.grid._check_coords(c)
+        found = await layout.store.get_many([(layout.chunk_key(c), None) for c in coords])
+        return [None if b is None else bytes(b) for b in found]
+
+    async def write_chunks_bytes(self, items: list[tuple[tuple[int, ...], bytes | None]]) -> None:
+        """``write_chunk_bytes`` of many chunks in one batch: each write unit (shard) is
+        written once, under its lock."""
+        self._check_writable()
+        layout = self.driver.layout
+        for c, _ in items:
+            layout.grid._check_coords(c)
+        async with self._locks.holding(layout.write_unit(c) for c, _ in items):
+            await layout.store.set_many([(layout.chunk_key(c), data) for c, data in items])
+        await self.driver.after_write()
+
+    def encode_chunk(self, coords: tuple[int, ...], value: np.ndarray) -> bytes | None:
+        """The stored bytes of chunk ``coords`` holding ``value`` (its in-bounds part, in the
+        array's axis order), as a write would store them; None when the chunk would not be
+        stored (all fill value)."""
+        layout = self.driver.layout
+        layout.grid._check_coords(coords)
+        spec = layout.spec_for(coords)
+        fill = layout.spec.fill_value
+        value = np.asarray(value, dtype=layout.spec.dtype)
+        if value.shape != spec.shape:  # a padded edge chunk: fill outside the array
+            chunk = np.full(spec.shape, fill, dtype=spec.dtype)
+            chunk[tuple(slice(0, n) for n in value.shape)] = value
+            value = chunk
+        if not layout.store_fill_chunks and fill_mask(value, fill):
+            return None
+        return layout.pipeline.encode(value, spec)
 
 
 def _added_regions(old: tuple[int, ...], new: tuple[int, ...]) -> list[tuple[slice, ...]]:
@@ -458,3 +496,16 @@ class Array:
     def write_chunk_bytes(self, coords: Any, data: bytes | None) -> None:
         """Store already encoded bytes as chunk ``coords`` (None deletes it); no validation."""
         sync(self._async.write_chunk_bytes(tuple(coords), data))
+
+    def read_chunks_bytes(self, coords: Any) -> list[bytes | None]:
+        """``read_chunk_bytes`` of many chunks in one batched request."""
+        return sync(self._async.read_chunks_bytes([tuple(int(i) for i in c) for c in coords]), here=self._here())
+
+    def write_chunks_bytes(self, items: Any) -> None:
+        """Store many already encoded chunks ``[(coords, bytes | None), ...]``, each write
+        unit (shard) once; no validation."""
+        sync(self._async.write_chunks_bytes([(tuple(int(i) for i in c), d) for c, d in items]))
+
+    def encode_chunk(self, coords: Any, value: Any) -> bytes | None:
+        """What ``write_chunk_bytes`` would need to store ``value`` as chunk ``coords``."""
+        return self._async.encode_chunk(tuple(int(c) for c in coords), value)
