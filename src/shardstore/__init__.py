@@ -16,11 +16,13 @@ from . import (  # importable modules: import shardstore.n5
     zarr3,
 )
 from .api import create, open, open_group
+from .config import IOConfig
 from .core.array import Array
 from .errors import (
     ChecksumError,
     ChunkNotFoundError,
     CodecError,
+    ConfigError,
     ContainsNodeError,
     MetadataError,
     NodeNotFoundError,
@@ -39,6 +41,7 @@ __all__ = [
     "create",
     "open_group",
     "Array",
+    "IOConfig",
     "Group",
     "zarr3",
     "n5",
@@ -58,4 +61,5 @@ __all__ = [
     "NodeNotFoundError",
     "ReadOnlyError",
     "ContainsNodeError",
+    "ConfigError",
 ]
