@@ -8,13 +8,14 @@ Raising the two thresholds makes the heap reuse that memory. Memory is still ret
 more than ``TRIM`` bytes sit free at the top of the heap, and blocks above ``MMAP`` (whole
 arrays) are still mapped and unmapped directly.
 
-Set ``SHARDSTORE_MALLOC_TUNING=0`` to leave the allocator alone (it is process-wide).
+Because the change is process-wide it is opt-in: it happens when an array is opened with
+``IOConfig(malloc_tuning=True)`` (or ``SHARDSTORE_MALLOC_TUNING=1`` in the environment, which
+sets that field of the default config), never on import.
 """
 
 from __future__ import annotations
 
 import ctypes
-import os
 import sys
 
 __all__ = ["tune_malloc"]
@@ -29,7 +30,7 @@ _done = False
 def tune_malloc() -> bool:
     """Apply the thresholds once (glibc on Linux only); True if they were set."""
     global _done
-    if _done or not sys.platform.startswith("linux") or os.environ.get("SHARDSTORE_MALLOC_TUNING") == "0":
+    if _done or not sys.platform.startswith("linux"):
         return False
     _done = True
     try:

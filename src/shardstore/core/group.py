@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..config import IOConfig
 from ..errors import InvalidKeyError, NodeTypeError, ShardStoreError
 from ..store.base import Store
 from .array import Attributes
@@ -14,10 +15,12 @@ __all__ = ["GroupBase"]
 class GroupBase:
     """A group node; ``driver`` persists its attributes (``attributes`` / ``set_attributes``)."""
 
-    def __init__(self, store: Store, path: str, driver: Any, read_only: bool) -> None:
+    def __init__(self, store: Store, path: str, driver: Any, read_only: bool, config: IOConfig | None = None) -> None:
         self.store = store
         self.path = path
         self.read_only = read_only
+        #: the ``IOConfig`` the group was opened with; its children open with it too
+        self.config = config
         self._driver = driver
 
     @property
