@@ -155,8 +155,8 @@ class FormatDriver(abc.ABC):
     def configure(self, config: IOConfig) -> None:
         """Build layouts with ``config`` from now on (the array passes what open/create got)."""
         if config != self.config:
-            self.config = config
             self._layout = None
+        self.config = config
 
     @property
     @abc.abstractmethod
