@@ -259,3 +259,17 @@ def test_importing_and_using_shardstore_changes_no_process_wide_setting() -> Non
     env = {k: v for k, v in os.environ.items() if k != "SHARDSTORE_MALLOC_TUNING"}
     out = subprocess.run([sys.executable, "-c", _SIDE_EFFECTS], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["None", "None", "False"]
+
+
+def test_the_server_takes_its_streaming_and_discovery_limits_from_the_config(tmp_path: Path) -> None:
+    from shardstore.serve.app import Server
+
+    for name in ("a", "b/c"):
+        shardstore.zarr3.create(tmp_path / name / "v.zarr", shape=(4,), dtype="u1", chunks=(2,))
+    config = IOConfig(serve_stream_threshold_bytes=16, serve_stream_block_bytes=7)
+    server = Server(tmp_path, port=0, config=config)
+    assert (server.source.stream_threshold, server.source.stream_block) == (16, 7)
+    assert [d.path for d in server.datasets] == ["a/v.zarr", "b/c/v.zarr"]
+    # the walk stops after the configured number of directories (root, a, b: c not reached)
+    assert [d.path for d in Server(tmp_path, port=0, config=IOConfig(discover_max_dirs=3)).datasets] == []
+    assert [d.path for d in Server(tmp_path, port=0, config=IOConfig(discover_max_dirs=4)).datasets] == ["a/v.zarr"]

@@ -104,6 +104,16 @@ class IOConfig:
     #: a read-modify-write of a value up to this size (bytes) runs on the event loop thread
     inline_update_bytes: int = 1 << 20
 
+    # -- serve (``shardstore serve`` / ``view``) ------------------------------------------------
+    #: bodies longer than this (bytes) are sent in ``serve_stream_block_bytes`` pieces instead
+    #: of read whole (a full GET of a multi-GiB shard must not be held in memory)
+    serve_stream_threshold_bytes: int = 8 << 20
+    serve_stream_block_bytes: int = 1 << 20
+    #: dataset discovery stops listing a remote root after this many keys ...
+    discover_max_listed_keys: int = 200_000
+    #: ... and visits at most this many local directories
+    discover_max_dirs: int = 5_000
+
     # -- formats ---------------------------------------------------------------------------
     #: N5 varlength blocks larger than this (bytes) are refused (a decompression-bomb guard)
     max_varlength_nbytes: int = 1 << 30
@@ -151,7 +161,7 @@ class IOConfig:
 _POSITIVE = frozenset({
     "write_groups_in_flight", "write_batch_chunks", "read_groups_in_flight", "io_reads_in_flight",
     "feed_takes", "codec_threads", "io_threads", "max_concurrency", "read_attempts",
-    "local_write_jobs", "local_unlink_threads",
+    "local_write_jobs", "local_unlink_threads", "serve_stream_block_bytes",
 })
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
