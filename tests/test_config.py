@@ -273,3 +273,31 @@ def test_the_server_takes_its_streaming_and_discovery_limits_from_the_config(tmp
     # the walk stops after the configured number of directories (root, a, b: c not reached)
     assert [d.path for d in Server(tmp_path, port=0, config=IOConfig(discover_max_dirs=3)).datasets] == []
     assert [d.path for d in Server(tmp_path, port=0, config=IOConfig(discover_max_dirs=4)).datasets] == ["a/v.zarr"]
+
+
+def test_verify_opens_with_the_config_and_batches_by_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from shardstore.ops import integrity
+
+    a = shardstore.n5.create(tmp_path / "c.n5", "d", shape=(64,), dtype="u1", block_size=(4,))
+    a[...] = np.arange(64, dtype="u1")
+    batches: list[int] = []
+    seen: list[IOConfig] = []
+    scan_array = integrity._scan_array
+
+    def spy_scan(arr: Any, name: str, progress: Any) -> Any:
+        seen.append(arr.config)
+        store = arr.driver.layout.store
+        original = store.get_many
+
+        async def counting(requests: Sequence[tuple[str, ByteRange | None]]) -> list[bytes | None]:
+            batches.append(len(requests))
+            return await original(requests)
+
+        monkeypatch.setattr(store, "get_many", counting)
+        return scan_array(arr, name, progress)
+
+    monkeypatch.setattr(integrity, "_scan_array", spy_scan)
+    config = IOConfig(verify_batch_chunks=5)
+    report = integrity.scan(tmp_path / "c.n5", config=config)
+    assert not report.problems and seen == [config]
+    assert batches == [5] * 3 + [1]  # 16 blocks in batches of 5

@@ -114,6 +114,12 @@ class IOConfig:
     #: ... and visits at most this many local directories
     discover_max_dirs: int = 5_000
 
+    # -- verify / repair ---------------------------------------------------------------------
+    #: chunks fetched per batch while scanning, at most ...
+    verify_batch_chunks: int = 256
+    #: ... and their decoded bytes, at most
+    verify_batch_bytes: int = 256 << 20
+
     # -- formats ---------------------------------------------------------------------------
     #: N5 varlength blocks larger than this (bytes) are refused (a decompression-bomb guard)
     max_varlength_nbytes: int = 1 << 30
@@ -162,6 +168,7 @@ _POSITIVE = frozenset({
     "write_groups_in_flight", "write_batch_chunks", "read_groups_in_flight", "io_reads_in_flight",
     "feed_takes", "codec_threads", "io_threads", "max_concurrency", "read_attempts",
     "local_write_jobs", "local_unlink_threads", "serve_stream_block_bytes",
+    "verify_batch_chunks",
 })
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
