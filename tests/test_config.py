@@ -169,8 +169,11 @@ def test_groups_hand_their_config_to_children(tmp_path: Path) -> None:
 
 
 def test_storage_options_given_explicitly_win_over_the_config(tmp_path: Path) -> None:
-    store = registry.store_from_url("memory://", mode="w", config=IOConfig(max_concurrency=3, retry_conflicts=4))
-    assert (store.max_concurrency, store.retry_conflicts) == (3, 4)
+    store = registry.store_from_url("memory://", mode="w", config=IOConfig(max_concurrency=3, retry_conflicts=4,
+                                                                           coalesce_max_gap=10, coalesce_max_request=99))
+    assert (store.max_concurrency, store.retry_conflicts, store.coalesce_max_gap, store.coalesce_max_request) == (3, 4, 10, 99)
+    kept = registry.store_from_url("memory://", mode="w", config=IOConfig())
+    assert (kept.max_concurrency, kept.coalesce_max_gap) == (MemoryStore.max_concurrency, None)  # None: the store's own
     given = MemoryStore()
     assert registry.store_from_url(given, config=IOConfig(max_concurrency=3)) is given
     assert given.max_concurrency == Store.max_concurrency  # a Store passed in keeps its settings

@@ -2,9 +2,8 @@
 
 Each chunk read allocates and frees buffers of 100 KiB - 1 MiB (fetched bytes, decoded
 chunks). With glibc's defaults those sizes cross the mmap and trim thresholds, so every
-read maps fresh pages and page-faults them in: measured on random 100^3 reads of a sharded
-array, ~800 page faults and ~2 ms of system time per read, and a third of the run time.
-Raising the two thresholds makes the heap reuse that memory. Memory is still returned when
+read maps fresh pages and page-faults them in. Raising the two thresholds makes the heap
+reuse that memory (README, "Configuration", has the measured effect). Memory is still returned when
 more than ``TRIM`` bytes sit free at the top of the heap, and blocks above ``MMAP`` (whole
 arrays) are still mapped and unmapped directly.
 

@@ -86,6 +86,11 @@ class IOConfig:
     #: ``ConflictError`` (None: the store's own default, 32). Applied to stores built from a
     #: path or URL
     retry_conflicts: int | None = None
+    #: ``get_many`` merges byte ranges of one key closer than this many bytes into one request
+    #: (None: the store's own, 64 KiB; 1 MiB for HTTP/S3; no merging for memory and local files)
+    coalesce_max_gap: int | None = None
+    #: ... up to this many bytes per merged request (None: the store's own, 64 MiB)
+    coalesce_max_request: int | None = None
     #: how often a sharded read re-reads a shard that was replaced while it was read
     read_attempts: int = 32
     #: uint64-sharded (precomputed) minishard indexes up to this size (bytes) are read whole

@@ -161,14 +161,18 @@ class Store(abc.ABC):
         self._read_only = read_only
 
     def use_config(self, config: IOConfig) -> None:
-        """Take the store-level fields of ``config`` (``max_concurrency`` and
-        ``retry_conflicts`` when not None, thresholds). ``shardstore.open`` and every format's
+        """Take the store-level fields of ``config`` (``max_concurrency``, ``retry_conflicts``
+        and the ``coalesce_*`` limits when not None, thresholds). ``shardstore.open`` and every format's
         open/create call it on the stores they build from a path or URL; a Store passed in
         keeps its own settings. Backends override it to take their own fields too."""
         if config.max_concurrency is not None:
             self.max_concurrency = config.max_concurrency
         if config.retry_conflicts is not None:
             self.retry_conflicts = config.retry_conflicts
+        if config.coalesce_max_gap is not None:
+            self.coalesce_max_gap = config.coalesce_max_gap
+        if config.coalesce_max_request is not None:
+            self.coalesce_max_request = config.coalesce_max_request
         self.inline_update_bytes = config.inline_update_bytes
 
     @property
