@@ -304,3 +304,13 @@ def test_verify_opens_with_the_config_and_batches_by_it(tmp_path: Path, monkeypa
     report = integrity.scan(tmp_path / "c.n5", config=config)
     assert not report.problems and seen == [config]
     assert batches == [5] * 3 + [1]  # 16 blocks in batches of 5
+
+
+def test_codec_and_io_pools_are_sized_by_the_config() -> None:
+    from shardstore import _sync
+
+    assert _sync.codec_pool_size(3) == 3 and _sync.codec_pool(3) is _sync.codec_pool(3)
+    assert _sync.codec_pool_size() == max(os.cpu_count() or 1, 2)
+    assert _sync.io_pool(5)._max_workers == 5 and _sync.io_pool()._max_workers == IOConfig().io_threads
+    store = registry.store_from_url("memory://", mode="w", config=IOConfig(codec_threads=3))
+    assert store.codec_threads == 3

@@ -262,7 +262,7 @@ def _scan_array(a: Array, name: str, progress: Callable[[int], None] | None) -> 
             else:
                 todo.append((c, k, v))
         report.units += len(todo)
-        report.problems += [p for p in codec_pool().map(decode, todo) if p is not None]
+        report.problems += [p for p in codec_pool(a.config.codec_threads).map(decode, todo) if p is not None]
         if progress is not None:
             progress(len(batch))
     return report

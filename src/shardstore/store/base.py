@@ -156,6 +156,8 @@ class Store(abc.ABC):
     #: a read-modify-write merge of a value up to this many bytes runs on the event loop
     #: thread; larger ones in the codec thread pool (``IOConfig.inline_update_bytes``)
     inline_update_bytes: int = IOConfig.inline_update_bytes
+    #: the size of the codec pool those larger merges run in (``IOConfig.codec_threads``)
+    codec_threads: int | None = IOConfig.codec_threads
 
     def __init__(self, *, read_only: bool = False) -> None:
         self._read_only = read_only
@@ -174,6 +176,7 @@ class Store(abc.ABC):
         if config.coalesce_max_request is not None:
             self.coalesce_max_request = config.coalesce_max_request
         self.inline_update_bytes = config.inline_update_bytes
+        self.codec_threads = config.codec_threads
 
     @property
     def read_only(self) -> bool:
@@ -469,7 +472,7 @@ class Store(abc.ABC):
         retries = self.retry_conflicts
         for attempt in range(retries + 1):
             old, gen = await self.get_versioned(key)
-            new = await run_update(update, old, self.inline_update_bytes)
+            new = await run_update(update, old, self.inline_update_bytes, self.codec_threads)
             if new is None and old is None:
                 return  # nothing there, nothing to store (a fill write to a missing unit)
             try:
@@ -548,14 +551,15 @@ class Store(abc.ABC):
     def _list_prefix(self, prefix: str) -> AsyncIterator[str]: ...
 
 
-async def run_update(update: Update, old: bytes | None, inline_bytes: int = IOConfig.inline_update_bytes) -> bytes | Parts | None:
+async def run_update(update: Update, old: bytes | None, inline_bytes: int = IOConfig.inline_update_bytes,
+                     codec_threads: int | None = None) -> bytes | Parts | None:
     """``update(old)``; for values over ``inline_bytes`` in the codec thread pool (decode,
     merge and encode release the GIL), so the event loop keeps serving other requests."""
     if old is None or len(old) <= inline_bytes:
         return update(old)
     from .._sync import codec_pool
 
-    return await asyncio.get_running_loop().run_in_executor(codec_pool(), update, old)
+    return await asyncio.get_running_loop().run_in_executor(codec_pool(codec_threads), update, old)
 
 
 def inherited_retry_conflicts(store: Store | None) -> int:

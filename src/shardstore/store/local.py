@@ -55,7 +55,7 @@ def _unlink_all(paths: Sequence[str]) -> None:
 
 
 def remove_tree(directory: str, *, parallel_files: int = IOConfig.local_parallel_unlink_files,
-                threads: int = IOConfig.local_unlink_threads) -> None:
+                threads: int = IOConfig.local_unlink_threads, io_threads: int | None = None) -> None:
     """``shutil.rmtree(directory)`` (symlinks are removed, never followed), with the files of a
     large tree unlinked by several threads: freeing a file's cached pages and disk blocks is
     kernel work, and it runs in parallel (measured: the 512 block files of a 512^3 uint8 N5
@@ -74,7 +74,8 @@ def remove_tree(directory: str, *, parallel_files: int = IOConfig.local_parallel
         _unlink_all(files)
     else:
         step = -(-len(files) // threads)
-        futures = [io_pool().submit(_unlink_all, files[i : i + step]) for i in range(0, len(files), step)]
+        pool = io_pool(io_threads)
+        futures = [pool.submit(_unlink_all, files[i : i + step]) for i in range(0, len(files), step)]
         concurrent.futures.wait(futures)  # every batch has finished before an error is raised
         for f in futures:
             f.result()
@@ -198,6 +199,8 @@ class LocalStore(Store):
         #: trees of at least this many files are deleted by ``unlink_threads`` threads
         self.parallel_unlink_files = config.local_parallel_unlink_files
         self.unlink_threads = config.local_unlink_threads
+        #: the size of the I/O pool those threads come from (``IOConfig.io_threads``)
+        self.io_threads = config.io_threads
 
     @property
     def root(self) -> Path:
@@ -526,7 +529,8 @@ class LocalStore(Store):
         if prefix:
             directory = self._path(prefix[:-1])
             if os.path.isdir(directory) and not os.path.islink(directory):
-                remove_tree(directory, parallel_files=self.parallel_unlink_files, threads=self.unlink_threads)
+                remove_tree(directory, parallel_files=self.parallel_unlink_files, threads=self.unlink_threads,
+                            io_threads=self.io_threads)
             self._prune(os.path.dirname(directory))
             return
         try:
@@ -535,7 +539,8 @@ class LocalStore(Store):
             return
         for entry in entries:
             if entry.is_dir(follow_symlinks=False):
-                remove_tree(entry.path, parallel_files=self.parallel_unlink_files, threads=self.unlink_threads)
+                remove_tree(entry.path, parallel_files=self.parallel_unlink_files, threads=self.unlink_threads,
+                            io_threads=self.io_threads)
             else:
                 os.unlink(entry.path)
 

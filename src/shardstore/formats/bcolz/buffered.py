@@ -434,7 +434,8 @@ class BcolzArray(AsyncArray):
             write(key, data, atomic=pending.visible(k, chunklen))
             return len(data) - _BLOSCPACK_HEADER
 
-        futures = [codec_pool().submit(job, k, rows) for k, rows in jobs[1:]]
+        pool = codec_pool(self.config.codec_threads)
+        futures = [pool.submit(job, k, rows) for k, rows in jobs[1:]]
         try:
             total = job(*jobs[0])
         finally:
@@ -452,7 +453,7 @@ class BcolzArray(AsyncArray):
         loop = asyncio.get_running_loop()
 
         async def one(k: int, rows: np.ndarray) -> int:
-            key, data = await loop.run_in_executor(codec_pool(), encode, k, rows)
+            key, data = await loop.run_in_executor(codec_pool(self.config.codec_threads), encode, k, rows)
             await store.set(key, data)
             return len(data) - _BLOSCPACK_HEADER
 
