@@ -61,11 +61,14 @@ class Source:
     #: (``IOConfig.serve_stream_threshold_bytes`` / ``serve_stream_block_bytes``)
     stream_threshold: int = IOConfig.serve_stream_threshold_bytes
     stream_block: int = IOConfig.serve_stream_block_bytes
+    #: the size of the I/O pool local files are read in (``IOConfig.io_threads``)
+    io_threads: int = IOConfig.io_threads
 
     def use_config(self, config: IOConfig) -> None:
-        """Take the streaming thresholds of ``config``."""
+        """Take the streaming thresholds and I/O pool size of ``config``."""
         self.stream_threshold = config.serve_stream_threshold_bytes
         self.stream_block = config.serve_stream_block_bytes
+        self.io_threads = config.io_threads
 
     async def read(self, key: str, byte_range: ByteRange | None, head: bool = False) -> Blob | None:
         """``key``'s bytes (or the range of them), None when missing; ``Unsatisfiable`` when the
@@ -114,7 +117,7 @@ class LocalSource(Source):
                 keep_open = True  # the streamed reply reads from this descriptor, then closes it
 
                 async def read_more(a: int, b: int) -> bytes:
-                    return await asyncio.get_running_loop().run_in_executor(io_pool(), os.pread, fd, b - a, a)
+                    return await asyncio.get_running_loop().run_in_executor(io_pool(self.io_threads), os.pread, fd, b - a, a)
 
                 return Blob(b"", start, end, size, etag, modified, read_more, lambda: os.close(fd))
             data = os.pread(fd, end - start, start) if end > start else b""
@@ -127,7 +130,7 @@ class LocalSource(Source):
                 os.close(fd)
 
     async def read(self, key: str, byte_range: ByteRange | None, head: bool = False) -> Blob | None:
-        return await asyncio.get_running_loop().run_in_executor(io_pool(), self._read, key, byte_range, head)
+        return await asyncio.get_running_loop().run_in_executor(io_pool(self.io_threads), self._read, key, byte_range, head)
 
 
 class StoreSource(Source):
