@@ -239,7 +239,6 @@ def test_bounded_waits_for_running_jobs_before_raising() -> None:
 def test_local_set_many_raises_only_after_every_file_is_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import time
 
-    from shardstore.store import local
     from shardstore.store.local import LocalStore
 
     store = LocalStore(tmp_path)
@@ -251,7 +250,7 @@ def test_local_set_many_raises_only_after_every_file_is_written(tmp_path: Path, 
         time.sleep(0.2)
         real_write(self, key, value)
 
-    monkeypatch.setattr(local, "_WRITE_JOBS", 4)
+    store.write_jobs = 4
     monkeypatch.setattr(LocalStore, "_write", write)
     # on shardstore's loop: asyncio.run would wait for the threads at its end anyway
     with pytest.raises(StoreError, match="bad"):

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from shardstore import bcolz as sbz
+from shardstore import IOConfig
 from shardstore.errors import ConflictError
-from shardstore.formats.bcolz import buffered
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -24,12 +24,12 @@ CHUNKLEN = 16
 ROUNDS = 6
 
 
-def test_second_handle_waits_then_names_the_rootdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(buffered, "WRITER_WAIT", 0.2)
+def test_second_handle_waits_then_names_the_rootdir(tmp_path: Path) -> None:
+    quick = IOConfig(bcolz_writer_wait=0.2)
     root = tmp_path / "ca"
     sbz.carray(np.arange(10, dtype="i4"), rootdir=root, chunklen=CHUNKLEN)
-    a = sbz.open(root, mode="a")
-    b = sbz.open(root, mode="a")
+    a = sbz.open(root, mode="a", config=quick)
+    b = sbz.open(root, mode="a", config=quick)
     a.append(np.full(5, -1, "i4"))  # pending in memory: a holds the rootdir
     with pytest.raises(ConflictError, match=r"ca.*another handle"):
         b.append(np.full(3, -2, "i4"))

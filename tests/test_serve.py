@@ -25,7 +25,6 @@ import pytest
 import shardstore
 from shardstore._sync import sync
 from shardstore.serve import Server
-from shardstore.serve import source as serve_source
 from shardstore.store import MemoryStore
 from shardstore.store.base import ByteRange
 
@@ -140,8 +139,8 @@ def test_ignored_range_headers_give_the_whole_value(server: Server, header: str)
 def test_long_bodies_are_streamed_in_pieces(server: Server, monkeypatch: pytest.MonkeyPatch,
                                             header: str | None, start: int, end: int) -> None:
     # bodies above the threshold go out in blocks: shrink both so 1 KiB takes that path
-    monkeypatch.setattr(serve_source, "STREAM_THRESHOLD", 100)
-    monkeypatch.setattr(serve_source, "STREAM_BLOCK", 64)
+    monkeypatch.setattr(server.source, "stream_threshold", 100)
+    monkeypatch.setattr(server.source, "stream_block", 64)
     status, h, body = request(server, "GET", "/blob.bin", {"Range": header} if header else {})
     assert (status, body, h["content-length"]) == (206 if header else 200, PAYLOAD[start:end], str(end - start))
 
@@ -339,8 +338,8 @@ def test_serve_s3(seaweedfs: SeaweedFS) -> None:
         np.testing.assert_array_equal(shardstore.open(s.url + "vol.zarr")[...], data)
         # long bodies: streamed in ranged pieces (thresholds shrunk so a shard takes that path)
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(serve_source, "STREAM_THRESHOLD", 16)
-            mp.setattr(serve_source, "STREAM_BLOCK", 7)
+            mp.setattr(s.source, "stream_threshold", 16)
+            mp.setattr(s.source, "stream_block", 7)
             assert request(s, "GET", "/vol.zarr/c/1/0/1")[2] == whole
             status, h, body = request(s, "GET", "/vol.zarr/c/1/0/1", {"Range": "bytes=2-"})
             assert (status, body, h["content-range"]) == (206, whole[2:], f"bytes 2-{size - 1}/{size}")

@@ -405,7 +405,7 @@ def test_local_temp_names_are_unique_across_threads() -> None:
 
 @pytest.mark.parametrize("files", [5, 300])
 def test_local_delete_prefix_removes_large_trees_without_following_symlinks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: int) -> None:
-    """Trees of ``PARALLEL_UNLINK_FILES`` files or more are unlinked by several threads: every
+    """Trees of ``parallel_unlink_files`` files or more are unlinked by several threads: every
     file and directory goes, a symlinked directory is removed as a link, its target stays."""
     store = LocalStore(tmp_path / "root")
     run(store.set_many([(f"ds/{i % 7}/{i % 3}/{i}", b"x" * 10) for i in range(files)]))
@@ -426,7 +426,7 @@ def test_local_delete_prefix_removes_large_trees_without_following_symlinks(tmp_
     assert not (tmp_path / "root" / "ds").exists()
     assert (outside / "f").read_bytes() == b"precious"
     assert run(store.get("keep/a")) == b"1"
-    assert (len(threads_used) > 1) == (files >= local_module.PARALLEL_UNLINK_FILES)
+    assert (len(threads_used) > 1) == (files >= store.parallel_unlink_files)
 
 
 def test_local_remove_tree_raises_after_every_batch_finished(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,11 +16,13 @@ from . import (  # importable modules: import shardstore.n5
     zarr3,
 )
 from .api import create, open, open_group
+from .config import IOConfig
 from .core.array import Array
 from .errors import (
     ChecksumError,
     ChunkNotFoundError,
     CodecError,
+    ConfigError,
     ContainsNodeError,
     MetadataError,
     NodeNotFoundError,
@@ -41,6 +43,7 @@ __all__ = [
     "open_group",
     "convert",
     "Array",
+    "IOConfig",
     "Group",
     "zarr3",
     "n5",
@@ -60,4 +63,5 @@ __all__ = [
     "NodeNotFoundError",
     "ReadOnlyError",
     "ContainsNodeError",
+    "ConfigError",
 ]

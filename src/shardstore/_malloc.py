@@ -2,19 +2,19 @@
 
 Each chunk read allocates and frees buffers of 100 KiB - 1 MiB (fetched bytes, decoded
 chunks). With glibc's defaults those sizes cross the mmap and trim thresholds, so every
-read maps fresh pages and page-faults them in: measured on random 100^3 reads of a sharded
-array, ~800 page faults and ~2 ms of system time per read, and a third of the run time.
-Raising the two thresholds makes the heap reuse that memory. Memory is still returned when
+read maps fresh pages and page-faults them in. Raising the two thresholds makes the heap
+reuse that memory (README, "Configuration", has the measured effect). Memory is still returned when
 more than ``TRIM`` bytes sit free at the top of the heap, and blocks above ``MMAP`` (whole
 arrays) are still mapped and unmapped directly.
 
-Set ``SHARDSTORE_MALLOC_TUNING=0`` to leave the allocator alone (it is process-wide).
+Because the change is process-wide it is opt-in: it happens when an array is opened with
+``IOConfig(malloc_tuning=True)`` (or ``SHARDSTORE_MALLOC_TUNING=1`` in the environment, which
+sets that field of the default config), never on import.
 """
 
 from __future__ import annotations
 
 import ctypes
-import os
 import sys
 
 __all__ = ["tune_malloc"]
@@ -29,7 +29,7 @@ _done = False
 def tune_malloc() -> bool:
     """Apply the thresholds once (glibc on Linux only); True if they were set."""
     global _done
-    if _done or not sys.platform.startswith("linux") or os.environ.get("SHARDSTORE_MALLOC_TUNING") == "0":
+    if _done or not sys.platform.startswith("linux"):
         return False
     _done = True
     try:

@@ -21,7 +21,7 @@ from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from ._malloc import tune_malloc
+from .config import IOConfig
 
 __all__ = ["sync", "codec_pool", "codec_pool_size", "io_pool"]
 
@@ -30,17 +30,15 @@ T = TypeVar("T")
 _lock = threading.RLock()  # io_pool() is called while holding it
 _loop: asyncio.AbstractEventLoop | None = None
 _thread: threading.Thread | None = None
-_pool: ThreadPoolExecutor | None = None
 _pid: int | None = None
-_pool_pid: int | None = None
-_io_pool: ThreadPoolExecutor | None = None
-_io_pid: int | None = None
+#: thread pools by (kind, size), and the process they were made in
+_pools: dict[tuple[str, int], ThreadPoolExecutor] = {}
+_pools_pid: int | None = None
 _local = threading.local()
 
 
 def _ensure_loop() -> asyncio.AbstractEventLoop:
     global _loop, _thread, _pid
-    tune_malloc()
     with _lock:
         # a forked child (e.g. a dask or multiprocessing worker) must not reuse the parent's loop
         if _loop is None or _pid != os.getpid():
@@ -56,7 +54,6 @@ def _thread_loop() -> asyncio.AbstractEventLoop:
     """This thread's own event loop (made on first use, kept for the thread's life)."""
     pid, loop = getattr(_local, "loop", (None, None))
     if loop is None or pid != os.getpid():
-        tune_malloc()
         loop = asyncio.new_event_loop()
         loop.set_default_executor(io_pool())
         _local.loop = (os.getpid(), loop)
@@ -90,30 +87,38 @@ class _SharedPool(ThreadPoolExecutor):
         return None
 
 
-def io_pool() -> ThreadPoolExecutor:
-    """Threads for blocking I/O (file reads and writes), shared by every loop."""
-    global _io_pool, _io_pid
+def io_pool(threads: int | None = None) -> ThreadPoolExecutor:
+    """Threads for blocking I/O (file reads and writes), shared by every loop: one pool per
+    size (``IOConfig.io_threads``; None: its default), made on first use in each process."""
+    return _pool_of("io", threads or IOConfig.io_threads)
+
+
+def codec_pool_size(threads: int | None = None) -> int:
+    """How many encode/decode jobs can run at once in ``codec_pool(threads)``."""
+    return codec_pool(threads)._max_workers
+
+
+def codec_pool(threads: int | None = None) -> ThreadPoolExecutor:
+    """Threads for encode/decode (the C codecs and numpy release the GIL): one pool per size
+    (``IOConfig.codec_threads``; None: the number of CPUs, at least 2)."""
+    return _pool_of("codec", threads or max(os.cpu_count() or 1, 2))
+
+
+def _pool_of(kind: str, threads: int) -> ThreadPoolExecutor:
+    global _pools_pid
     with _lock:
-        if _io_pool is None or _io_pid != os.getpid():
-            _io_pool = _SharedPool(max_workers=32, thread_name_prefix="shardstore-io")
-            _io_pid = os.getpid()
-        return _io_pool
-
-
-def codec_pool_size() -> int:
-    """How many encode/decode jobs can run at once."""
-    return codec_pool()._max_workers
-
-
-def codec_pool() -> ThreadPoolExecutor:
-    """Threads for encode/decode: the C codecs and numpy release the GIL."""
-    global _pool, _pool_pid
-    with _lock:
-        if _pool is None or _pool_pid != os.getpid():
-            _pool_pid = os.getpid()
-            _pool = ThreadPoolExecutor(max_workers=max(os.cpu_count() or 1, 2), thread_name_prefix="shardstore-codec")
-        return _pool
-
+        # a forked child must not use the parent's pools (their threads did not survive the fork)
+        if _pools_pid != os.getpid():
+            _pools.clear()
+            _pools_pid = os.getpid()
+        pool = _pools.get((kind, threads))
+        if pool is None:
+            if kind == "io":
+                pool = _SharedPool(max_workers=threads, thread_name_prefix="shardstore-io")
+            else:
+                pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="shardstore-codec")
+            _pools[(kind, threads)] = pool
+        return pool
 
 
 @atexit.register

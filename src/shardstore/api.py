@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ._sync import sync
+from .config import IOConfig, default_config
 from .core.array import Array
 from .errors import InvalidModeError, NodeNotFoundError, UnsupportedFeatureError
 from .formats import bcolz, zarr3
@@ -31,8 +32,8 @@ _CREATORS["precomputed"] = _precomputed.create
 _OPENERS["precomputed"] = _precomputed.open
 
 
-def _open_kv(store: Store, mode: str = "r", path: str = "") -> Any:
-    return open_kv(PrefixStore(store, path) if path else store, mode=mode)
+def _open_kv(store: Store, mode: str = "r", path: str = "", config: IOConfig | None = None) -> Any:
+    return open_kv(PrefixStore(store, path) if path else store, mode=mode, config=config)
 
 
 _OPENERS["precomputed_kv"] = _open_kv
@@ -49,6 +50,7 @@ def open(
     path: str | None = None,
     scale: int | str | None = None,
     storage_options: dict[str, Any] | None = None,
+    config: IOConfig | None = None,
     **create_kwargs: Any,
 ) -> Any:
     """Open an array or group, sniffing the format from its metadata.
@@ -60,21 +62,25 @@ def open(
     key) picks the scale of a Neuroglancer precomputed volume (default: the first). A
     directory holding a sharded uint64 key-value store (its ``info`` is the sharding spec)
     opens as that mapping (``shardstore.precomputed.open_kv``).
+
+    ``config`` (a ``shardstore.IOConfig``) sets concurrency limits, thresholds and switches of
+    the array and of the store built from a path or URL; without it, ``IOConfig.from_env()``.
     """
-    store = store_from_url(url_or_store, mode=mode, storage_options=storage_options)
+    config = default_config(config)
+    store = store_from_url(url_or_store, mode=mode, storage_options=storage_options, config=config)
     path = (path or "").strip("/")
     if mode in ("w", "w-"):
-        return _create(store, format or "zarr3", path, mode, create_kwargs)
+        return _create(store, format or "zarr3", path, mode, {"config": config, **create_kwargs})
     if mode not in ("r", "r+", "a"):
         raise InvalidModeError(f"invalid mode {mode!r}; expected 'r', 'r+', 'a', 'w' or 'w-'")
     found = format or sync(detect_format(store, path))
     if found is None and not path and mode == "r":
         inside = _inside_local_n5(url_or_store)
         if inside is not None:  # an N5 group without attributes.json, opened by its own path
-            return _n5_nodes.open(inside[0], mode, path=inside[1])
+            return _n5_nodes.open(inside[0], mode, path=inside[1], config=config)
     if found is None:
         if mode == "a" and create_kwargs:
-            return _create(store, "zarr3", path, "w-", create_kwargs)
+            return _create(store, "zarr3", path, "w-", {"config": config, **create_kwargs})
         looked = ("zarr.json (Zarr v3), attributes.json (N5), meta/sizes or __rootdirs__ (bcolz), "
                   "info (Neuroglancer precomputed)")
         where = f"{path!r} in {store!r}" if path else repr(store)
@@ -86,8 +92,8 @@ def open(
             raise UnsupportedFeatureError(
                 f"scale={scale!r}: only Neuroglancer precomputed volumes have scales; "
                 f"{path or '/'!r} in {store!r} is {FORMAT_NAMES.get(found, found)}")
-        return _precomputed.open(store, mode, path=path, scale=scale)
-    return _OPENERS[found](store, mode=mode, path=path)
+        return _precomputed.open(store, mode, path=path, scale=scale, config=config)
+    return _OPENERS[found](store, mode=mode, path=path, config=config)
 
 
 def _inside_local_n5(url_or_store: Any) -> tuple[Path, str] | None:

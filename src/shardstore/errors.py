@@ -16,6 +16,7 @@
  ├── ScaleNotFoundError       a precomputed scale index or key that the volume does not have
  ├── SelectionError           an index that does not fit the array (also IndexError)
  ├── InvalidModeError         a mode an entry point does not take (also ValueError)
+ ├── ConfigError              an IOConfig field or SHARDSTORE_* variable is invalid (also ValueError)
  ├── ChunkNotFoundError       a chunk is missing and the caller asked for strict reads
      ├── ReadOnlyError            a write to a store or array opened read-only
      └── ContainsNodeError        create(mode="w-") found something already there
@@ -39,6 +40,7 @@ __all__ = [
     "NodeTypeError",
     "ScaleNotFoundError",
     "InvalidModeError",
+    "ConfigError",
     "SelectionError",
     "ChunkNotFoundError",
     "ReadOnlyError",
@@ -128,3 +130,7 @@ class ReadOnlyError(ShardStoreError, PermissionError):
 
 class ContainsNodeError(ShardStoreError, FileExistsError):
     """Creation refused because a node already exists there."""
+
+
+class ConfigError(ShardStoreError, ValueError):
+    """An ``IOConfig`` field, or the environment variable that sets it, has an invalid value."""

@@ -3,10 +3,16 @@
 Decoding reads the header first and refuses, before decompressing anything, a chunk whose
 declared sizes disagree with the data or exceed what the chunk may hold.
 
-``numcodecs.blosc.use_threads`` is set to False on import: numcodecs then calls the
-``blosc_*_ctx`` functions with the GIL released instead of serialising every call on a global
-lock, so our thread pool decodes chunks in parallel. (This is a process-wide numcodecs setting;
-it only stops c-blosc from spawning its own threads inside one call.)
+Threads, without a process-wide switch: every chunk is compressed and decompressed by
+c-blosc's context functions (``blosc_compress_ctx`` / ``blosc_decompress_ctx``) with one
+internal thread and the GIL released, through imagecodecs' ``blosc_encode`` /
+``blosc_decode`` (imagecodecs is a dependency; the c-blosc 1.x in its wheels writes the same
+bytes). The codec pool then decodes chunks in parallel from any thread, the caller's main
+thread included. numcodecs' ``numcodecs.blosc.use_threads`` is left alone: with its default,
+numcodecs sends main-thread calls through c-blosc's global context and its own threads under
+a lock, which made warm whole-array reads of a blosc-lz4 array about half as fast (measured
+with ``benchmarks/bench_zarr3.py --quick``). numcodecs remains the fallback (a c-blosc
+build without a compressor, a typesize that does not divide the data).
 """
 
 from __future__ import annotations
@@ -22,9 +28,7 @@ from ..errors import CodecError, MetadataError, UnsupportedFeatureError
 from .base import BytesBytesCodec, ChunkSpec, N5Compression
 from .registry import register_codec
 
-__all__ = ["BloscCodec", "BloscHeader", "read_blosc_header"]
-
-_blosc.use_threads = False
+__all__ = ["BloscCodec", "BloscHeader", "compress_chunk", "decompress_bytes", "decompress_into", "read_blosc_header"]
 
 Shuffle = Literal["noshuffle", "shuffle", "bitshuffle"]
 SHUFFLES: tuple[Shuffle, ...] = ("noshuffle", "shuffle", "bitshuffle")  # index = c-blosc constant
@@ -35,6 +39,64 @@ HEADER_SIZE = _HEADER.size  # 16
 _MEMCPYED = 0x02
 # c-blosc ignores (treats as 1) typesizes above this
 _MAX_TYPESIZE = 255
+
+
+_imagecodecs: Any = None  # the imagecodecs module once imported; False when it has no blosc
+
+
+def _ctx_codecs() -> Any:
+    """imagecodecs (imported on first use: it takes milliseconds), or None without blosc."""
+    global _imagecodecs
+    if _imagecodecs is None:
+        try:
+            import imagecodecs
+        except ImportError:  # pragma: no cover - imagecodecs is a dependency
+            _imagecodecs = False
+        else:
+            _imagecodecs = imagecodecs if imagecodecs.BLOSC.available else False
+    return _imagecodecs or None
+
+
+def compress_chunk(data: bytes, cname: str, clevel: int, shuffle: int, blocksize: int, typesize: int) -> bytes:
+    """One Blosc-1 chunk, single-threaded through c-blosc's context API where possible."""
+    ic = _ctx_codecs()
+    n = memoryview(data).nbytes
+    if ic is not None and n and n % typesize == 0:
+        # imagecodecs takes the typesize from the buffer's item size (and, in older
+        # releases, from ``typesize``): give both, and check the header says so
+        items = np.frombuffer(data, dtype=f"V{typesize}") if typesize > 1 else data
+        try:
+            out = ic.blosc_encode(items, clevel, compressor=cname, shuffle=shuffle, typesize=typesize,
+                                  blocksize=blocksize, numthreads=1)
+        except RuntimeError:  # e.g. a compressor this c-blosc build lacks: numcodecs may have it
+            pass
+        else:
+            if out[3] == typesize:
+                return bytes(out)
+    return bytes(_blosc.compress(data, cname.encode(), clevel, shuffle, blocksize, typesize))
+
+
+def decompress_into(data: bytes | memoryview, out: np.ndarray) -> None:
+    """Decompress a Blosc-1 chunk into ``out`` (exactly its size), single-threaded."""
+    ic = _ctx_codecs()
+    if ic is not None:
+        try:
+            ic.blosc_decode(data, numthreads=1, out=out)
+            return
+        except RuntimeError:  # corrupt, or a compressor this build lacks: numcodecs decides
+            pass
+    _blosc.decompress(data, out)
+
+
+def decompress_bytes(data: bytes) -> bytes:
+    """A Blosc-1 chunk decompressed into new bytes, single-threaded."""
+    ic = _ctx_codecs()
+    if ic is not None:
+        try:
+            return bytes(ic.blosc_decode(data, numthreads=1))
+        except RuntimeError:
+            pass
+    return bytes(_blosc.decompress(data))
 
 
 class BloscHeader(NamedTuple):
@@ -211,14 +273,7 @@ class BloscCodec(N5Compression, BytesBytesCodec):
         if typesize > _MAX_TYPESIZE:
             typesize = 1
         try:
-            return _blosc.compress(
-                data,
-                self.cname.encode(),
-                self.clevel,
-                SHUFFLES.index(self.shuffle),
-                self.blocksize,
-                typesize,
-            )
+            return compress_chunk(data, self.cname, self.clevel, SHUFFLES.index(self.shuffle), self.blocksize, typesize)
         except (RuntimeError, ValueError) as e:
             raise CodecError(f"codec 'blosc': cannot compress {n} bytes: {e}") from e
 
@@ -237,7 +292,7 @@ class BloscCodec(N5Compression, BytesBytesCodec):
         out = np.empty(header.nbytes, dtype=np.uint8)
         if header.nbytes:  # c-blosc reports an empty chunk as an error
             try:
-                _blosc.decompress(data, out)
+                decompress_into(data, out)
             except (RuntimeError, ValueError) as e:
                 raise CodecError(
                     f"codec 'blosc': corrupt blosc chunk ({header.cbytes} bytes, "

@@ -2,7 +2,7 @@
 
 Header (spec ``bcolz.md`` §2): ``b"blpk"``, format version 1 (uint8), 3 zero bytes, the number
 of blosc chunks in the file as int64 LE (always 1 in bcolz 1.x). The blosc chunk is made and
-read by ``codecs/blosc.py`` (numcodecs' c-blosc); this module adds the frame, the bcolz
+read by ``codecs/blosc.py`` (c-blosc); this module adds the frame, the bcolz
 typesize rule (``S`` -> 1, ``U`` -> 4) and the optional float quantization of ``cparams``.
 
 The codec turns an array into its chunk file and back, for every dtype bcolz stores (bool,
@@ -28,13 +28,12 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-import numcodecs.blosc as _blosc_lib
 import numpy as np
 
 from ..errors import CodecError, MetadataError
 from .base import ArrayBytesCodec, ChunkSpec
 from .blosc import HEADER_SIZE as _BLOSC_HEADER_SIZE
-from .blosc import SHUFFLES, BloscCodec, BloscHeader, read_blosc_header
+from .blosc import SHUFFLES, BloscCodec, BloscHeader, compress_chunk, decompress_bytes, decompress_into, read_blosc_header
 from .registry import register_codec
 
 __all__ = [
@@ -124,7 +123,7 @@ def block_param(cname: str, clevel: int, shuffle: int, typesize: int, chunk_nbyt
     probe = bytes(max(min(chunk_nbytes, 4 * BLOCK_BYTES), 1))
 
     def blocks(param: int) -> int:
-        chunk = _blosc_lib.compress(probe, cname.encode(), clevel, shuffle, param, typesize)
+        chunk = compress_chunk(probe, cname, clevel, shuffle, param, typesize)
         return _BLOSC_HEADER.unpack_from(chunk)[5]
 
     try:
@@ -276,7 +275,7 @@ class BloscpackCodec(ArrayBytesCodec):
             dest[:] = np.frombuffer(body, np.uint8, header.nbytes, _BLOSC_HEADER_SIZE)
             return True
         try:
-            _blosc_lib.decompress(body, dest)
+            decompress_into(body, dest)
         except (RuntimeError, ValueError) as e:
             raise CodecError(f"corrupt blosc chunk ({header.cbytes} bytes, {header.nbytes} declared): {e}") from e
         return True
@@ -476,7 +475,7 @@ def _decompress_blocks(
     head = _BLOSC_HEADER.pack(header.version, header.versionlz, header.flags, header.typesize, nbytes, bs, pos)
     small = b"".join([head, struct.pack(f"<{len(offsets)}i", *offsets), *(data[s - offset : e - offset] for s, e in spans)])
     try:
-        out = _blosc_lib.decompress(small)  # (returning bytes is cheaper than filling an array)
+        out = decompress_bytes(small)  # (returning bytes is cheaper than filling an array)
     except (RuntimeError, ValueError) as e:
         raise CodecError(f"corrupt blosc chunk ({header.cbytes} bytes, blocks {first}..{last}): {e}") from e
     if len(out) != nbytes:

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from .._assign import assign
+from ..config import IOConfig
 from ..errors import CodecError, MetadataError, UnsupportedFeatureError
 from . import blosc as _blosc  # noqa: F401  (register the "n5" compression types)
 from . import bz2 as _bz2  # noqa: F401
@@ -52,8 +53,6 @@ MODE_DEFAULT, MODE_VARLENGTH, MODE_OBJECT = 0, 1, 2
 _U16 = struct.Struct(">H")
 _U16U16 = struct.Struct(">HH")
 _U32 = struct.Struct(">I")
-#: varlength reads refuse blocks declaring more than this many bytes unless told otherwise
-DEFAULT_MAX_VARLENGTH_NBYTES = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -318,7 +317,7 @@ class N5BlockCodec(ArrayBytesCodec):
         return buf.view(stored).reshape(spec.shape)
 
     def decode_varlength(
-        self, data: bytes, spec: ChunkSpec, max_nbytes: int = DEFAULT_MAX_VARLENGTH_NBYTES
+        self, data: bytes, spec: ChunkSpec, max_nbytes: int = IOConfig.max_varlength_nbytes
     ) -> np.ndarray:
         """The elements of a mode 0 or 1 block as a 1-D array (x fastest), at most
         ``max_nbytes`` bytes (refused before anything is decompressed)."""

@@ -8,8 +8,10 @@ from typing import Any
 
 import numpy as np
 
+from .._malloc import tune_malloc
 from .._reopen import NodeRecord, reopen
 from .._sync import _ensure_loop, sync
+from ..config import IOConfig, default_config
 from ..errors import NotPicklableError, ReadOnlyError, UnsupportedFeatureError
 from .indexing import Indexer, basic_indexer, orthogonal_indexer
 from .io import UnitLocks, read_into, read_into_now, reshape_chunks, write_from, write_from_now, writes_now
@@ -35,11 +37,20 @@ def _as_value(value: Any, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray
 class AsyncArray:
     """An array over a format driver; all chunk work goes through ``core.io``."""
 
-    def __init__(self, driver: FormatDriver, *, read_only: bool, name: str = "") -> None:
+    def __init__(self, driver: FormatDriver, *, read_only: bool, name: str = "", config: IOConfig | None = None) -> None:
+        config = default_config(config)
+        if config.malloc_tuning:
+            tune_malloc()
+        driver.configure(config)
         self.driver = driver
         self.read_only = read_only
         self.name = name
         self._locks = UnitLocks()
+
+    @property
+    def config(self) -> IOConfig:
+        """The tuning this array runs with (given at open/create, else ``IOConfig.from_env()``)."""
+        return self.driver.config
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -362,6 +373,12 @@ class Array:
         return self.driver.format_name
 
     @property
+    def config(self) -> IOConfig:
+        """The ``IOConfig`` this array runs with (``config=`` of open/create, else
+        ``IOConfig.from_env()``); open again with ``config=a.config.replace(...)`` to change it."""
+        return self._async.config
+
+    @property
     def shape(self) -> tuple[int, ...]:
         return self._async.shape
 
@@ -425,8 +442,7 @@ class Array:
 
     def _reopen_options(self) -> tuple[tuple[str, Any], ...]:
         """Opener keywords beyond store, mode and path (format nodes add theirs)."""
-        config = getattr(self, "config", None)
-        return (("config", config),) if config is not None else ()
+        return (("config", self.config),)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (reopen, (self.node_record(),))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._reopen import NodeRecord, reopen
+from ..config import IOConfig
 from ..errors import InvalidKeyError, NodeTypeError, ShardStoreError
 from ..store.base import Store
 from .array import Attributes
@@ -20,13 +21,16 @@ class GroupBase:
 
     def __reduce__(self) -> tuple[Any, ...]:
         # reopened from its store and path: children are opened from there on demand
-        record = NodeRecord(self.format_name, self.store, self.path, "r" if self.read_only else "r+")
+        options = (("config", self.config),) if self.config is not None else ()
+        record = NodeRecord(self.format_name, self.store, self.path, "r" if self.read_only else "r+", options)
         return (reopen, (record,))
 
-    def __init__(self, store: Store, path: str, driver: Any, read_only: bool) -> None:
+    def __init__(self, store: Store, path: str, driver: Any, read_only: bool, config: IOConfig | None = None) -> None:
         self.store = store
         self.path = path
         self.read_only = read_only
+        #: the ``IOConfig`` the group was opened with; its children open with it too
+        self.config = config
         self._driver = driver
 
     @property

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..codecs.base import ChunkSpec
 from ..codecs.pipeline import CodecPipeline
+from ..config import IOConfig
 from ..store.base import Store
 from .grid import RegularGrid
 
@@ -80,6 +81,8 @@ class ChunkLayout:
     #: the write unit of a chunk when it is not a box of ``write_ratio`` chunks (shards
     #: chosen by hash, as in sharded precomputed); overrides ``write_ratio``
     write_unit_of: Callable[[tuple[int, ...]], tuple[int, ...]] | None = None
+    #: the tuning of this array (concurrency, thresholds, native switch), from open/create
+    config: IOConfig = IOConfig()
     _specs: dict[tuple[int, ...], ChunkSpec] = field(default_factory=dict, repr=False)
     #: how the last blocking reads ran their chunks (``core/threads.py`` ``share_now``)
     threads_memo: dict = field(default_factory=dict, repr=False, compare=False)
@@ -148,6 +151,16 @@ class FormatDriver(abc.ABC):
     path: str
     #: whether the format allows changing the shape (``resize`` / ``append``)
     resizable: bool = True
+    #: the tuning its layouts (and sharding adapters) are built with; set by ``configure``
+    config: IOConfig = IOConfig()
+    #: the layout built for the current metadata and config (None: build it on next use)
+    _layout: ChunkLayout | None = None
+
+    def configure(self, config: IOConfig) -> None:
+        """Build layouts with ``config`` from now on (the array passes what open/create got)."""
+        if config != self.config:
+            self._layout = None
+        self.config = config
 
     @property
     @abc.abstractmethod

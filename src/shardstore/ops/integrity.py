@@ -40,6 +40,7 @@ from ..codecs.crc32c import Crc32cCodec
 from ..codecs.gzip import GzipCodec
 from ..codecs.n5_block import N5BlockCodec
 from ..codecs.zstd import ZstdCodec
+from ..config import IOConfig
 from ..core.array import Array
 from ..core.layout import ChunkLayout
 from ..errors import ShardStoreError
@@ -67,9 +68,6 @@ __all__ = [
 
 #: seconds a temp file must be left untouched before ``repair`` removes it
 DEFAULT_GRACE = 600.0
-#: chunks fetched per batch while scanning, at most, and their decoded bytes, at most
-_BATCH = 256
-_BATCH_BYTES = 256 << 20
 
 
 @dataclass
@@ -225,7 +223,9 @@ def _scan_array(a: Array, name: str, progress: Callable[[int], None] | None) -> 
 
     coords_iter = itertools.product(*(range(n) for n in layout.grid.grid_shape))
     chunk_bytes = layout.chunk_spec.dtype.itemsize * math.prod(layout.grid.chunk_shape)
-    per_batch = max(1, min(_BATCH, _BATCH_BYTES // max(1, chunk_bytes)))
+    # chunks per batch: ``IOConfig.verify_batch_chunks``, fewer when their decoded bytes would
+    # pass ``verify_batch_bytes``
+    per_batch = max(1, min(a.config.verify_batch_chunks, a.config.verify_batch_bytes // max(1, chunk_bytes)))
     while batch := list(itertools.islice(coords_iter, per_batch)):
         keys = [layout.chunk_key(c) for c in batch]
         try:
@@ -262,7 +262,7 @@ def _scan_array(a: Array, name: str, progress: Callable[[int], None] | None) -> 
             else:
                 todo.append((c, k, v))
         report.units += len(todo)
-        report.problems += [p for p in codec_pool().map(decode, todo) if p is not None]
+        report.problems += [p for p in codec_pool(a.config.codec_threads).map(decode, todo) if p is not None]
         if progress is not None:
             progress(len(batch))
     return report
@@ -316,27 +316,29 @@ def _scan_kv(kv: Any, name: str) -> NodeReport:
 
 
 # -- walking a dataset ---------------------------------------------------------------------
-def _open(url: str | os.PathLike[str] | Store, storage_options: dict[str, Any] | None, mode: str = "r") -> Any:
+def _open(url: str | os.PathLike[str] | Store, storage_options: dict[str, Any] | None, mode: str = "r",
+          config: IOConfig | None = None) -> Any:
     """The node at ``url``: an array, a group, a bcolz ctable, or a uint64 key-value store."""
     from ..api import open as open_node
     from ..formats.precomputed import open_kv
 
     try:
-        return open_node(url, mode=mode, storage_options=storage_options)
+        return open_node(url, mode=mode, storage_options=storage_options, config=config)
     except ShardStoreError as first:
         try:  # (until ``open`` recognizes a kv directory itself)
-            return open_kv(url, mode=mode, storage_options=storage_options)
+            return open_kv(url, mode=mode, storage_options=storage_options, config=config)
         except ShardStoreError:
             raise first from None
 
 
 def walk(
-    url: str | os.PathLike[str] | Store, *, mode: str = "r", storage_options: dict[str, Any] | None = None
+    url: str | os.PathLike[str] | Store, *, mode: str = "r", storage_options: dict[str, Any] | None = None,
+    config: IOConfig | None = None,
 ) -> Iterator[tuple[str, Any]]:
     """``(name, node)`` of every array and uint64 key-value store the scan looks at: an array,
     the members of a group (Zarr v3, N5), the columns of a bcolz ctable, every scale of a
     precomputed volume, or a key-value store; ``mode`` ``"r+"`` opens them writable."""
-    return _nodes(_open(url, storage_options, mode), "", mode)
+    return _nodes(_open(url, storage_options, mode, config), "", mode)
 
 
 def _nodes(node: Any, name: str, mode: str) -> Iterator[tuple[str, Any]]:
@@ -454,10 +456,12 @@ def scan(
     *,
     storage_options: dict[str, Any] | None = None,
     progress: Callable[[str, int], Callable[[int], None] | None] | None = None,
+    config: IOConfig | None = None,
 ) -> ScanReport:
     """Decode every stored unit of the dataset at ``url`` and look for leftover temp files.
 
-    ``progress(name, total_units)`` may return a callback taking the number of units done.
+    ``progress(name, total_units)`` may return a callback taking the number of units done;
+    ``config`` (an ``IOConfig``) is what the arrays are opened with (batch sizes among it).
     """
     report = ScanReport(str(url))
     root = _local_root(url)
@@ -465,7 +469,7 @@ def scan(
         report.temps = find_temp_files(root)
     elif root is None:
         report.temps_note = "not a local directory: remote writes leave no temporary objects"
-    node = _open(url, storage_options)
+    node = _open(url, storage_options, config=config)
     if isinstance(node, CTable):
         report.orphans = _orphan_columns(node, root)
     for name, item in _nodes(node, "", "r"):
@@ -524,10 +528,11 @@ def repair(
     grace: float = DEFAULT_GRACE,
     storage_options: dict[str, Any] | None = None,
     progress: Callable[[str, int], Callable[[int], None] | None] | None = None,
+    config: IOConfig | None = None,
 ) -> ScanReport:
     """Scan, then remove stale temp files and (``drop_corrupt``) the units that fail to
     decode; ``dry_run`` changes nothing. Returns the scan with ``removed`` / ``dropped`` set."""
-    report = scan(url, storage_options=storage_options, progress=progress)
+    report = scan(url, storage_options=storage_options, progress=progress, config=config)
     for t in report.temps:
         if t.stale(grace) and not dry_run:
             try:
@@ -542,7 +547,7 @@ def repair(
                 sync(store.delete_prefix(o.prefix))
                 o.removed = True
     if drop_corrupt and not dry_run and report.problems:
-        nodes = dict(walk(url, mode="r+", storage_options=storage_options))
+        nodes = dict(walk(url, mode="r+", storage_options=storage_options, config=config))
         for n in report.nodes:
             for p in n.problems:
                 _drop(nodes[n.name], p)

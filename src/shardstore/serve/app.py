@@ -21,9 +21,9 @@ from typing import Any, Self
 
 from aiohttp import web
 
+from ..config import IOConfig, default_config
 from ..errors import InvalidKeyError, ShardStoreError, StoreError
 from ..store.base import Store
-from . import source as source_module
 from .discover import Dataset, find_datasets
 from .keys import key_from_path
 from .ranges import Unsatisfiable, content_range, parse_range
@@ -99,7 +99,7 @@ async def _answer(request: web.Request, source: Source, key: str) -> web.StreamR
         headers["Content-Range"] = content_range(blob.start, blob.end, blob.size)
     length = blob.end - blob.start
     if blob.read_more is not None and not head:
-        return await _stream(request, blob, blob.read_more, status, headers)
+        return await _stream(request, blob, blob.read_more, status, headers, source.stream_block)
     if head:
         response = web.StreamResponse(status=status, headers=headers)
         response.content_length = length
@@ -108,16 +108,16 @@ async def _answer(request: web.Request, source: Source, key: str) -> web.StreamR
 
 
 async def _stream(
-    request: web.Request, blob: Blob, read_more: ReadMore, status: int, headers: dict[str, str]
+    request: web.Request, blob: Blob, read_more: ReadMore, status: int, headers: dict[str, str], block: int
 ) -> web.StreamResponse:
-    """Send a long body in ``STREAM_BLOCK`` pieces (bounded memory per request)."""
+    """Send a long body in pieces of ``block`` bytes (bounded memory per request)."""
     response = web.StreamResponse(status=status, headers=headers)
     response.content_length = blob.end - blob.start
     try:
         await response.prepare(request)
         pos = blob.start
         while pos < blob.end:
-            step = min(source_module.STREAM_BLOCK, blob.end - pos)  # read now: tests shrink it
+            step = min(block, blob.end - pos)
             await response.write(await read_more(pos, pos + step))
             pos += step
         await response.write_eof()
@@ -189,6 +189,7 @@ class Server:
     configure its store) or a ``Store``. ``port=0`` picks a free port. ``client=True`` also
     serves the bundled Neuroglancer client under ``/v/ng/``. ``start()`` runs the server in a
     background thread (``stop()`` ends it; also a context manager); ``serve_forever()`` blocks.
+    ``config`` (an ``IOConfig``) sets the streaming and discovery limits.
     """
 
     def __init__(
@@ -200,8 +201,10 @@ class Server:
         storage_options: Mapping[str, Any] | None = None,
         client: bool = False,
         max_depth: int = 4,
+        config: IOConfig | None = None,
     ) -> None:
-        self.source = open_source(location, storage_options)
+        self.config = default_config(config)
+        self.source = open_source(location, storage_options, self.config)
         self.bind = bind
         self.port = int(port)
         self._client = LocalSource(neuroglancer_client_dir()) if client else None
@@ -226,7 +229,9 @@ class Server:
     def datasets(self) -> list[Dataset]:
         """The datasets found below the root (walked once, on first use)."""
         if self._datasets is None:
-            self._datasets = find_datasets(self.source, self._max_depth)
+            self._datasets = find_datasets(self.source, self._max_depth,
+                                           max_listed_keys=self.config.discover_max_listed_keys,
+                                           max_dirs=self.config.discover_max_dirs)
         return self._datasets
 
     def sources(self) -> list[tuple[Dataset, str | None]]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import api
+from ..config import IOConfig
 from ..core.array import Array
 from ..errors import ShardStoreError
 from .source import LocalSource, Source
@@ -30,10 +31,6 @@ MARKERS = ("zarr.json", "attributes.json", "info", "meta/sizes", "__rootdirs__")
 LABEL_DTYPES = ("uint32", "uint64")
 #: Neuroglancer's names for N5 axes without an "axes" attribute
 N5_AXES = ("x", "y", "z", "t", "c")
-#: stop listing a remote root after this many keys (discovery must stay cheap)
-MAX_LISTED_KEYS = 200_000
-#: visit at most this many local directories
-MAX_DIRS = 5_000
 
 
 @dataclass(frozen=True)
@@ -213,12 +210,12 @@ def describe(path: str, node: Any) -> Dataset | None:
 
 
 # -- walking ---------------------------------------------------------------------------------
-def _local_dirs(source: LocalSource, max_depth: int) -> Iterator[str]:
+def _local_dirs(source: LocalSource, max_depth: int, max_dirs: int) -> Iterator[str]:
     """Key prefixes of directories (breadth first) that hold a metadata marker."""
     root = source.where
     queue: list[tuple[str, int]] = [("", 0)]
     visited = 0
-    while queue and visited < MAX_DIRS:
+    while queue and visited < max_dirs:
         rel, depth = queue.pop(0)
         visited += 1
         here = os.path.join(root, *rel.split("/")) if rel else root
@@ -239,7 +236,7 @@ def _local_dirs(source: LocalSource, max_depth: int) -> Iterator[str]:
                 queue.append((child, depth + 1))
 
 
-def _listed_dirs(source: Source, max_depth: int) -> Iterator[str]:
+def _listed_dirs(source: Source, max_depth: int, max_keys: int) -> Iterator[str]:
     """Key prefixes holding a metadata marker, from one bounded listing (object stores)."""
     from .._sync import sync
 
@@ -253,7 +250,7 @@ def _listed_dirs(source: Source, max_depth: int) -> Iterator[str]:
                     prefix = key[: -len(m)].rstrip("/")
                     if prefix.count("/") + (1 if prefix else 0) <= max_depth:
                         found.add(prefix)
-            if count >= MAX_LISTED_KEYS:
+            if count >= max_keys:
                 break
         return found
 
@@ -264,9 +261,15 @@ def _listed_dirs(source: Source, max_depth: int) -> Iterator[str]:
     yield from sorted(found, key=lambda p: (p.count("/") + (1 if p else 0), p))
 
 
-def find_datasets(source: Source, max_depth: int = 4) -> list[Dataset]:
-    """Every dataset at most ``max_depth`` directories below the root, sorted by path."""
-    dirs = _local_dirs(source, max_depth) if isinstance(source, LocalSource) else _listed_dirs(source, max_depth)
+def find_datasets(source: Source, max_depth: int = 4, *, max_listed_keys: int = IOConfig.discover_max_listed_keys,
+                  max_dirs: int = IOConfig.discover_max_dirs) -> list[Dataset]:
+    """Every dataset at most ``max_depth`` directories below the root, sorted by path; a
+    remote root is listed up to ``max_listed_keys`` keys, a local one walked through at most
+    ``max_dirs`` directories (discovery must stay cheap)."""
+    if isinstance(source, LocalSource):
+        dirs = _local_dirs(source, max_depth, max_dirs)
+    else:
+        dirs = _listed_dirs(source, max_depth, max_listed_keys)
     found: list[Dataset] = []
     taken: list[str] = []  # datasets' paths: nothing below them is another dataset
     for path in dirs:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .._sync import io_pool
+from ..config import IOConfig
 from ..errors import StoreError
 from ..store.base import ByteRange, RangeBR, Store, SuffixBR, validate_key
 from ..store.http import ObjectStoreBase
@@ -24,13 +25,9 @@ from ..store.local import LocalStore
 from ..store.registry import store_from_url
 from .ranges import satisfiable
 
-__all__ = ["STREAM_BLOCK", "STREAM_THRESHOLD", "Blob", "LocalSource", "Source", "StoreSource", "open_source"]
+__all__ = ["Blob", "LocalSource", "Source", "StoreSource", "open_source"]
 
 
-#: bodies longer than this are sent in ``STREAM_BLOCK`` pieces instead of read whole (a
-#: full GET of a multi-GiB shard must not be held in memory)
-STREAM_THRESHOLD = 8 << 20
-STREAM_BLOCK = 1 << 20
 
 #: ``read_more(start, end)``: bytes ``[start, end)`` of the value, for streamed bodies
 ReadMore = Callable[[int, int], Awaitable[bytes]]
@@ -60,6 +57,18 @@ class Source:
     where: str
     #: the store behind it (dataset discovery, opening arrays for ``view``)
     store: Store
+    #: bodies longer than this are sent in ``stream_block`` pieces instead of read whole
+    #: (``IOConfig.serve_stream_threshold_bytes`` / ``serve_stream_block_bytes``)
+    stream_threshold: int = IOConfig.serve_stream_threshold_bytes
+    stream_block: int = IOConfig.serve_stream_block_bytes
+    #: the size of the I/O pool local files are read in (``IOConfig.io_threads``)
+    io_threads: int = IOConfig.io_threads
+
+    def use_config(self, config: IOConfig) -> None:
+        """Take the streaming thresholds and I/O pool size of ``config``."""
+        self.stream_threshold = config.serve_stream_threshold_bytes
+        self.stream_block = config.serve_stream_block_bytes
+        self.io_threads = config.io_threads
 
     async def read(self, key: str, byte_range: ByteRange | None, head: bool = False) -> Blob | None:
         """``key``'s bytes (or the range of them), None when missing; ``Unsatisfiable`` when the
@@ -104,11 +113,11 @@ class LocalSource(Source):
             etag, modified = f'"{st.st_mtime_ns:x}-{size:x}"', datetime.fromtimestamp(st.st_mtime, UTC)
             if head:
                 return Blob(b"", start, end, size, etag, modified)
-            if end - start > STREAM_THRESHOLD:
+            if end - start > self.stream_threshold:
                 keep_open = True  # the streamed reply reads from this descriptor, then closes it
 
                 async def read_more(a: int, b: int) -> bytes:
-                    return await asyncio.get_running_loop().run_in_executor(io_pool(), os.pread, fd, b - a, a)
+                    return await asyncio.get_running_loop().run_in_executor(io_pool(self.io_threads), os.pread, fd, b - a, a)
 
                 return Blob(b"", start, end, size, etag, modified, read_more, lambda: os.close(fd))
             data = os.pread(fd, end - start, start) if end > start else b""
@@ -121,7 +130,7 @@ class LocalSource(Source):
                 os.close(fd)
 
     async def read(self, key: str, byte_range: ByteRange | None, head: bool = False) -> Blob | None:
-        return await asyncio.get_running_loop().run_in_executor(io_pool(), self._read, key, byte_range, head)
+        return await asyncio.get_running_loop().run_in_executor(io_pool(self.io_threads), self._read, key, byte_range, head)
 
 
 class StoreSource(Source):
@@ -147,8 +156,8 @@ class StoreSource(Source):
             size = len(whole)
             start, end = satisfiable(byte_range, size) if byte_range is not None else (0, size)
             return Blob(bytes(whole[start:end]), start, end, size, None)
-        short = (isinstance(byte_range, RangeBR) and byte_range.end - byte_range.start <= STREAM_THRESHOLD) or (
-            isinstance(byte_range, SuffixBR) and byte_range.n <= STREAM_THRESHOLD)
+        short = (isinstance(byte_range, RangeBR) and byte_range.end - byte_range.start <= self.stream_threshold) or (
+            isinstance(byte_range, SuffixBR) and byte_range.n <= self.stream_threshold)
         if short and not head:
             # one GET gives the bytes and the object's size and ETag (its reply metadata)
             value, meta = await store._fetch(key, byte_range)
@@ -169,7 +178,7 @@ class StoreSource(Source):
         etag, modified = meta.get("e_tag"), meta.get("last_modified")
         if head:
             return Blob(b"", start, end, size, etag, modified)
-        if end - start > STREAM_THRESHOLD:
+        if end - start > self.stream_threshold:
 
             async def read_more(a: int, b: int) -> bytes:
                 value = await store.get(key, RangeBR(a, b))
@@ -184,9 +193,19 @@ class StoreSource(Source):
         return Blob(bytes(value), start, start + len(value), size, etag, modified)
 
 
-def open_source(location: str | os.PathLike[str] | Store, storage_options: Mapping[str, Any] | None = None) -> Source:
+def open_source(location: str | os.PathLike[str] | Store, storage_options: Mapping[str, Any] | None = None,
+                config: IOConfig | None = None) -> Source:
     """A ``LocalSource`` for a local directory (path or ``file://``), else a ``StoreSource``
-    over ``store_from_url(location, mode="r")``."""
+    over ``store_from_url(location, mode="r")``; ``config`` sets the streaming thresholds
+    (and the store's limits)."""
+    source = _source_for(location, storage_options, config)
+    if config is not None:
+        source.use_config(config)
+    return source
+
+
+def _source_for(location: str | os.PathLike[str] | Store, storage_options: Mapping[str, Any] | None,
+                config: IOConfig | None) -> Source:
     if isinstance(location, Store):
         if isinstance(location, LocalStore):
             return LocalSource(location.root)
@@ -195,4 +214,4 @@ def open_source(location: str | os.PathLike[str] | Store, storage_options: Mappi
     text = text.removeprefix("file://")
     if "://" not in text:
         return LocalSource(Path(text).expanduser())
-    return StoreSource(store_from_url(text, mode="r", storage_options=storage_options), text)
+    return StoreSource(store_from_url(text, mode="r", storage_options=storage_options, config=config), text)

@@ -34,12 +34,8 @@ if TYPE_CHECKING:
 __all__ = ["BlockingReads", "ShardCache", "ShardState", "value_of"]
 
 T = TypeVar("T")
-#: a read whose shards keep being replaced while it runs is redone so often
-READ_ATTEMPTS = 32
 _REPLACED = object()
 
-#: shard indexes up to this size are read whole (one request serves every minishard)
-WHOLE_INDEX_MAX = 64 * 1024
 _PAIR = struct.Struct("<QQ")
 
 Located = tuple[str, int, int]  # (data key, absolute start, stored size)
@@ -93,8 +89,10 @@ def value_of(
 class ShardCache:
     """Shard states by shard stem, LRU, bounded by shards and by decoded minishard entries."""
 
-    def __init__(self, spec: ShardingSpec, cache_entries: int, cache_shards: int) -> None:
+    def __init__(self, spec: ShardingSpec, cache_entries: int, cache_shards: int, *, whole_index_max: int = 64 * 1024) -> None:
         self.spec = spec
+        #: shard indexes up to this size are read whole (one request serves every minishard)
+        self.whole_index_max = whole_index_max
         self._states: OrderedDict[str, ShardState] = OrderedDict()
         self._entries = cache_entries
         self._shards = cache_shards
@@ -162,7 +160,7 @@ class ShardCache:
         """``(whole, minishards, ranges)`` to read for the index entries of ``minishards``
         (``whole``: all of it), or None when they are loaded already."""
         isz = self.spec.index_size
-        whole = whole or isz <= WHOLE_INDEX_MAX or len(minishards) > 1 and st.kind == "unknown"
+        whole = whole or isz <= self.whole_index_max or len(minishards) > 1 and st.kind == "unknown"
         index = st.index
         if isinstance(index, bytes) or (not whole and isinstance(index, dict) and minishards.issubset(index)):
             return None
@@ -277,6 +275,7 @@ class BlockingReads:
     ) -> None:
         self._cache: ShardCache = store._cache
         self._spec = store.spec
+        self._attempts = store.read_attempts
         self._read = read
         self._generation = generation
         self._read_ranges = read_ranges
@@ -293,7 +292,7 @@ class BlockingReads:
         index and value came from one version of its shard (a replaced file never returns to
         a generation). A CodecError from a shard replaced meanwhile is retried, not raised."""
         gen = self._generation
-        for _ in range(READ_ATTEMPTS):
+        for _ in range(self._attempts):
             seen: dict[str, Hashable | None] = {}
             self._seen.value = seen
             value: object

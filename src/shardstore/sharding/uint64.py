@@ -30,6 +30,7 @@ import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from typing import Literal, TypeVar
 
+from ..config import IOConfig
 from ..errors import ConflictError, UnsupportedFeatureError
 from ..store.base import (
     MISSING,
@@ -78,8 +79,6 @@ __all__ = [
 
 T = TypeVar("T")
 
-#: a read whose shard keeps being replaced between its indexes and its values is retried so often
-READ_ATTEMPTS = 32
 
 #: complete_shard(shard number, keys of the batch in that shard) -> True when the batch holds
 #: every key that shard may contain (then the shard is written without being read)
@@ -119,13 +118,18 @@ class Uint64ShardedStore(Store):
         complete_shard: CompleteShard | None = None,
         cache_entries: int = 1 << 21,
         cache_shards: int = 1024,
+        config: IOConfig | None = None,
     ) -> None:
         super().__init__(read_only=base.read_only)
         self.base = base
         self.spec = spec
+        config = config or IOConfig()
+        #: a read whose shards keep being replaced between their indexes and values is redone
+        #: this often (``IOConfig.read_attempts``)
+        self.read_attempts = config.read_attempts
         self._complete_shard = complete_shard
         # stem -> what is known of the shard (LRU; bounded by shards and by minishard entries)
-        self._cache = ShardCache(spec, cache_entries, cache_shards)
+        self._cache = ShardCache(spec, cache_entries, cache_shards, whole_index_max=config.whole_index_max)
         self._blocking: BlockingReads | None | Literal[False] = False  # made on first use
         self._index_loads: dict[str, asyncio.Future] = {}  # stem -> index fetch in flight
 
@@ -295,7 +299,7 @@ class Uint64ShardedStore(Store):
     async def _consistent(self, read: Callable[[], Awaitable[T]], keys: Sequence[int]) -> T:
         """``await read()``, redone (indexes read again) while a shard it reads is replaced
         between its index and its values."""
-        for _ in range(READ_ATTEMPTS):
+        for _ in range(self.read_attempts):
             try:
                 return await read()
             except _Replaced as e:

@@ -37,6 +37,7 @@ import numpy as np
 
 from ..codecs.base import ChunkSpec
 from ..codecs.sharding_indexed import EMPTY, ShardingCodec
+from ..config import IOConfig
 from ..errors import CodecError, ConflictError, InvalidKeyError, ShardStoreError, UnsupportedFeatureError
 from ..store.base import (
     BlockingReader,
@@ -57,8 +58,6 @@ __all__ = ["ShardLayout", "ZarrShardingStore", "inner_key", "parse_inner_key"]
 
 _MISSING = object()
 _EMPTY = int(EMPTY)
-#: a read whose shard keeps being replaced between its index and its data is retried this often
-READ_ATTEMPTS = 32
 
 
 def inner_key(coords: Sequence[int]) -> str:
@@ -133,11 +132,14 @@ class ZarrShardingStore(Store):
     """Inner chunks of ``sharding_indexed`` shards, as a Store."""
 
     def __init__(
-        self, base: Store, layout: ShardLayout, *, index_cache_size: int = 4096
+        self, base: Store, layout: ShardLayout, *, index_cache_size: int = 4096, config: IOConfig | None = None
     ) -> None:
         super().__init__(read_only=base.read_only)
         self.base = base
         self.layout = layout
+        #: a read whose shard keeps being replaced between its index and its data is retried
+        #: this often (``IOConfig.read_attempts``)
+        self.read_attempts = (config or IOConfig()).read_attempts
         self._rank = len(layout.inner_grid_shape)
         # shard key -> (decoded index or _MISSING, the base's generation token when read);
         # an entry is used only while the shard's generation is unchanged (another writer
@@ -345,7 +347,7 @@ class ZarrShardingStore(Store):
                 r = self._sub_range(off, n, br)
                 results[pos] = whole[r.start : r.end]
             return
-        for _ in range(READ_ATTEMPTS):
+        for _ in range(self.read_attempts):
             index, gen = await self._index_at(shard_key)
             if index is None:
                 return
@@ -365,7 +367,7 @@ class ZarrShardingStore(Store):
             for (pos, i, r), data in zip(fetch, datas):
                 results[pos] = self._check_len(data, r, self._shard_name(shard_key), i)
             return
-        raise ConflictError(f"shard {shard_key!r} kept being replaced while it was read ({READ_ATTEMPTS} attempts)")
+        raise ConflictError(f"shard {shard_key!r} kept being replaced while it was read ({self.read_attempts} attempts)")
 
     async def exists(self, key: str) -> bool:
         return (await self.get(key, RangeBR(0, 0))) is not None
@@ -384,11 +386,12 @@ class ZarrShardingStore(Store):
         # (the shard size is unknown): reading the index's length past a whole chunk proves
         # that the bytes after it exist, i.e. that it ends before the index
         guard = layout.index_size if layout.codec.index_location == "end" else 0
+        attempts = self.read_attempts
 
         def read_inner(key: str, byte_range: ByteRange | None = None) -> bytes | None:
             shard, i = layout.locate(parse_inner_key(key, rank))
             shard_key = layout.shard_key(shard)
-            for _ in range(READ_ATTEMPTS):
+            for _ in range(attempts):
                 gen = generation(shard_key)
                 try:
                     data = read_once(shard_key, gen, i, byte_range)
@@ -403,7 +406,7 @@ class ZarrShardingStore(Store):
                     if data is None or generation(shard_key) == gen:
                         return data
                 self._index_cache.pop(shard_key, None)
-            raise ConflictError(f"shard {shard_key!r} kept being replaced while it was read ({READ_ATTEMPTS} attempts)")
+            raise ConflictError(f"shard {shard_key!r} kept being replaced while it was read ({attempts} attempts)")
 
         def read_once(shard_key: str, gen: Hashable | None, i: int, byte_range: ByteRange | None) -> bytes | None:
             index = self._cached_index(shard_key, gen)

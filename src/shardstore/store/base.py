@@ -15,6 +15,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Final, cast
 
+from ..config import IOConfig
 from ..errors import ConflictError, InvalidKeyError, NotPicklableError, ReadOnlyError
 from ._coalesce import DEFAULT_MAX_GAP, DEFAULT_MAX_REQUEST, coalesce_ranges
 
@@ -152,6 +153,11 @@ class Store(abc.ABC):
     #: how often ``update_many`` redoes a read-modify-write whose conditional write lost a
     #: race before raising ``ConflictError`` (0: raise at the first conflict)
     retry_conflicts: int = DEFAULT_RETRY_CONFLICTS
+    #: a read-modify-write merge of a value up to this many bytes runs on the event loop
+    #: thread; larger ones in the codec thread pool (``IOConfig.inline_update_bytes``)
+    inline_update_bytes: int = IOConfig.inline_update_bytes
+    #: the size of the codec pool those larger merges run in (``IOConfig.codec_threads``)
+    codec_threads: int | None = IOConfig.codec_threads
 
     #: how to open this store again, in this process or another: (url, read_only,
     #: storage_options), set by ``store_from_url``; None for a store built by hand
@@ -170,6 +176,22 @@ class Store(abc.ABC):
         from .registry import reopen_store
 
         return (reopen_store, self.reopen_spec)
+
+    def use_config(self, config: IOConfig) -> None:
+        """Take the store-level fields of ``config`` (``max_concurrency``, ``retry_conflicts``
+        and the ``coalesce_*`` limits when not None, thresholds). ``shardstore.open`` and every format's
+        open/create call it on the stores they build from a path or URL; a Store passed in
+        keeps its own settings. Backends override it to take their own fields too."""
+        if config.max_concurrency is not None:
+            self.max_concurrency = config.max_concurrency
+        if config.retry_conflicts is not None:
+            self.retry_conflicts = config.retry_conflicts
+        if config.coalesce_max_gap is not None:
+            self.coalesce_max_gap = config.coalesce_max_gap
+        if config.coalesce_max_request is not None:
+            self.coalesce_max_request = config.coalesce_max_request
+        self.inline_update_bytes = config.inline_update_bytes
+        self.codec_threads = config.codec_threads
 
     @property
     def read_only(self) -> bool:
@@ -465,7 +487,7 @@ class Store(abc.ABC):
         retries = self.retry_conflicts
         for attempt in range(retries + 1):
             old, gen = await self.get_versioned(key)
-            new = await run_update(update, old)
+            new = await run_update(update, old, self.inline_update_bytes, self.codec_threads)
             if new is None and old is None:
                 return  # nothing there, nothing to store (a fill write to a missing unit)
             try:
@@ -544,18 +566,15 @@ class Store(abc.ABC):
     def _list_prefix(self, prefix: str) -> AsyncIterator[str]: ...
 
 
-#: merges of more bytes than this run in the codec thread pool, smaller ones inline
-_INLINE_UPDATE = 1 << 20
-
-
-async def run_update(update: Update, old: bytes | None) -> bytes | Parts | None:
-    """``update(old)``; for large values in the codec thread pool (decode, merge and encode
-    release the GIL), so the event loop keeps serving other requests meanwhile."""
-    if old is None or len(old) <= _INLINE_UPDATE:
+async def run_update(update: Update, old: bytes | None, inline_bytes: int = IOConfig.inline_update_bytes,
+                     codec_threads: int | None = None) -> bytes | Parts | None:
+    """``update(old)``; for values over ``inline_bytes`` in the codec thread pool (decode,
+    merge and encode release the GIL), so the event loop keeps serving other requests."""
+    if old is None or len(old) <= inline_bytes:
         return update(old)
     from .._sync import codec_pool
 
-    return await asyncio.get_running_loop().run_in_executor(codec_pool(), update, old)
+    return await asyncio.get_running_loop().run_in_executor(codec_pool(codec_threads), update, old)
 
 
 def inherited_retry_conflicts(store: Store | None) -> int:

@@ -32,15 +32,12 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
 from typing import Any
 
+from ..config import IOConfig
 from ..errors import StoreError, UnsupportedFeatureError
 from .base import MISSING, ByteRange, OffsetBR, RangeBR, Store, SuffixBR, validate_key
 
 __all__ = ["HTTPStore", "ObjectStoreBase", "RangeCache", "import_obstore", "make_client_options", "retry_config"]
 
-#: ranged and versioned replies at least this large are handed out as a read-only view of
-#: the client's buffer (no copy: a whole shard then costs no copies before its chunks are
-#: decoded); whole-value reads (metadata) and smaller replies are ``bytes``
-ZERO_COPY_MIN = 1 << 20
 
 #: what a user installs when obstore is missing
 INSTALL_HINT = "pip install 'shardstore[remote]'  (or: pip install obstore)"
@@ -172,6 +169,14 @@ class ObjectStoreBase(Store):
     body_retries = 2
     #: recently read byte ranges (``cache_bytes`` > 0), or None
     _cache: RangeCache | None = None
+    #: ranged and versioned replies at least this large are handed out as a read-only view of
+    #: the client's buffer (no copy: a whole shard then costs no copies before its chunks are
+    #: decoded); whole-value reads (metadata) and smaller replies are ``bytes``
+    zero_copy_min_bytes: int = IOConfig.zero_copy_min_bytes
+
+    def use_config(self, config: IOConfig) -> None:
+        super().use_config(config)
+        self.zero_copy_min_bytes = config.zero_copy_min_bytes
 
     _client: Any
     _where: str
@@ -265,7 +270,7 @@ class ObjectStoreBase(Store):
                     await asyncio.sleep(0.05 * 2**attempt * (0.5 + random.random()))
                     continue
                 raise self._error("read", key, e) from e
-        value = memoryview(data).toreadonly() if view and len(data) >= ZERO_COPY_MIN else bytes(data)
+        value = memoryview(data).toreadonly() if view and len(data) >= self.zero_copy_min_bytes else bytes(data)
         # never hand out wrong data: the body must be the range the reply says, which must be
         # the range asked for (obstore checks Content-Range; this checks the body against it)
         want_start = br.start if isinstance(br, (RangeBR, OffsetBR)) else start

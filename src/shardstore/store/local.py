@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import cast
 
 from .._sync import io_pool
+from ..config import IOConfig
 from ..errors import ConflictError, StoreError
 from ._fileio import pread
 from ._filelock import Lease, is_lock_name, lock_path, locked, open_making_dirs
@@ -43,9 +44,6 @@ from .base import (
 
 __all__ = ["LocalStore", "is_temp_name", "temp_path"]
 
-#: trees with at least this many files are removed by ``UNLINK_THREADS`` threads
-PARALLEL_UNLINK_FILES = 64
-UNLINK_THREADS = 4
 
 
 def _unlink_all(paths: Sequence[str]) -> None:
@@ -56,7 +54,8 @@ def _unlink_all(paths: Sequence[str]) -> None:
             pass
 
 
-def remove_tree(directory: str) -> None:
+def remove_tree(directory: str, *, parallel_files: int = IOConfig.local_parallel_unlink_files,
+                threads: int = IOConfig.local_unlink_threads, io_threads: int | None = None) -> None:
     """``shutil.rmtree(directory)`` (symlinks are removed, never followed), with the files of a
     large tree unlinked by several threads: freeing a file's cached pages and disk blocks is
     kernel work, and it runs in parallel (measured: the 512 block files of a 512^3 uint8 N5
@@ -71,11 +70,12 @@ def remove_tree(directory: str) -> None:
         with os.scandir(d) as entries:
             for entry in entries:
                 (stack if entry.is_dir(follow_symlinks=False) else files).append(entry.path)
-    if len(files) < PARALLEL_UNLINK_FILES:
+    if len(files) < parallel_files:
         _unlink_all(files)
     else:
-        step = -(-len(files) // UNLINK_THREADS)
-        futures = [io_pool().submit(_unlink_all, files[i : i + step]) for i in range(0, len(files), step)]
+        step = -(-len(files) // threads)
+        pool = io_pool(io_threads)
+        futures = [pool.submit(_unlink_all, files[i : i + step]) for i in range(0, len(files), step)]
         concurrent.futures.wait(futures)  # every batch has finished before an error is raised
         for f in futures:
             f.result()
@@ -87,8 +87,6 @@ def remove_tree(directory: str) -> None:
 _TEMP_RE = re.compile(r"^\..*\.[0-9a-f]{32}\.tmp$", re.DOTALL)
 # directory listings are done in thread calls returning up to this many keys each
 _LIST_BATCH = 4096
-# thread jobs a set_many is split into (file writes release the GIL)
-_WRITE_JOBS = 4
 
 
 def _write_all(fd: int, value: bytes | Parts) -> None:
@@ -149,13 +147,6 @@ def _describe(e: OSError) -> str:
     return e.strerror or str(e)
 
 
-#: ranged reads up to this many bytes in total run inline on the event loop. Measured on
-#: random 100^3 reads of a sharded array: a worker-thread read costs two thread hops, and
-#: its buffers come from the worker's malloc arena but are freed on the loop thread, which
-#: made ~8x more page faults per read; inline, the read was 1.7x faster overall.
-_INLINE_READ = 8 << 20
-#: ``get_many`` calls of at most this many small ranges are read inline, without planning
-_INLINE_REQUESTS = 8
 
 
 def _span(parts: Sequence[ByteRange | None]) -> int:
@@ -179,6 +170,7 @@ class LocalStore(Store):
 
     def __init__(self, root: str | os.PathLike[str], *, read_only: bool = False, create: bool = True) -> None:
         super().__init__(read_only=read_only)
+        self.use_config(IOConfig())
         self._root = Path(os.path.abspath(os.fspath(root)))
         # "root/" where keys can be appended as paths directly (POSIX), else "" (use _path)
         self._fast_root = str(self._root).rstrip("/") + "/" if os.sep == "/" else ""
@@ -192,6 +184,23 @@ class LocalStore(Store):
                 self._root.mkdir(parents=True, exist_ok=True)
             except OSError as e:
                 raise StoreError(f"cannot create store root {str(self._root)!r}: {_describe(e)}") from e
+
+    def use_config(self, config: IOConfig) -> None:
+        super().use_config(config)
+        # ranged reads up to this many bytes in total run inline on the event loop. Measured
+        # on random 100^3 reads of a sharded array: a worker-thread read costs two thread
+        # hops, and its buffers come from the worker's malloc arena but are freed on the loop
+        # thread, which made ~8x more page faults per read; inline, it was 1.7x faster overall
+        self.inline_read_bytes = config.local_inline_read_bytes
+        #: ``get_many`` calls of at most this many small ranges are read inline, unplanned
+        self.inline_requests = config.local_inline_requests
+        #: thread jobs a set_many is split into (file writes release the GIL)
+        self.write_jobs = config.local_write_jobs
+        #: trees of at least this many files are deleted by ``unlink_threads`` threads
+        self.parallel_unlink_files = config.local_parallel_unlink_files
+        self.unlink_threads = config.local_unlink_threads
+        #: the size of the I/O pool those threads come from (``IOConfig.io_threads``)
+        self.io_threads = config.io_threads
 
     @property
     def root(self) -> Path:
@@ -242,8 +251,8 @@ class LocalStore(Store):
         return (await asyncio.to_thread(self._read_parts, key, [byte_range]))[0]
 
     async def get_many(self, requests: Sequence[tuple[str, ByteRange | None]]) -> list[bytes | None]:
-        if len(requests) <= _INLINE_REQUESTS and all(isinstance(br, (RangeBR, SuffixBR)) for _, br in requests):
-            if _span([br for _, br in requests]) <= _INLINE_READ:
+        if len(requests) <= self.inline_requests and all(isinstance(br, (RangeBR, SuffixBR)) for _, br in requests):
+            if _span([br for _, br in requests]) <= self.inline_read_bytes:
                 # a few small ranges (a shard index, a minishard index, one value): read them
                 # right here; the general path's planning and tasks cost ~4x the reads
                 by_key: dict[str, list[int]] = {}
@@ -259,9 +268,9 @@ class LocalStore(Store):
     async def _get_parts(
         self, key: str, parts: Sequence[ByteRange | None], limit: asyncio.Semaphore
     ) -> list[bytes | None]:
-        if all(isinstance(br, (RangeBR, SuffixBR)) for br in parts) and _span(parts) <= _INLINE_READ:
+        if all(isinstance(br, (RangeBR, SuffixBR)) for br in parts) and _span(parts) <= self.inline_read_bytes:
             # ranged reads of a shard (its index, some inner chunks) are cheaper here than in
-            # a worker thread (see _INLINE_READ); whole values may be large and cold: thread
+            # a worker thread (see inline_read_bytes); whole values may be large and cold: thread
             return self._read_parts(key, parts)
         async with limit:
             return await asyncio.to_thread(self._read_parts, key, parts)
@@ -362,8 +371,8 @@ class LocalStore(Store):
 
     async def get_versioned(self, key: str, byte_range: ByteRange | None = None) -> tuple[bytes | None, Hashable | None]:
         validate_key(key)
-        if isinstance(byte_range, (RangeBR, SuffixBR)) and _span([byte_range]) <= _INLINE_READ:
-            return self._read_versioned(key, byte_range)  # (a shard index: inline, see _INLINE_READ)
+        if isinstance(byte_range, (RangeBR, SuffixBR)) and _span([byte_range]) <= self.inline_read_bytes:
+            return self._read_versioned(key, byte_range)  # (a shard index: inline, see inline_read_bytes)
         return await asyncio.to_thread(self._read_versioned, key, byte_range)
 
     async def generation(self, key: str) -> Hashable | None:
@@ -483,7 +492,7 @@ class LocalStore(Store):
                 else:
                     self._write(key, value)
 
-        n = min(len(work), _WRITE_JOBS)
+        n = min(len(work), self.write_jobs)
         size = -(-len(work) // n)
         # every thread finishes before an error is raised: a caller that sees the error must
         # not have files of this batch still being written afterwards
@@ -526,7 +535,8 @@ class LocalStore(Store):
         if prefix:
             directory = self._path(prefix[:-1])
             if os.path.isdir(directory) and not os.path.islink(directory):
-                remove_tree(directory)
+                remove_tree(directory, parallel_files=self.parallel_unlink_files, threads=self.unlink_threads,
+                            io_threads=self.io_threads)
             self._prune(os.path.dirname(directory))
             return
         try:
@@ -535,7 +545,8 @@ class LocalStore(Store):
             return
         for entry in entries:
             if entry.is_dir(follow_symlinks=False):
-                remove_tree(entry.path)
+                remove_tree(entry.path, parallel_files=self.parallel_unlink_files, threads=self.unlink_threads,
+                            io_threads=self.io_threads)
             else:
                 os.unlink(entry.path)
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import unquote
 
+from ..config import IOConfig
 from ..errors import UnsupportedFeatureError
 from .base import Store
 
@@ -96,6 +97,7 @@ def store_from_url(
     *,
     mode: str = "r",
     storage_options: Mapping[str, Any] | None = None,
+    config: IOConfig | None = None,
 ) -> Store:
     """The Store for a path, a URL or a Store.
 
@@ -112,15 +114,26 @@ def store_from_url(
 
     Remote schemes need the ``obstore`` package (``pip install 'shardstore[remote]'``).
 
+    ``config`` (an ``IOConfig``) sets the store-level fields (``max_concurrency``,
+    ``retry_conflicts``, thresholds) of a store built here (``Store.use_config``); a Store
+    passed in keeps its own settings, and ``storage_options`` given explicitly win.
+
     ``mode="r"`` opens the store read-only; the other modes (``"r+"``, ``"a"``, ``"w"``,
     ``"w-"``) open it writable (a local root directory is created when missing). What a mode
     means for the data (overwrite, refuse existing) is decided by the layers above.
     """
     if isinstance(url_or_path, Store):
         return url_or_path
+    store = _build_store(url_or_path, mode, dict(storage_options or {}))
+    if config is not None:
+        explicit = {name for name in ("max_concurrency", "retry_conflicts") if name in (storage_options or {})}
+        store.use_config(config.replace(**dict.fromkeys(explicit)))
+    return store
+
+
+def _build_store(url_or_path: str | os.PathLike[str], mode: str, options: dict[str, Any]) -> Store:
     if mode not in MODES:
         raise ValueError(f"invalid mode {mode!r}; expected one of {list(MODES)}")
-    options = dict(storage_options or {})
     read_only = mode == "r"
     if isinstance(url_or_path, os.PathLike):
         return _file_factory(os.fspath(url_or_path), read_only, options)

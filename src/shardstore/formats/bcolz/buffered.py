@@ -19,7 +19,7 @@ codec threads, each encoding a chunk and writing its file, with no event-loop ro
 One writer at a time: on local files a handle holds the rootdir's writer lease (an advisory
 lock across processes, ``Store.lease``) from its first write until everything it wrote is
 flushed. A second writing handle (this or another process) waits for that, up to
-``WRITER_WAIT`` seconds, and then fails with ``ConflictError`` naming the rootdir; so appends
+``IOConfig.bcolz_writer_wait`` seconds (10 by default), and then fails with ``ConflictError`` naming the rootdir; so appends
 never interleave. A handle that gets the lease after another writer changed the carray
 (``meta/sizes`` has another generation) first re-reads ``meta/sizes`` and continues from
 there. Readers see a prefix: chunk files before the ``meta/sizes`` that counts them. Other
@@ -39,13 +39,13 @@ from typing import Any, Protocol, Self
 import numpy as np
 
 from ..._sync import codec_pool, sync
+from ...config import IOConfig
 from ...core.array import AsyncArray
 from ...core.indexing import Indexer, basic_indexer
 from ...errors import ConflictError
 from .driver import BcolzDriver, chunk_file_key
 
 #: how long a writing handle waits for another one (of this or another process) to flush
-WRITER_WAIT = 10.0
 #: the key whose lease is the rootdir's writer lock (a hidden ``.writer.lock`` file)
 _WRITER_KEY = "writer"
 
@@ -196,8 +196,8 @@ class BcolzArray(AsyncArray):
 
     driver: BcolzDriver
 
-    def __init__(self, driver: BcolzDriver, *, read_only: bool, name: str = "") -> None:
-        super().__init__(driver, read_only=read_only, name=name)
+    def __init__(self, driver: BcolzDriver, *, read_only: bool, name: str = "", config: IOConfig | None = None) -> None:
+        super().__init__(driver, read_only=read_only, name=name, config=config)
         self.autoflush = False
         self._pending = _Pending(driver.sizes.shape[0])
         self._seen = None if read_only else self._sizes_generation()
@@ -223,12 +223,13 @@ class BcolzArray(AsyncArray):
         if self._pending.lease is not None or not store.leases:
             return
         key = f"{self.driver.path}/{_WRITER_KEY}" if self.driver.path else _WRITER_KEY
-        lease = store.lease(key, WRITER_WAIT)
+        wait = self.config.bcolz_writer_wait
+        lease = store.lease(key, wait)
         where = self.driver.where(self.driver.path or ".")
         if lease is None:
             raise ConflictError(
                 f"bcolz carray {where} is being written by another handle (of this or another process), "
-                f"which did not flush within {WRITER_WAIT} s; flush() or close() it first"
+                f"which did not flush within {wait} s; flush() or close() it first"
             )
         now = self._sizes_generation()
         if self._seen is not None and now != self._seen:
@@ -433,7 +434,8 @@ class BcolzArray(AsyncArray):
             write(key, data, atomic=pending.visible(k, chunklen))
             return len(data) - _BLOSCPACK_HEADER
 
-        futures = [codec_pool().submit(job, k, rows) for k, rows in jobs[1:]]
+        pool = codec_pool(self.config.codec_threads)
+        futures = [pool.submit(job, k, rows) for k, rows in jobs[1:]]
         try:
             total = job(*jobs[0])
         finally:
@@ -451,7 +453,7 @@ class BcolzArray(AsyncArray):
         loop = asyncio.get_running_loop()
 
         async def one(k: int, rows: np.ndarray) -> int:
-            key, data = await loop.run_in_executor(codec_pool(), encode, k, rows)
+            key, data = await loop.run_in_executor(codec_pool(self.config.codec_threads), encode, k, rows)
             await store.set(key, data)
             return len(data) - _BLOSCPACK_HEADER
 

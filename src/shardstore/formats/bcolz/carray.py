@@ -19,6 +19,7 @@ import numpy as np
 
 from ..._reopen import NodeRecord
 from ..._sync import sync
+from ...config import IOConfig, default_config
 from ...core.array import Array
 from ...errors import CodecError, ContainsNodeError, ShardStoreError
 from ...store.base import RangeBR, Store
@@ -34,11 +35,12 @@ __all__ = ["CArray", "carray", "open_carray", "create_carray", "iterblocks", "re
 RootDir = str | os.PathLike[str] | Store | None
 
 
-def resolve_store(rootdir: RootDir, mode: str) -> Store:
+def resolve_store(rootdir: RootDir, mode: str, config: IOConfig | None = None) -> Store:
     """The store for a rootdir (a path, URL or Store; None = a new in-memory store)."""
-    if rootdir is None:
-        return MemoryStore()
-    return store_from_url(rootdir, mode="r" if mode == "r" else "a")
+    store = MemoryStore() if rootdir is None else store_from_url(rootdir, mode="r" if mode == "r" else "a")
+    if config is not None and not isinstance(rootdir, Store):
+        store.use_config(config)
+    return store
 
 
 def _is_fancy(selection: Any) -> bool:
@@ -293,6 +295,7 @@ def carray(
     dflt: Any = None,
     mode: str = "a",
     path: str = "",
+    config: IOConfig | None = None,
 ) -> CArray:
     """Create a carray from ``data`` (array-like, or None for an empty one).
 
@@ -300,7 +303,7 @@ def carray(
     default ``mode="a"`` refuses an existing rootdir and ``mode="w"`` replaces it. ``chunklen``
     defaults to bcolz' choice for ``expectedlen`` (default ``len(data)``) rows;
     ``cparams`` defaults to ``{"clevel": 5, "shuffle": 1, "cname": "lz4"}``; ``dflt``
-    (default zero) fills rows added by ``resize``.
+    (default zero) fills rows added by ``resize``. ``config`` (an ``IOConfig``) tunes it.
     """
     if mode not in ("w", "a", "w-"):
         raise ValueError(f"carray() creates: mode must be 'w' or 'a', got {mode!r}")
@@ -320,8 +323,9 @@ def carray(
     if chunklen < 1:
         raise ValueError("chunklen must be a positive integer")
     fill = np.zeros((), dtype=dt)[()] if dflt is None else dflt_from_json(dflt, dt, "dflt argument")
+    config = default_config(config)
     with leave_nothing_behind(rootdir):
-        store = resolve_store(rootdir, "w")
+        store = resolve_store(rootdir, "w", config)
         driver = sync(
             create_carray(
                 store,
@@ -335,18 +339,19 @@ def carray(
                 mode=mode,
             )
         )
-    ca = CArray(BcolzArray(driver, read_only=False, name=str(rootdir or "memory")), rootdir, "a")
+    ca = CArray(BcolzArray(driver, read_only=False, name=str(rootdir or "memory"), config=config), rootdir, "a")
     ca.append(arr)
     ca.flush()
     return ca
 
 
-def open_carray(store: Store, path: str = "", mode: str = "a", rootdir: RootDir = None) -> CArray:
+def open_carray(store: Store, path: str = "", mode: str = "a", rootdir: RootDir = None,
+                config: IOConfig | None = None) -> CArray:
     """Open the carray at ``path``; ``mode="w"`` empties it (as bcolz does)."""
     driver = sync(read_driver(store, path))
     if driver is None:
         raise ShardStoreError(f"no bcolz carray at {path or '/'!r} in {store!r} ({SIZES_KEY} is missing)")
-    ca = CArray(BcolzArray(driver, read_only=mode == "r", name=str(rootdir or path or store)), rootdir, mode)
+    ca = CArray(BcolzArray(driver, read_only=mode == "r", name=str(rootdir or path or store), config=config), rootdir, mode)
     if mode == "w":
         ca.resize(0)
     return ca

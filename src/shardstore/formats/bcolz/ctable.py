@@ -14,6 +14,7 @@ import numpy as np
 
 from ..._reopen import NodeRecord, reopen
 from ..._sync import sync
+from ...config import IOConfig, default_config
 from ...core.array import Attributes
 from ...errors import ContainsNodeError, MetadataError, ReadOnlyError, ShardStoreError
 from ...store.base import Store
@@ -66,8 +67,11 @@ class CTable(FlushOnClose):
     """A bcolz ctable: ``t["col"]`` (a carray), ``t[10:20]`` (a structured array), ``append``,
     ``addcol``, ``delcol``, ``names``, ``dtype``, ``len``, ``attrs``."""
 
-    def __init__(self, store: Store, path: str, names: list[str], cols: dict[str, CArray], attrs: dict[str, Any], mode: str, rootdir: RootDir = None) -> None:
+    def __init__(self, store: Store, path: str, names: list[str], cols: dict[str, CArray], attrs: dict[str, Any], mode: str,
+                 rootdir: RootDir = None, config: IOConfig | None = None) -> None:
         self.store = store
+        #: the ``IOConfig`` of its columns (new ones too)
+        self.config = config
         self.path = path
         self._names = list(names)
         self.cols = cols
@@ -283,7 +287,7 @@ class CTable(FlushOnClose):
         arr = np.asarray(data, dtype=kwargs.pop("dtype", None))
         if len(arr) != self._len:
             raise ValueError("`newcol` must have the same length than ctable")
-        col = _new_column(self.store, _key(self.path, name), arr, mode="w-", **kwargs)
+        col = _new_column(self.store, _key(self.path, name), arr, mode="w-", config=self.config, **kwargs)
         self._names.insert(pos, name)
         self.cols[name] = col
         sync(self._save_rootdirs())
@@ -305,7 +309,7 @@ class CTable(FlushOnClose):
 
 
 def _new_column(store: Store, path: str, arr: np.ndarray, *, mode: str, chunklen: int | None = None, expectedlen: int | None = None,
-                cparams: Any = None, dflt: Any = None) -> CArray:
+                cparams: Any = None, dflt: Any = None, config: IOConfig | None = None) -> CArray:
     dt = arr.dtype.newbyteorder("=") if arr.dtype.byteorder == ">" else arr.dtype
     if dt.names is not None or dt.hasobject:
         raise MetadataError(f"column {path!r}: data type {dt} cannot be a bcolz column")
@@ -317,7 +321,7 @@ def _new_column(store: Store, path: str, arr: np.ndarray, *, mode: str, chunklen
         create_carray(store, path, shape_tail=tuple(arr.shape[1:]), dtype=dt, chunklen=chunklen, expectedlen=expectedlen,
                       cparams=CParams.from_any(cparams), dflt=fill, mode=mode)
     )
-    col = CArray(BcolzArray(driver, read_only=False, name=path), None, "a")
+    col = CArray(BcolzArray(driver, read_only=False, name=path, config=config), None, "a")
     col.append(arr.astype(dt, copy=False))
     col.flush()
     return col
@@ -340,10 +344,12 @@ def ctable(
     expectedlen: int | None = None,
     cparams: Any = None,
     path: str = "",
+    config: IOConfig | None = None,
 ) -> CTable:
     """Create a ctable from a structured array, a dict of columns or a list of arrays
     (with ``names``). Each column is a carray in ``rootdir/<name>``. As in bcolz, the default
-    ``mode="a"`` refuses an existing rootdir and ``mode="w"`` replaces it."""
+    ``mode="a"`` refuses an existing rootdir and ``mode="w"`` replaces it. ``config`` (an
+    ``IOConfig``) tunes its columns."""
     if mode not in ("w", "a", "w-"):
         raise ValueError(f"ctable() creates: mode must be 'w' or 'a', got {mode!r}")
     if columns is None:
@@ -358,15 +364,17 @@ def ctable(
     arrays = [np.asarray(d) for d in datas]
     if len({len(a) for a in arrays}) > 1:
         raise ValueError("all `columns` must have the same length")
+    config = default_config(config)
     with leave_nothing_behind(rootdir):
-        store = resolve_store(rootdir, "w")
+        store = resolve_store(rootdir, "w", config)
         sync(_prepare(store, path.strip("/"), mode, rootdir))
     path = path.strip("/")
 
     cols: dict[str, CArray] = {}
-    table = CTable(store, path, [], cols, {}, "a", rootdir)
+    table = CTable(store, path, [], cols, {}, "a", rootdir, config)
     for n, arr in zip(col_names, arrays):
-        cols[n] = _new_column(store, _key(path, n), arr, mode="w", chunklen=chunklen, expectedlen=expectedlen, cparams=cparams)
+        cols[n] = _new_column(store, _key(path, n), arr, mode="w", chunklen=chunklen, expectedlen=expectedlen, cparams=cparams,
+                              config=config)
         table._names.append(n)
         sync(table._save_rootdirs())  # as bcolz: after each column
     table._len = len(arrays[0]) if arrays else 0
@@ -374,7 +382,8 @@ def ctable(
     return table
 
 
-def open_ctable(store: Store, path: str = "", mode: str = "a", rootdir: RootDir = None) -> CTable:
+def open_ctable(store: Store, path: str = "", mode: str = "a", rootdir: RootDir = None,
+                config: IOConfig | None = None) -> CTable:
     """Open the ctable at ``path`` (``mode="w"`` empties it)."""
     key = _key(path, ROOTDIRS_KEY)
     raw_names, raw_attrs = sync(store.get_many([(key, None), (_key(path, ATTRS_KEY), None)]))
@@ -382,8 +391,9 @@ def open_ctable(store: Store, path: str = "", mode: str = "a", rootdir: RootDir 
         raise ShardStoreError(f"no bcolz ctable at {describe_file(store, key)} (__rootdirs__ is missing)")
     names = parse_rootdirs(raw_names, describe_file(store, key))
     attrs = {} if raw_attrs is None or not bytes(raw_attrs).strip() else parse_json_object(raw_attrs, describe_file(store, _key(path, ATTRS_KEY)))
-    cols = {n: open_carray(store, _key(path, n), "r" if mode == "r" else "a") for n in names}
-    table = CTable(store, path, names, cols, attrs, "r" if mode == "r" else "a", rootdir)
+    config = default_config(config)
+    cols = {n: open_carray(store, _key(path, n), "r" if mode == "r" else "a", config=config) for n in names}
+    table = CTable(store, path, names, cols, attrs, "r" if mode == "r" else "a", rootdir, config)
     if mode == "w":
         table.resize(0)
     return table

@@ -97,6 +97,7 @@ class BcolzDriver(FormatDriver):
             raise MetadataError(f"{self.where(_key(self.path, STORAGE_KEY))}: {e}") from e
         path = self.path
         return ChunkLayout(
+            config=self.config,
             spec=spec,
             grid=RegularGrid(shape, chunk_shape),
             pipeline=pipeline,

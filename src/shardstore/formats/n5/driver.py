@@ -62,6 +62,7 @@ class N5Driver(FormatDriver):
         except MetadataError as e:
             raise MetadataError(f"{attributes_key(self.path)}: {e}") from e
         return ChunkLayout(
+            config=self.config,
             spec=ArraySpec(meta.shape, meta.dtype, fill),
             grid=RegularGrid(meta.shape, meta.chunk_shape),
             pipeline=pipeline,

@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from ..._sync import sync
-from ...codecs.n5_block import DEFAULT_MAX_VARLENGTH_NBYTES, compression_defaults_n5, compression_from_n5
+from ...codecs.n5_block import compression_defaults_n5, compression_from_n5
+from ...config import IOConfig, default_config
 from ...core.array import Array, AsyncArray
 from ...core.group import GroupBase
 from ...errors import (
@@ -69,14 +70,17 @@ class N5Array(Array):
         layout.grid._check_coords(coords)
         return coords, layout.chunk_key(coords)
 
-    def read_varlength_block(self, coords: Any, *, max_nbytes: int = DEFAULT_MAX_VARLENGTH_NBYTES) -> np.ndarray:
+    def read_varlength_block(self, coords: Any, *, max_nbytes: int | None = None) -> np.ndarray:
         """The elements of block ``coords`` (C-order grid indices) as a 1-D array, x fastest.
 
         Reads mode 1 (varlength) blocks with any number of elements, and mode 0 blocks. A
         missing block raises ``ChunkNotFoundError``; a block declaring more than
-        ``max_nbytes`` bytes is refused before decompression.
+        ``max_nbytes`` bytes (default: ``IOConfig.max_varlength_nbytes`` of the array's config)
+        is refused before decompression.
         """
         coords, key = self._block(coords)
+        if max_nbytes is None:
+            max_nbytes = self.config.max_varlength_nbytes
         raw = self.read_chunk_bytes(coords)
         if raw is None:
             raise ChunkNotFoundError(f"N5 block {key!r} is missing")
@@ -98,12 +102,13 @@ class N5Array(Array):
 
 # -- helpers ---------------------------------------------------------------------------------
 def _resolve(
-    store_like: StoreLike, path: str | None, mode: str, storage_options: dict[str, Any] | None = None
+    store_like: StoreLike, path: str | None, mode: str, storage_options: dict[str, Any] | None = None,
+    config: IOConfig | None = None,
 ) -> tuple[Store, str]:
     path = (path or "").strip("/")
     if path and any(p in ("", ".", "..") for p in path.split("/")):
         raise InvalidKeyError(f"invalid N5 path {path!r}: empty, '.' and '..' parts would leave the container")
-    return store_from_url(store_like, mode=mode, storage_options=storage_options), path
+    return store_from_url(store_like, mode=mode, storage_options=storage_options, config=config), path
 
 
 async def _read_doc(store: Store, path: str) -> dict[str, Any] | None:
@@ -131,10 +136,12 @@ def _auto_block(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
     return tuple(max(1, min(s, edge)) for s in shape)
 
 
-def _wrap(store: Store, path: str, meta: DatasetMetadata | GroupMetadata, read_only: bool) -> N5Array | Group:
+def _wrap(store: Store, path: str, meta: DatasetMetadata | GroupMetadata, read_only: bool,
+          config: IOConfig | None = None) -> N5Array | Group:
     if isinstance(meta, GroupMetadata):
-        return Group(store, path, meta, read_only)
-    return N5Array(AsyncArray(N5Driver(store, path, meta), read_only=read_only, name=path or repr(store)))
+        return Group(store, path, meta, read_only, config)
+    return N5Array(AsyncArray(N5Driver(store, path, meta), read_only=read_only, name=path or repr(store),
+                              config=config))
 
 
 def _mode_and_path(what: str, second: str | None, mode: str | None, path: str | None) -> tuple[str, str]:
@@ -165,6 +172,7 @@ def create(
     mode: str = "w-",
     attributes: dict[str, Any] | None = None,
     storage_options: dict[str, Any] | None = None,
+    config: IOConfig | None = None,
 ) -> N5Array:
     """Create an N5 dataset at ``path`` in ``container`` and return it for writing.
 
@@ -173,10 +181,12 @@ def create(
     ``{"type": "zstd", "level": 3}``, ``{"type": "blosc", "cname": "lz4", "clevel": 5,
     "shuffle": 1}``, ``{"type": "raw"}``; defaults of the type are filled in. ``mode="w-"``
     refuses to replace an existing node, ``"w"`` deletes what is under ``path``.
-    ``storage_options`` configure a URL's store (``s3://``: endpoint, credentials, ...).
+    ``storage_options`` configure a URL's store (``s3://``: endpoint, credentials, ...);
+    ``config`` (an ``IOConfig``) tunes the dataset and that store.
     """
     check_mode(mode, CREATE_MODES, "n5.create()")
-    base, path = _resolve(container, path, "w", storage_options)
+    config = default_config(config)
+    base, path = _resolve(container, path, "w", storage_options, config)
     shape_t = tuple(int(s) for s in shape)
     np_dtype = native(dtype)
     dtype_name(np_dtype)
@@ -215,7 +225,7 @@ def create(
             await _ensure_root_version(base)
 
     sync(write())
-    return N5Array(AsyncArray(driver, read_only=False, name=path or str(container)))
+    return N5Array(AsyncArray(driver, read_only=False, name=path or str(container), config=config))
 
 
 @cleans_up
@@ -226,21 +236,23 @@ def open(
     *,
     path: str | None = None,
     storage_options: dict[str, Any] | None = None,
+    config: IOConfig | None = None,
 ) -> N5Array | Group:
     """Open an existing N5 dataset (or group) at ``path`` in ``container``: ``open(container,
-    mode="r", *, path="")`` (``mode``: "r", "r+", "a")."""
+    mode="r", *, path="")`` (``mode``: "r", "r+", "a"); ``config`` (an ``IOConfig``) tunes it."""
     mode, path = _mode_and_path("n5.open()", mode_or_path, mode, path)
-    base, path = _resolve(container, path, mode, storage_options)
-    return open_node(base, mode=mode, path=path)
+    config = default_config(config)
+    base, path = _resolve(container, path, mode, storage_options, config)
+    return open_node(base, mode=mode, path=path, config=config)
 
 
-def open_node(store: Store, mode: str = "r", path: str = "") -> N5Array | Group:
+def open_node(store: Store, mode: str = "r", path: str = "", config: IOConfig | None = None) -> N5Array | Group:
     """The dataset or group at ``path`` in ``store`` (the signature ``shardstore.open`` uses)."""
     meta = sync(_read_group(store, path))
     if meta is None:
         raise NodeNotFoundError(f"no N5 dataset or group at {path or '/'!r} in {store!r} "
                                 f"(no {attributes_key(path)!r} and no sub-directories)")
-    return _wrap(store, path, meta, read_only=mode == "r")
+    return _wrap(store, path, meta, read_only=mode == "r", config=config)
 
 
 def create_node(store: Store, *, path: str = "", mode: str = "w-", **kwargs: Any) -> N5Array:
@@ -257,21 +269,23 @@ def open_group(
     *,
     path: str | None = None,
     storage_options: dict[str, Any] | None = None,
+    config: IOConfig | None = None,
 ) -> Group:
     """Open the group at ``path`` (default: the container root): ``open_group(container,
-    mode="r", *, path="")``; mode "a" creates it if missing."""
+    mode="r", *, path="")``; mode "a" creates it if missing. Its datasets open with ``config``."""
     mode, path = _mode_and_path("n5.open_group()", mode_or_path, mode, path)
-    base, path = _resolve(container, path, mode, storage_options)
+    config = default_config(config)
+    base, path = _resolve(container, path, mode, storage_options, config)
     node = sync(_read_group(base, path))
     if node is None:
         if mode == "a":
-            return create_group(base, path, mode="w-")
+            return create_group(base, path, mode="w-", config=config)
         raise NodeNotFoundError(f"no N5 group at {path or '/'!r} in {base!r} (no {attributes_key(path)!r} "
                                 "and no sub-directories)")
     if isinstance(node, DatasetMetadata):
         raise NodeTypeError(f"expected an N5 group at {attributes_key(path)!r} in {base!r}, found a dataset "
                             "(open it with n5.open or shardstore.open)")
-    return Group(base, path, node, read_only=mode == "r")
+    return Group(base, path, node, read_only=mode == "r", config=config)
 
 
 async def _read_group(store: Store, path: str) -> DatasetMetadata | GroupMetadata | None:
@@ -285,12 +299,13 @@ async def _read_group(store: Store, path: str) -> DatasetMetadata | GroupMetadat
 @cleans_up
 def create_group(
     container: StoreLike, path: str = "", *, attributes: dict[str, Any] | None = None, mode: str = "w-",
-    storage_options: dict[str, Any] | None = None,
+    storage_options: dict[str, Any] | None = None, config: IOConfig | None = None,
 ) -> Group:
     """Create a group (an ``attributes.json`` with the user ``attributes``). ``"w-"`` refuses
     an existing node with attributes; ``"w"`` replaces the group, children included."""
     check_mode(mode, CREATE_MODES, "n5.create_group()")
-    base, path = _resolve(container, path, "w", storage_options)
+    config = default_config(config)
+    base, path = _resolve(container, path, "w", storage_options, config)
     meta = GroupMetadata(attributes=dict(attributes or {}))
     if not path:
         meta.hidden = {VERSION_KEY: N5_VERSION}
@@ -310,7 +325,7 @@ def create_group(
             await _ensure_root_version(base)
 
     sync(write())
-    return Group(base, path, meta, read_only=False)
+    return Group(base, path, meta, read_only=False, config=config)
 
 
 class _GroupDriver:
@@ -335,8 +350,9 @@ class Group(GroupBase):
 
     format_name = "n5"
 
-    def __init__(self, store: Store, path: str, meta: GroupMetadata, read_only: bool) -> None:
-        super().__init__(store, path, _GroupDriver(store, path, meta), read_only)
+    def __init__(self, store: Store, path: str, meta: GroupMetadata, read_only: bool,
+                 config: IOConfig | None = None) -> None:
+        super().__init__(store, path, _GroupDriver(store, path, meta), read_only, config)
 
     def __repr__(self) -> str:
         return f"<shardstore.n5.Group {self.path or '/'} in {self.store!r}>"
@@ -357,7 +373,7 @@ class Group(GroupBase):
         node = sync(_read_group(self.store, path))
         if node is None:
             raise KeyError(f"no child {name!r} in {self!r}")
-        return _wrap(self.store, path, node, self.read_only)
+        return _wrap(self.store, path, node, self.read_only, self.config)
 
     def arrays(self) -> list[tuple[str, N5Array]]:
         return [(k, v) for k in self.keys() if isinstance(v := self[k], N5Array)]
@@ -366,15 +382,15 @@ class Group(GroupBase):
         return [(k, v) for k in self.keys() if isinstance(v := self[k], Group)]
 
     def create_group(self, name: str, *, attributes: dict[str, Any] | None = None, mode: str = "w-") -> Group:
-        return create_group(self.store, self._child(name), attributes=attributes, mode=mode)
+        return create_group(self.store, self._child(name), attributes=attributes, mode=mode, config=self.config)
 
     def require_group(self, name: str) -> Group:
         """The child group ``name``, created when missing."""
-        return open_group(self.store, "a", path=self._child(name))
+        return open_group(self.store, "a", path=self._child(name), config=self.config)
 
     def create_dataset(self, name: str, **kwargs: Any) -> N5Array:
         """``shardstore.n5.create`` at ``name`` below this group."""
-        return create(self.store, self._child(name), **kwargs)
+        return create(self.store, self._child(name), **{"config": self.config, **kwargs})
 
     def tree(self) -> str:
         """A text outline of the hierarchy below this group."""

@@ -158,6 +158,7 @@ class PrecomputedDriver(FormatDriver):
             # encodings stay well under 4x its voxel bytes)
             gz_cap = 4 * int(np.prod(chunk, dtype=np.int64)) * dtype.itemsize + (64 << 10)
             return ChunkLayout(
+                config=self.config,
                 store=GzipChunkFiles(self.store, gz_cap),
                 chunk_key=_chunk_name_fn(prefix, scale),
                 describe_key=lambda key: f"chunk file {key!r}",
@@ -165,7 +166,7 @@ class PrecomputedDriver(FormatDriver):
             )
         sharding = ShardingSpec.from_json(scale.sharding, f"{self.where}.sharding")
         counts = _ShardCounts(sharding, scale.grid_shape)
-        store = Uint64ShardedStore(PrefixStore(self.store, prefix), sharding, complete_shard=counts.complete)
+        store = Uint64ShardedStore(PrefixStore(self.store, prefix), sharding, complete_shard=counts.complete, config=self.config)
         grid_shape = scale.grid_shape
 
         @functools.lru_cache(maxsize=1 << 16)
@@ -176,6 +177,7 @@ class PrecomputedDriver(FormatDriver):
             return f"chunk {key} in shard file {prefix}/{store.shard_file(int(key))!s}"
 
         return ChunkLayout(
+            config=self.config,
             store=store,
             chunk_key=lambda coords: str(code(coords)),
             describe_key=describe,

@@ -21,6 +21,7 @@ from typing import Any, SupportsIndex, cast
 
 from ..._reopen import NodeRecord, reopen
 from ..._sync import sync
+from ...config import IOConfig, default_config
 from ...errors import ContainsNodeError, InvalidKeyError, MetadataError
 from ...sharding.uint64 import SHARDING_TYPE, UINT64_MAX, CompleteShard, ShardingSpec, Uint64ShardedStore
 from ...store.base import Store
@@ -175,6 +176,7 @@ def open_kv(
     *,
     storage_options: Mapping[str, Any] | None = None,
     complete_shard: CompleteShard | None = None,
+    config: IOConfig | None = None,
 ) -> ShardedKV:
     """Open the sharded uint64 key-value store in a directory (path, URL or Store).
 
@@ -183,13 +185,14 @@ def open_kv(
     a ``sharding`` given); ``"a"`` read-write, creating an ``info`` holding the spec when
     there is none; ``"w"`` create, removing every shard file (and info) first; ``"w-"``
     create, failing if an ``info`` exists. A ``sharding`` that disagrees with an existing
-    ``info`` is a MetadataError.
+    ``info`` is a MetadataError. ``config`` (an ``IOConfig``) tunes the store and adapter.
     """
     if isinstance(sharding, str) and sharding in MODES and mode == "r":  # open_kv(path, "r+"): a mode
         sharding, mode = None, sharding
     if mode not in MODES:
         raise ValueError(f"invalid mode {mode!r}; expected one of {list(MODES)}")
-    store = store_from_url(path_or_store, mode=mode, storage_options=storage_options)
+    config = default_config(config)
+    store = store_from_url(path_or_store, mode=mode, storage_options=storage_options, config=config)
     where = f"{INFO_KEY!r} in {store!r}"
     raw = sync(store.get(INFO_KEY))
     if raw is not None and mode == "w-":
@@ -208,9 +211,9 @@ def open_kv(
     if spec is None:
         raise MetadataError(f"no sharding spec: {where} is missing and no sharding argument was given")
     if mode == "w":
-        adapter = Uint64ShardedStore(store, spec)
+        adapter = Uint64ShardedStore(store, spec, config=config)
         stems = sync(adapter._shard_stems())
         sync(store.set_many([(f"{s}.{ext}", None) for s in stems for ext in ("shard", "index", "data")]))
     if mode in ("a", "w", "w-") and (info_spec is None):
         sync(store.set(INFO_KEY, json.dumps(spec.to_json(), indent=1).encode()))
-    return ShardedKV(Uint64ShardedStore(store, spec, complete_shard=complete_shard))
+    return ShardedKV(Uint64ShardedStore(store, spec, complete_shard=complete_shard, config=config))

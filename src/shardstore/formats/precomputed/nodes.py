@@ -13,6 +13,7 @@ import numpy as np
 
 from ..._reopen import NodeRecord
 from ..._sync import sync
+from ...config import IOConfig, default_config
 from ...core.array import Array, AsyncArray
 from ...errors import (
     ContainsNodeError,
@@ -36,9 +37,11 @@ DEFAULT_CHUNK = (64, 64, 64)
 
 
 def _resolve(
-    store_like: StoreLike, path: str | None, mode: str, storage_options: dict[str, Any] | None = None
+    store_like: StoreLike, path: str | None, mode: str, storage_options: dict[str, Any] | None = None,
+    config: IOConfig | None = None,
 ) -> tuple[Store, str]:
-    return store_from_url(store_like, mode=mode, storage_options=storage_options), (path or "").strip("/")
+    store = store_from_url(store_like, mode=mode, storage_options=storage_options, config=config)
+    return store, (path or "").strip("/")
 
 
 async def _read_info(store: Store, path: str) -> VolumeInfo | None:
@@ -141,10 +144,11 @@ class _ExplainedOIndex:
             raise self._array._explain(e) from None
 
 
-def _array(base: Store, path: str, info: VolumeInfo, index: int, read_only: bool, options: EncodingOptions) -> Array:
+def _array(base: Store, path: str, info: VolumeInfo, index: int, read_only: bool, options: EncodingOptions,
+           config: IOConfig | None = None) -> Array:
     driver = PrecomputedDriver(base, path, info, index, options)
     name = f"{path}/{info.scales[index].key}" if path else info.scales[index].key
-    return PrecomputedArray(AsyncArray(driver, read_only=read_only, name=name))
+    return PrecomputedArray(AsyncArray(driver, read_only=read_only, name=name, config=config))
 
 
 def _scale_index(info: VolumeInfo, scale: Any, base: Store, path: str) -> int:
@@ -167,6 +171,7 @@ def open(
     jpeg_quality: int | None = None,
     png_level: int | None = None,
     storage_options: dict[str, Any] | None = None,
+    config: IOConfig | None = None,
 ) -> Array:
     """Open one scale (by index or key) of a precomputed volume as a ``[x, y, z, channel]`` array.
 
@@ -174,7 +179,7 @@ def open(
     ``scale`` an index or a key. (The older ``open(store, scale)`` still works, with a
     DeprecationWarning.) ``jpeg_quality`` / ``png_level`` are
     writer options (default: the scale's ``jpeg_quality`` / ``png_level`` member, else 75 / the
-    PNG library's default).
+    PNG library's default). ``config`` (an ``IOConfig``) tunes the array and its store.
     """
     if mode not in (*OPEN_MODES, *CREATE_MODES) and (isinstance(mode, int) or (isinstance(mode, str) and scale == 0)):
         # the older open(store, scale): the second argument is the mode now
@@ -182,12 +187,13 @@ def open(
                       "positional argument is the mode)", DeprecationWarning, stacklevel=3)
         mode, scale = "r", mode
     mode = check_mode(mode, OPEN_MODES, "precomputed.open()")
-    base, path = _resolve(store, path, mode, storage_options)
+    config = default_config(config)
+    base, path = _resolve(store, path, mode, storage_options, config)
     info = sync(_read_info(base, path))
     if info is None:
         raise _not_found(base, path)
     index = _scale_index(info, scale, base, path)
-    return _array(base, path, info, index, mode == "r", EncodingOptions(jpeg_quality, png_level))
+    return _array(base, path, info, index, mode == "r", EncodingOptions(jpeg_quality, png_level), config)
 
 
 def _scale_doc(scale: dict[str, Any]) -> dict[str, Any]:
@@ -232,6 +238,7 @@ def create(
     jpeg_quality: int | None = None,
     png_level: int | None = None,
     storage_options: dict[str, Any] | None = None,
+    config: IOConfig | None = None,
 ) -> Array:
     """Create a precomputed volume (its ``info``) and return its first scale, writable.
 
@@ -245,7 +252,8 @@ def create(
     ``storage_options`` configure a URL's store (``s3://``: endpoint, credentials, ...).
     """
     check_mode(mode, CREATE_MODES, "precomputed.create()")
-    base, path = _resolve(store, path, "w", storage_options)
+    config = default_config(config)
+    base, path = _resolve(store, path, "w", storage_options, config)
     dtype_name = np.dtype(data_type).name if not isinstance(data_type, str) else data_type.lower()
     if not scales:
         raise MetadataError("create() needs at least one scale")
@@ -270,7 +278,7 @@ def create(
         await base.set(key, encode_info(info))
 
     sync(write())
-    return _array(base, path, arrays[0].info, 0, False, options)
+    return _array(base, path, arrays[0].info, 0, False, options, config)
 
 
 def _derived_members(base: dict[str, Any], spec: dict[str, Any], factor: Sequence[float] | None) -> dict[str, Any]:
@@ -306,6 +314,7 @@ def add_scale(
     jpeg_quality: int | None = None,
     png_level: int | None = None,
     storage_options: dict[str, Any] | None = None,
+    config: IOConfig | None = None,
     **members: Any,
 ) -> Array:
     """Append a scale to an existing volume's ``info``; return it as a writable array.
@@ -316,8 +325,10 @@ def add_scale(
     factor``, ``voxel_offset = floor(base / factor)``, ``size = ceil(base / factor)`` (as
     CloudVolume and igneous compute them), the base's chunk size (clipped to the size) and
     encoding. ``replace=True`` replaces a scale with the same key and deletes its chunks.
+    ``config`` (an ``IOConfig``) tunes the returned array.
     """
-    base_store, path = _resolve(store, path, "r+", storage_options)
+    config = default_config(config)
+    base_store, path = _resolve(store, path, "r+", storage_options, config)
     spec = {**(scale or {}), **members}
     key = info_key(path)
 
@@ -343,7 +354,7 @@ def add_scale(
         return info, index
 
     info, index = sync(update())
-    return _array(base_store, path, info, index, False, EncodingOptions(jpeg_quality, png_level))
+    return _array(base_store, path, info, index, False, EncodingOptions(jpeg_quality, png_level), config)
 
 
 def remove_scales(

@@ -95,7 +95,7 @@ class Zarr3Driver(FormatDriver):
                 shard_key=_permuted(key_fn, rel),
             )
             levels.append(level)
-            store = ZarrShardingStore(store, level)
+            store = ZarrShardingStore(store, level, config=self.config)
             key_fn = inner_key
             chunk, pipeline = inner, codec.codecs
         self._shard_shape = meta.chunk_shape if levels else None
@@ -106,6 +106,7 @@ class Zarr3Driver(FormatDriver):
             pipeline = CodecPipeline([TransposeCodec(perm), *pipeline.codecs])
             key_fn = _permuted(key_fn, inv)
         return ChunkLayout(
+            config=self.config,
             spec=spec,
             grid=RegularGrid(meta.shape, read_chunk),
             pipeline=pipeline,

@@ -12,6 +12,7 @@ from ..._sync import sync
 from ...codecs.base import ChunkSpec
 from ...codecs.pipeline import CodecPipeline
 from ...codecs.registry import codec_from_config
+from ...config import IOConfig, default_config
 from ...core.array import Array, AsyncArray
 from ...core.group import GroupBase
 from ...errors import ContainsNodeError, MetadataError, NodeNotFoundError, NodeTypeError
@@ -51,9 +52,10 @@ StoreLike = str | os.PathLike[str] | Store
 
 
 def _resolve(
-    store_like: StoreLike, path: str | None, mode: str, storage_options: dict[str, Any] | None = None
+    store_like: StoreLike, path: str | None, mode: str, storage_options: dict[str, Any] | None = None,
+    config: IOConfig | None = None,
 ) -> tuple[Store, str]:
-    store = store_from_url(store_like, mode=mode, storage_options=storage_options)
+    store = store_from_url(store_like, mode=mode, storage_options=storage_options, config=config)
     return store, (path or "").strip("/")
 
 
@@ -103,6 +105,7 @@ def create(
     mode: str = "w-",
     path: str | None = None,
     storage_options: dict[str, Any] | None = None,
+    config: IOConfig | None = None,
 ) -> Array:
     """Create a Zarr v3 array and return it open for writing.
 
@@ -110,9 +113,11 @@ def create(
     a multiple of it. ``codecs`` is the inner codec list in Zarr JSON form (default:
     ``bytes`` little-endian + ``zstd`` level 3); a list of compressors alone gets ``bytes``
     added. ``mode="w-"`` refuses to replace an existing node, ``"w"`` deletes what is there.
+    ``config`` (an ``IOConfig``) tunes the array and the store built from a path or URL.
     """
     check_mode(mode, CREATE_MODES, "zarr3.create()")
-    base, path = _resolve(store, path, "w", storage_options)
+    config = default_config(config)
+    base, path = _resolve(store, path, "w", storage_options, config)
     shape = tuple(int(s) for s in shape)
     np_dtype = np.dtype(dtype)
     parse_dtype(dtype_name(np_dtype))
@@ -169,7 +174,7 @@ def create(
         await driver.save()
 
     sync(write())
-    return Array(AsyncArray(driver, read_only=False, name=path or str(store)))
+    return Array(AsyncArray(driver, read_only=False, name=path or str(store), config=config))
 
 
 async def _read_node(store: Store, path: str) -> ArrayMetadata | GroupMetadata | None:
@@ -180,39 +185,47 @@ async def _read_node(store: Store, path: str) -> ArrayMetadata | GroupMetadata |
 
 @cleans_up
 def open(
-    store: StoreLike, mode: str = "r", *, path: str | None = None, storage_options: dict[str, Any] | None = None
+    store: StoreLike, mode: str = "r", *, path: str | None = None, storage_options: dict[str, Any] | None = None,
+    config: IOConfig | None = None,
 ) -> Array | Group:
-    """Open an existing Zarr v3 array or group (``mode``: "r", "r+" or "a")."""
+    """Open an existing Zarr v3 array or group (``mode``: "r", "r+" or "a"); ``config`` (an
+    ``IOConfig``) tunes it."""
     check_mode(mode, OPEN_MODES, "zarr3.open()")
-    base, path = _resolve(store, path, mode, storage_options)
+    config = default_config(config)
+    base, path = _resolve(store, path, mode, storage_options, config)
     node = sync(_read_node(base, path))
     if node is None:
         raise NodeNotFoundError(f"no Zarr v3 array or group at {path or '/'!r} in {base!r} (no {metadata_key(path)!r})")
-    return _wrap(base, path, node, read_only=mode == "r")
+    return _wrap(base, path, node, read_only=mode == "r", config=config)
 
 
-def _wrap(store: Store, path: str, node: ArrayMetadata | GroupMetadata, read_only: bool) -> Array | Group:
+def _wrap(store: Store, path: str, node: ArrayMetadata | GroupMetadata, read_only: bool,
+          config: IOConfig | None = None) -> Array | Group:
     if isinstance(node, GroupMetadata):
-        return Group(store, path, node, read_only)
-    return Array(AsyncArray(Zarr3Driver(store, path, node), read_only=read_only, name=path or repr(store)))
+        return Group(store, path, node, read_only, config)
+    return Array(AsyncArray(Zarr3Driver(store, path, node), read_only=read_only, name=path or repr(store),
+                            config=config))
 
 
 @cleans_up
 def open_group(
-    store: StoreLike, mode: str = "r", *, path: str | None = None, storage_options: dict[str, Any] | None = None
+    store: StoreLike, mode: str = "r", *, path: str | None = None, storage_options: dict[str, Any] | None = None,
+    config: IOConfig | None = None,
 ) -> Group:
-    """Open a group; with mode "a" create it if it does not exist."""
+    """Open a group; with mode "a" create it if it does not exist. Its arrays open with
+    ``config`` (an ``IOConfig``)."""
     check_mode(mode, OPEN_MODES, "zarr3.open_group()")
-    base, path = _resolve(store, path, mode, storage_options)
+    config = default_config(config)
+    base, path = _resolve(store, path, mode, storage_options, config)
     node = sync(_read_node(base, path))
     if node is None and mode == "a":
-        return create_group(base, path=path, mode="w-")
+        return create_group(base, path=path, mode="w-", config=config)
     if node is None:
         raise NodeNotFoundError(f"no Zarr v3 group at {path or '/'!r} in {base!r} (no {metadata_key(path)!r})")
     if not isinstance(node, GroupMetadata):
         raise NodeTypeError(f"expected a Zarr v3 group at {metadata_key(path)!r} in {base!r}, found an array "
                             "(open it with shardstore.open or zarr3.open)")
-    return Group(base, path, node, read_only=mode == "r")
+    return Group(base, path, node, read_only=mode == "r", config=config)
 
 
 @cleans_up
@@ -223,11 +236,13 @@ def create_group(
     mode: str = "w-",
     path: str | None = None,
     storage_options: dict[str, Any] | None = None,
+    config: IOConfig | None = None,
 ) -> Group:
     """Create a group (``zarr.json`` with ``node_type: group``). ``mode="w-"`` refuses an
     existing node; ``"w"`` replaces what is there, children included."""
     check_mode(mode, CREATE_MODES, "zarr3.create_group()")
-    base, path = _resolve(store, path, "w", storage_options)
+    config = default_config(config)
+    base, path = _resolve(store, path, "w", storage_options, config)
     meta = GroupMetadata(attributes=dict(attributes or {}))
 
     async def write() -> None:
@@ -239,7 +254,7 @@ def create_group(
         await base.set(metadata_key(path), encode_json(meta.to_dict()))
 
     sync(write())
-    return Group(base, path, meta, read_only=False)
+    return Group(base, path, meta, read_only=False, config=config)
 
 
 class _GroupDriver:
@@ -262,8 +277,9 @@ class Group(GroupBase):
 
     format_name = "zarr3"
 
-    def __init__(self, store: Store, path: str, meta: GroupMetadata, read_only: bool) -> None:
-        super().__init__(store, path, _GroupDriver(store, path, meta), read_only)
+    def __init__(self, store: Store, path: str, meta: GroupMetadata, read_only: bool,
+                 config: IOConfig | None = None) -> None:
+        super().__init__(store, path, _GroupDriver(store, path, meta), read_only, config)
 
     def __repr__(self) -> str:
         return f"<shardstore.Group zarr3 {self.path or '/'} in {self.store!r}>"
@@ -289,7 +305,7 @@ class Group(GroupBase):
         node = sync(_read_node(self.store, path))
         if node is None:
             raise KeyError(f"no child {name!r} in {self!r}")
-        return _wrap(self.store, path, node, self.read_only)
+        return _wrap(self.store, path, node, self.read_only, self.config)
 
     def arrays(self) -> list[tuple[str, Array]]:
         return [(k, v) for k in self.keys() if isinstance(v := self[k], Array)]
@@ -298,10 +314,10 @@ class Group(GroupBase):
         return [(k, v) for k in self.keys() if isinstance(v := self[k], Group)]
 
     def create_group(self, name: str, *, attributes: dict[str, Any] | None = None, mode: str = "w-") -> Group:
-        return create_group(self.store, path=self._child(name), attributes=attributes, mode=mode)
+        return create_group(self.store, path=self._child(name), attributes=attributes, mode=mode, config=self.config)
 
     def create_array(self, name: str, **kwargs: Any) -> Array:
-        return create(self.store, path=self._child(name), **kwargs)
+        return create(self.store, path=self._child(name), **{"config": self.config, **kwargs})
 
     def tree(self) -> str:
         """A text outline of the hierarchy below this group."""
