@@ -314,3 +314,15 @@ def test_codec_and_io_pools_are_sized_by_the_config() -> None:
     assert _sync.io_pool(5)._max_workers == 5 and _sync.io_pool()._max_workers == IOConfig().io_threads
     store = registry.store_from_url("memory://", mode="w", config=IOConfig(codec_threads=3))
     assert store.codec_threads == 3
+
+
+def test_a_pickled_config_carries_only_its_changed_fields() -> None:
+    import pickle
+
+    from shardstore import IOConfig
+
+    default = pickle.dumps(IOConfig())
+    changed = IOConfig(read_groups_in_flight=3, native=False)
+    assert pickle.loads(pickle.dumps(changed)) == changed
+    assert pickle.loads(default) == IOConfig()
+    assert len(default) < 100 and len(pickle.dumps(changed)) < len(default) + 80

@@ -36,7 +36,7 @@ ALLOWED_GLOBALS = {
     ("shardstore.store.wrappers", "PrefixStore"),
     ("shardstore.formats.precomputed.nodes", "open"),
     ("shardstore.formats.bcolz.nodes", "reopen"),
-    ("shardstore.config", "IOConfig"),  # an open(config=...) travels with the record
+    ("shardstore.config", "_from_changes"),  # the array's IOConfig travels with the record (changed fields only)
 }
 MAX_PICKLE_BYTES = 1024
 

@@ -415,10 +415,12 @@ def test_local_delete_prefix_removes_large_trees_without_following_symlinks(tmp_
     (outside / "f").write_bytes(b"precious")
     os.symlink(outside, tmp_path / "root" / "ds" / "0" / "link")
     threads_used: set[str] = set()
+    batches: list[int] = []
     real = local_module._unlink_all
 
     def spy(paths):
         threads_used.add(threading.current_thread().name)
+        batches.append(len(paths))
         return real(paths)
 
     monkeypatch.setattr(local_module, "_unlink_all", spy)
@@ -426,7 +428,9 @@ def test_local_delete_prefix_removes_large_trees_without_following_symlinks(tmp_
     assert not (tmp_path / "root" / "ds").exists()
     assert (outside / "f").read_bytes() == b"precious"
     assert run(store.get("keep/a")) == b"1"
-    assert (len(threads_used) > 1) == (files >= store.parallel_unlink_files)
+    # split into batches handed to the I/O pool (which pool thread runs which batch depends on
+    # the machine's load: one thread may take them all, so count batches, not threads)
+    assert (len(batches) > 1) == (files >= store.parallel_unlink_files)
 
 
 def test_local_remove_tree_raises_after_every_batch_finished(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

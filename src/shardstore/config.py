@@ -155,6 +155,14 @@ class IOConfig:
         """A copy with ``changes`` (``dataclasses.replace``)."""
         return dataclasses.replace(self, **changes)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # only the fields that differ from the defaults travel: a pickled array carries its
+        # config, and the whole dataclass would be most of the pickle
+        changed = tuple(
+            (f.name, getattr(self, f.name)) for f in dataclasses.fields(self) if getattr(self, f.name) != f.default
+        )
+        return (_from_changes, (changed,))
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **base: Any) -> IOConfig:
         """The defaults (or ``base`` fields) overridden by the ``SHARDSTORE_<FIELD>`` variables
@@ -166,6 +174,11 @@ class IOConfig:
             if raw is not None:
                 changes[f.name] = _parse(f, raw)
         return cls(**changes)
+
+
+def _from_changes(changed: tuple[tuple[str, Any], ...]) -> IOConfig:
+    """An ``IOConfig`` unpickled: the defaults with the fields that were changed."""
+    return IOConfig(**dict(changed))
 
 
 #: fields where 0 makes no sense (a pool of no threads, no attempts)
