@@ -21,6 +21,7 @@ from .._locks import KeyedLocks
 from .._sync import codec_pool, codec_pool_size, io_pool
 from ..errors import ChunkNotFoundError, CodecError
 from ..store.base import RangeBR
+from ..store.sync_protocols import SupportsSetSync
 from .indexing import ChunkProjection
 from .layout import ChunkLayout, fill_mask
 from .rawread import raw_reader
@@ -181,15 +182,16 @@ def _read_scatter(
 def read_into_now(
     layout: ChunkLayout, projections: Iterable[ChunkProjection], out: np.ndarray, *, strict: bool = False
 ) -> bool:
-    """``read_into`` without an event loop, for stores with a blocking reader (files, memory,
+    """``read_into`` without an event loop, for stores with synchronous reads (files, memory,
     shards of those): the calling thread and the codec pool read, decode and scatter the
     chunks directly, which skips the sync bridge and the loop's per-chunk hops (hundreds of
     microseconds on a read of a few dozen chunks). Returns False, having done nothing, when
-    the store has no blocking reader.
+    the store declares no synchronous reads.
     """
-    read = layout.store.blocking_reader()
-    if read is None:
+    reads = layout.store.sync_reads
+    if reads is None:
         return False
+    read = reads.get_sync
     items = [(p, layout.chunk_key(p.coords)) for p in projections]
     strict = strict or layout.missing_chunks == "error"
     native = raw_reader(layout, out)
@@ -256,7 +258,7 @@ async def read_into(
     """
     fill = layout.spec.fill_value
     strict = strict or layout.missing_chunks == "error"
-    if layout.store.blocking_reader() is not None:
+    if layout.store.sync_reads is not None:
         # files or memory: the loop-free path, off this loop's thread (one mechanism for both)
         await asyncio.get_running_loop().run_in_executor(
             io_pool(), lambda: read_into_now(layout, projections, out, strict=strict)
@@ -351,21 +353,19 @@ def _encode_write(
     batch: list[tuple[ChunkProjection, str]],
     layout: ChunkLayout,
     value: np.ndarray,
-    write: Callable[[str, object], None],
+    writes: SupportsSetSync,
 ) -> list:
-    for p, key in batch:
-        if p.is_complete:
-            write(*_encode(layout, p, key, None, value))
-        else:
-            write(key, _merger(layout, p, key, value))  # read-modify-write in the store
+    writes.update_many_sync(
+        [_encode(layout, p, key, None, value) if p.is_complete else (key, _merger(layout, p, key, value)) for p, key in batch]
+    )
     return []
 
 
 def writes_now(layout: ChunkLayout) -> bool:
     """Whether ``write_from_now`` can write to ``layout``: every chunk is its own write unit,
-    on a store with blocking reads and writes (files, memory)."""
+    on a store with synchronous reads and writes (files, memory)."""
     store = layout.store
-    return layout.one_chunk_units and store.blocking_writer() is not None and store.blocking_reader() is not None
+    return layout.one_chunk_units and store.sync_writes is not None and store.sync_reads is not None
 
 
 def write_from_now(layout: ChunkLayout, projections: Iterable[ChunkProjection], value: np.ndarray) -> bool:
@@ -373,9 +373,9 @@ def write_from_now(layout: ChunkLayout, projections: Iterable[ChunkProjection], 
     I/O pool encode and write the chunks directly. The caller holds the write units' locks.
     Returns False, having done nothing, when the store or layout does not allow it.
     """
-    if not writes_now(layout):
+    writes = layout.store.sync_writes
+    if writes is None or not writes_now(layout):
         return False
-    write = layout.store.blocking_writer()
     items = [(p, layout.chunk_key(p.coords)) for p in projections]
     native = raw_writer(layout, value)
     if native is not None:
@@ -384,9 +384,9 @@ def write_from_now(layout: ChunkLayout, projections: Iterable[ChunkProjection], 
         # path wants, to hide its GIL hand-offs) only contend (measured on 512^3 raw N5:
         # ~1000 MB/s on 2 threads, ~850 on 8); a first block that waits on the disk still
         # gets the I/O threads (``threads.threads_for``)
-        share_now(_native_then, items, native, _encode_write, layout, value, write, free=True)
+        share_now(_native_then, items, native, _encode_write, layout, value, writes, free=True)
     else:
-        share_now(_encode_write, items, layout, value, write, writes=True)
+        share_now(_encode_write, items, layout, value, writes, writes=True)
     return True
 
 

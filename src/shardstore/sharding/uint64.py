@@ -28,12 +28,11 @@ import asyncio
 import contextlib
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
-from typing import Literal, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from ..errors import ConflictError, UnsupportedFeatureError
 from ..store.base import (
     MISSING,
-    BlockingReader,
     ByteRange,
     Parts,
     RangeBR,
@@ -55,13 +54,15 @@ from ._uint64_format import (
     sub_range,
 )
 from ._uint64_read import (
-    BlockingReads,
     ShardCache,
     ShardState,
-    blocking_reads,
+    SyncReads,
     shard_generation,
     value_of,
 )
+
+if TYPE_CHECKING:
+    from ..store.sync_protocols import SupportsGetSync
 
 # the spec and key helpers are public here: users of the format (formats/precomputed) need
 # not import the private modules that implement it
@@ -126,7 +127,10 @@ class Uint64ShardedStore(Store):
         self._complete_shard = complete_shard
         # stem -> what is known of the shard (LRU; bounded by shards and by minishard entries)
         self._cache = ShardCache(spec, cache_entries, cache_shards)
-        self._blocking: BlockingReads | None | Literal[False] = False  # made on first use
+        base_reads = base.sync_reads
+        #: reads by uint64 key from any thread (``get_id``, ``get_many_ids``, ``locate``), when
+        #: the base reads synchronously; it shares this adapter's shard cache
+        self.sync_ids: SyncReads | None = None if base_reads is None else SyncReads(self, base_reads)
         self._index_loads: dict[str, asyncio.Future] = {}  # stem -> index fetch in flight
 
     @property
@@ -346,26 +350,25 @@ class Uint64ShardedStore(Store):
             raise _Replaced(stale)
         return results
 
-    # -- blocking reads ---------------------------------------------------------------------
-    def blocking_reader(self) -> BlockingReader | None:
-        """``read(key, byte_range=None)`` from any thread, when the base reads and versions
-        synchronously (files, memory): the shard's generation checked against the cache, the
-        indexes fetched with ranged blocking reads when not cached, then the value's range.
-        The core then reads, decodes and scatters chunks in worker threads, no event loop."""
-        return self.blocking_reads()
+    # -- synchronous reads (declared when the base reads synchronously: files, memory) ------
+    @property
+    def sync_reads(self) -> SupportsGetSync | None:
+        return None if self.sync_ids is None else self
 
-    def blocking_reads(self) -> BlockingReads | None:
-        """Like ``blocking_reader``, with ``get_id`` and ``locate`` (made once: it keeps no
-        state of its own, the shard cache is the adapter's)."""
-        if self._blocking is False:
-            self._blocking = blocking_reads(self)
-        return self._blocking
+    def get_sync(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
+        """A value from any thread: the shard's generation checked against the cache, the
+        indexes fetched with ranged reads when not cached, then the value's range."""
+        ids = self.sync_ids
+        assert ids is not None, "called only when sync_reads is declared"
+        return ids.get_id(parse_uint64_key(key), byte_range)
 
-    def blocking_generation(self) -> Callable[[str], Hashable | None] | None:
-        generation = self.base.blocking_generation()
-        if generation is None:
-            return None
-        return lambda key: generation(self.shard_file(parse_uint64_key(key)))
+    def get_ranges_sync(self, key: str, ranges: Sequence[ByteRange | None]) -> list[bytes | None]:
+        return [self.get_sync(key, br) for br in ranges]
+
+    def generation_sync(self, key: str) -> Hashable | None:
+        base = self.base.sync_reads
+        assert base is not None, "called only when sync_reads is declared"
+        return base.generation_sync(self.shard_file(parse_uint64_key(key)))
 
     async def exists(self, key: str) -> bool:
         return await self.exists_id(parse_uint64_key(key))

@@ -32,6 +32,7 @@ import math
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -39,7 +40,6 @@ from ..codecs.base import ChunkSpec
 from ..codecs.sharding_indexed import EMPTY, ShardingCodec
 from ..errors import CodecError, ConflictError, InvalidKeyError, ShardStoreError, UnsupportedFeatureError
 from ..store.base import (
-    BlockingReader,
     ByteRange,
     OffsetBR,
     Parts,
@@ -51,6 +51,9 @@ from ..store.base import (
     joined,
     validate_key,
 )
+
+if TYPE_CHECKING:
+    from ..store.sync_protocols import SupportsGetSync
 
 __all__ = ["ShardLayout", "ZarrShardingStore", "inner_key", "parse_inner_key"]
 
@@ -147,6 +150,11 @@ class ZarrShardingStore(Store):
         # shard key -> the index fetch in flight, so that concurrent reads of a cold shard
         # fetch its index once
         self._index_fetches: dict[str, asyncio.Future] = {}
+        self._base_reads = base.sync_reads
+        # with the index at the end, a ranged read cannot see an entry that runs into the
+        # index (the shard size is unknown): reading the index's length past a whole chunk
+        # proves that the bytes after it exist, i.e. that it ends before the index
+        self._end_guard = layout.index_size if layout.codec.index_location == "end" else 0
 
     @property
     def runs_on_any_loop(self) -> bool:  # type: ignore[override]
@@ -370,69 +378,69 @@ class ZarrShardingStore(Store):
     async def exists(self, key: str) -> bool:
         return (await self.get(key, RangeBR(0, 0))) is not None
 
-    def blocking_reader(self) -> BlockingReader | None:
-        """Inner chunks read synchronously, when the base reads and versions synchronously
-        (files, memory, or another adapter over them): the cached index checked against the
-        shard's generation, then a ranged read. The core then reads, decodes and scatters
-        inner chunks in its worker threads, with no event-loop round trips."""
-        read = self.base.blocking_reader()
-        generation = self.base.blocking_generation()
-        if read is None or generation is None:
+    # -- synchronous reads (declared when the base reads synchronously: files, memory, or
+    # another adapter over them): the core then reads, decodes and scatters inner chunks in
+    # its worker threads, with no event-loop round trips
+    @property
+    def sync_reads(self) -> SupportsGetSync | None:
+        return None if self._base_reads is None else self
+
+    def get_sync(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
+        """An inner chunk: the cached index checked against the shard's generation, then a
+        ranged read; redone when the shard was replaced meanwhile."""
+        base = self._base_reads
+        assert base is not None, "called only when sync_reads is declared"
+        layout = self.layout
+        shard, i = layout.locate(parse_inner_key(key, self._rank))
+        shard_key = layout.shard_key(shard)
+        for _ in range(READ_ATTEMPTS):
+            gen = base.generation_sync(shard_key)
+            try:
+                data = self._read_inner_once(base, shard_key, gen, i, byte_range)
+            except CodecError:
+                if base.generation_sync(shard_key) == gen:
+                    raise  # a truly broken shard, not one replaced while we read it
+                data = b""
+            else:
+                # the generation again: unchanged, the index and the data came from one
+                # version of the shard (a replaced file never returns to a generation);
+                # "absent" needs no check: it is what the index said at some moment
+                if data is None or base.generation_sync(shard_key) == gen:
+                    return data
+            self._index_cache.pop(shard_key, None)
+        raise ConflictError(f"shard {shard_key!r} kept being replaced while it was read ({READ_ATTEMPTS} attempts)")
+
+    def _read_inner_once(
+        self, base: SupportsGetSync, shard_key: str, gen: Hashable | None, i: int, byte_range: ByteRange | None
+    ) -> bytes | None:
+        index = self._cached_index(shard_key, gen)
+        if index is _MISSING:
+            index = self._keep_index(shard_key, base.get_sync(shard_key, self._index_range()), gen)
+        if index is None:
             return None
-        layout, rank = self.layout, self._rank
-        # with the index at the end, a ranged read cannot see an entry that runs into the index
-        # (the shard size is unknown): reading the index's length past a whole chunk proves
-        # that the bytes after it exist, i.e. that it ends before the index
-        guard = layout.index_size if layout.codec.index_location == "end" else 0
-
-        def read_inner(key: str, byte_range: ByteRange | None = None) -> bytes | None:
-            shard, i = layout.locate(parse_inner_key(key, rank))
-            shard_key = layout.shard_key(shard)
-            for _ in range(READ_ATTEMPTS):
-                gen = generation(shard_key)
-                try:
-                    data = read_once(shard_key, gen, i, byte_range)
-                except CodecError:
-                    if generation(shard_key) == gen:
-                        raise  # a truly broken shard, not one replaced while we read it
-                    data = b""
-                else:
-                    # the generation again: unchanged, the index and the data came from one
-                    # version of the shard (a replaced file never returns to a generation);
-                    # "absent" needs no check: it is what the index said at some moment
-                    if data is None or generation(shard_key) == gen:
-                        return data
-                self._index_cache.pop(shard_key, None)
-            raise ConflictError(f"shard {shard_key!r} kept being replaced while it was read ({READ_ATTEMPTS} attempts)")
-
-        def read_once(shard_key: str, gen: Hashable | None, i: int, byte_range: ByteRange | None) -> bytes | None:
-            index = self._cached_index(shard_key, gen)
-            if index is _MISSING:
-                index = self._keep_index(shard_key, read(shard_key, self._index_range()), gen)
-            if index is None:
-                return None
-            off, n = index[i]  # type: ignore[index]
-            if off == _EMPTY and n == _EMPTY:
-                return None
-            r = self._sub_range(off, n, byte_range)
-            if guard and byte_range is None:
-                data = read(shard_key, RangeBR(r.start, r.end + guard))
-                if data is not None and len(data) == n + guard:
-                    return data[:n]
-                raise CodecError(
-                    f"shard {self._shard_name(shard_key)!r}: inner chunk {i} at bytes [{r.start}, {r.end}) runs into "
-                    "the shard index or past the end of the shard (truncated shard or bad index entry)"
-                )
-            return self._check_len(read(shard_key, r), r, self._shard_name(shard_key), i)
-
-        return read_inner
-
-    def blocking_generation(self) -> Callable[[str], Hashable | None] | None:
-        generation = self.base.blocking_generation()
-        if generation is None:
+        off, n = index[i]  # type: ignore[index]
+        if off == _EMPTY and n == _EMPTY:
             return None
-        layout, rank = self.layout, self._rank
-        return lambda key: generation(layout.shard_key(layout.locate(parse_inner_key(key, rank))[0]))
+        r = self._sub_range(off, n, byte_range)
+        guard = self._end_guard
+        if guard and byte_range is None:
+            data = base.get_sync(shard_key, RangeBR(r.start, r.end + guard))
+            if data is not None and len(data) == n + guard:
+                return data[:n]
+            raise CodecError(
+                f"shard {self._shard_name(shard_key)!r}: inner chunk {i} at bytes [{r.start}, {r.end}) runs into "
+                "the shard index or past the end of the shard (truncated shard or bad index entry)"
+            )
+        return self._check_len(base.get_sync(shard_key, r), r, self._shard_name(shard_key), i)
+
+    def get_ranges_sync(self, key: str, ranges: Sequence[ByteRange | None]) -> list[bytes | None]:
+        return [self.get_sync(key, br) for br in ranges]
+
+    def generation_sync(self, key: str) -> Hashable | None:
+        base = self._base_reads
+        assert base is not None, "called only when sync_reads is declared"
+        layout = self.layout
+        return base.generation_sync(layout.shard_key(layout.locate(parse_inner_key(key, self._rank))[0]))
 
     # -- writes -----------------------------------------------------------------------------
     async def _set(self, key: str, value: bytes) -> None:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Hashable, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import AsyncIterator, Hashable, Sequence
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 from ._coalesce import coalesce_ranges
 from .base import (
-    BlockingReader,
-    BlockingWriter,
     ByteRange,
     Parts,
     RangeBR,
@@ -20,18 +18,75 @@ from .base import (
 
 if TYPE_CHECKING:
     from ._filelock import Lease
+    from .sync_protocols import SupportsFilePath, SupportsGetSync, SupportsSetSync
 
-__all__ = ["PrefixStore", "ReadOnlyStore", "RecordingStore", "Request"]
+__all__ = ["AsyncOnlyStore", "PrefixStore", "ReadOnlyStore", "RecordingStore", "Request"]
 
 
 class _Wrapper(Store):
-    """Forwards to ``base``; ``read_only`` follows the base (or is forced on)."""
+    """Forwards to ``base``; ``read_only`` follows the base (or is forced on).
+
+    The synchronous protocols are forwarded as the base declares them (decided once, here),
+    unless the class says it passes none (``forwards_sync``).
+    """
+
+    #: whether the base's synchronous reads and writes pass through this wrapper
+    forwards_sync: ClassVar[bool] = True
 
     def __init__(self, base: Store, *, read_only: bool = False) -> None:
         if not isinstance(base, Store):
             raise TypeError(f"{type(self).__name__} wraps a Store, got {type(base).__name__}")
         super().__init__(read_only=read_only)
         self.base = base
+        forwards = self.forwards_sync
+        self._base_reads = base.sync_reads if forwards else None
+        self._base_writes = base.sync_writes if forwards and not self.read_only else None
+        self._base_paths = base.file_paths if forwards else None
+
+    @property
+    def sync_reads(self) -> SupportsGetSync | None:
+        return None if self._base_reads is None else self
+
+    @property
+    def sync_writes(self) -> SupportsSetSync | None:
+        return None if self._base_writes is None else self
+
+    @property
+    def file_paths(self) -> SupportsFilePath | None:
+        return None if self._base_paths is None else self
+
+    def get_sync(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
+        reads = self._base_reads
+        assert reads is not None, "called only when sync_reads is declared"
+        return reads.get_sync(self._full(key), byte_range)
+
+    def get_ranges_sync(self, key: str, ranges: Sequence[ByteRange | None]) -> list[bytes | None]:
+        reads = self._base_reads
+        assert reads is not None, "called only when sync_reads is declared"
+        return reads.get_ranges_sync(self._full(key), ranges)
+
+    def generation_sync(self, key: str) -> Hashable | None:
+        reads = self._base_reads
+        assert reads is not None, "called only when sync_reads is declared"
+        return reads.generation_sync(self._full(key))
+
+    def file_path(self, key: str) -> str:
+        paths = self._base_paths
+        assert paths is not None, "called only when file_paths is declared"
+        return paths.file_path(self._full(key))
+
+    def set_sync(self, key: str, value: bytes | Parts | None, atomic: bool = True) -> None:
+        writes = self._base_writes
+        assert writes is not None, "called only when sync_writes is declared"
+        self._check_writable(key)
+        writes.set_sync(self._full(validate_key(key)), value, atomic)
+
+    def update_many_sync(self, items: Sequence[tuple[str, bytes | Parts | Update | None]]) -> None:
+        writes = self._base_writes
+        assert writes is not None, "called only when sync_writes is declared"
+        if items:
+            self._check_writable(items[0][0], more=len(items) - 1)
+        writes.update_many_sync([(self._full(validate_key(k)), v) for k, v in items])
 
     @property
     def read_only(self) -> bool:
@@ -93,41 +148,6 @@ class PrefixStore(_Wrapper):
     def _full(self, key: str) -> str:
         return self._pre + key
 
-    def blocking_reader(self) -> BlockingReader | None:
-        read = self.base.blocking_reader()
-        if read is None:
-            return None
-        pre = self._pre
-        return lambda key, byte_range=None: read(pre + key, byte_range)
-
-    def blocking_ranges_reader(self) -> Callable[[str, Sequence[ByteRange | None]], list[bytes | None]] | None:
-        read_ranges = self.base.blocking_ranges_reader()
-        if read_ranges is None:
-            return None
-        pre = self._pre
-        return lambda key, ranges: read_ranges(pre + key, ranges)
-
-    def blocking_generation(self) -> Callable[[str], Hashable | None] | None:
-        gen = self.base.blocking_generation()
-        if gen is None:
-            return None
-        pre = self._pre
-        return lambda key: gen(pre + key)
-
-    def blocking_file_path(self) -> Callable[[str], str] | None:
-        path = self.base.blocking_file_path()
-        if path is None:
-            return None
-        pre = self._pre
-        return lambda key: path(pre + key)
-
-    def blocking_writer(self) -> BlockingWriter | None:
-        write = None if self.read_only else self.base.blocking_writer()
-        if write is None:
-            return None
-        pre = self._pre
-        return lambda key, value, atomic=True: write(pre + validate_key(key), value, atomic)
-
     async def _get(self, key: str, byte_range: ByteRange | None) -> bytes | None:
         return await self.base.get(self._full(key), byte_range)
 
@@ -175,18 +195,6 @@ class ReadOnlyStore(_Wrapper):
 
     def __repr__(self) -> str:
         return f"ReadOnlyStore({self.base!r})"
-
-    def blocking_reader(self) -> BlockingReader | None:
-        return self.base.blocking_reader()
-
-    def blocking_ranges_reader(self) -> Callable[[str, Sequence[ByteRange | None]], list[bytes | None]] | None:
-        return self.base.blocking_ranges_reader()
-
-    def blocking_generation(self) -> Callable[[str], Hashable | None] | None:
-        return self.base.blocking_generation()
-
-    def blocking_file_path(self) -> Callable[[str], str] | None:
-        return self.base.blocking_file_path()
 
     async def _get(self, key: str, byte_range: ByteRange | None) -> bytes | None:
         return await self.base.get(key, byte_range)
@@ -240,6 +248,9 @@ class RecordingStore(_Wrapper):
     one "list". Tune the model through ``coalesce_max_gap`` / ``coalesce_max_request`` (class
     attributes of ``Store``, settable per instance).
     """
+
+    #: requests made through the synchronous protocols would go unrecorded: it offers none
+    forwards_sync = False
 
     def __init__(self, base: Store) -> None:
         super().__init__(base)
@@ -319,3 +330,54 @@ class RecordingStore(_Wrapper):
         self.requests.append(Request("list", prefix, None))
         async for key in self.base.list_prefix(prefix):
             yield key
+
+
+class AsyncOnlyStore(_Wrapper):
+    """``base`` through its asynchronous interface only: it declares no synchronous reads or
+    writes, so the core runs every read and write on its async runner (tests run both
+    runners over one local or memory store this way)."""
+
+    forwards_sync = False
+
+    def __repr__(self) -> str:
+        return f"AsyncOnlyStore({self.base!r})"
+
+    @property
+    def accepts_parts(self) -> bool:  # type: ignore[override]
+        return self.base.accepts_parts
+
+    @property
+    def coalesce_max_gap(self) -> int | None:  # type: ignore[override]
+        return self.base.coalesce_max_gap
+
+    async def _get(self, key: str, byte_range: ByteRange | None) -> bytes | None:
+        return await self.base.get(key, byte_range)
+
+    async def get_many(self, requests: Sequence[tuple[str, ByteRange | None]]) -> list[bytes | None]:
+        return await self.base.get_many(requests)
+
+    async def exists(self, key: str) -> bool:
+        return await self.base.exists(key)
+
+    async def _set(self, key: str, value: bytes) -> None:
+        await self.base.set(key, value)
+
+    async def set_many(self, items: Sequence[tuple[str, bytes | None]]) -> None:
+        await self.base.set_many(items)
+
+    async def _delete(self, key: str) -> None:
+        await self.base.delete(key)
+
+    async def delete_prefix(self, prefix: str) -> None:
+        await self.base.delete_prefix(prefix)
+
+    async def _list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        async for key in self.base.list_prefix(prefix):
+            yield key
+
+    @property
+    def leases(self) -> bool:  # type: ignore[override]
+        return self.base.leases
+
+    def lease(self, key: str, timeout: float) -> Lease | None:
+        return self.base.lease(key, timeout)

@@ -160,8 +160,8 @@ class BcolzDriver(FormatDriver):
     def reload_sizes_now(self) -> bool:
         """Re-read ``meta/sizes`` (another writer appended or resized), synchronously where
         the store reads so; False when it cannot be read that way."""
-        read = self.store.blocking_reader()
-        raw = None if read is None else read(self.sizes_key)
+        reads = self.store.sync_reads
+        raw = None if reads is None else reads.get_sync(self.sizes_key)
         if raw is None:
             return False
         self.sizes = parse_sizes(raw, self.where(self.sizes_key))
