@@ -92,7 +92,7 @@ class AsyncArray:
             write_from_now(layout, projections, arr)
         finally:
             release()
-        if type(self.driver).after_write is not FormatDriver.after_write:
+        if self.driver.has_after_write:
             sync(self.driver.after_write())
         return True
 

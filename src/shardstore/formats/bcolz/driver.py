@@ -141,6 +141,8 @@ class BcolzDriver(FormatDriver):
         """Count the blosc sizes of full chunks an append wrote in ``cbytes`` (bcolz does)."""
         self.sizes = Sizes(self.sizes.shape, self.sizes.nbytes, self.sizes.cbytes + cbytes)
 
+    has_after_write = True
+
     async def after_write(self) -> None:
         await self.ensure_data_dir()
 
