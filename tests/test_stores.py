@@ -383,8 +383,9 @@ def test_sync_reads_agree_with_get(kind: str, tmp_path: Path) -> None:
 def test_declared_sync_support_of_wrappers(tmp_path: Path) -> None:
     # request-counting tests rely on every read going through the async path
     local = LocalStore(tmp_path)
-    for store in (RecordingStore(MemoryStore()), AsyncOnlyStore(local)):
-        assert store.sync_reads is None and store.sync_writes is None and store.file_paths is None
+    for store in (RecordingStore(local), AsyncOnlyStore(local)):
+        assert store.sync_reads is None and store.sync_writes is None
+    assert RecordingStore(local).file_paths is None
     assert local.sync_reads is local and local.sync_writes is local and local.file_paths is local
     prefix = PrefixStore(local, "p")
     assert prefix.sync_reads is prefix and prefix.sync_writes is prefix

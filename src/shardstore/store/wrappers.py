@@ -32,6 +32,9 @@ class _Wrapper(Store):
 
     #: whether the base's synchronous reads and writes pass through this wrapper
     forwards_sync: ClassVar[bool] = True
+    #: whether the base's ``file_paths`` pass through (native readers and writers, and bcolz'
+    #: empty ``data/`` directory, then use the files directly, bypassing this wrapper)
+    forwards_file_paths: ClassVar[bool] = True
 
     def __init__(self, base: Store, *, read_only: bool = False) -> None:
         if not isinstance(base, Store):
@@ -41,7 +44,7 @@ class _Wrapper(Store):
         forwards = self.forwards_sync
         self._base_reads = base.sync_reads if forwards else None
         self._base_writes = base.sync_writes if forwards and not self.read_only else None
-        self._base_paths = base.file_paths if forwards else None
+        self._base_paths = base.file_paths if self.forwards_file_paths else None
 
     @property
     def sync_reads(self) -> SupportsGetSync | None:
@@ -249,8 +252,9 @@ class RecordingStore(_Wrapper):
     attributes of ``Store``, settable per instance).
     """
 
-    #: requests made through the synchronous protocols would go unrecorded: it offers none
+    #: requests made through the synchronous protocols or to files would go unrecorded
     forwards_sync = False
+    forwards_file_paths = False
 
     def __init__(self, base: Store) -> None:
         super().__init__(base)
@@ -335,7 +339,8 @@ class RecordingStore(_Wrapper):
 class AsyncOnlyStore(_Wrapper):
     """``base`` through its asynchronous interface only: it declares no synchronous reads or
     writes, so the core runs every read and write on its async runner (tests run both
-    runners over one local or memory store this way)."""
+    runners over one local or memory store this way). Its ``file_paths`` stay (they select
+    no runner)."""
 
     forwards_sync = False
 

@@ -31,6 +31,7 @@ class GzipChunkFiles(_Wrapper):
     """``base`` with each missing key read from ``key + ".gz"`` (gunzipped) when that exists."""
 
     forwards_sync = False
+    forwards_file_paths = False
 
     def __init__(self, base: Store, max_size: int) -> None:
         super().__init__(base)
