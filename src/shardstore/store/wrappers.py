@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ._filelock import Lease
     from .sync_protocols import SupportsFilePath, SupportsGetSync, SupportsSetSync
 
-__all__ = ["AsyncOnlyStore", "PrefixStore", "ReadOnlyStore", "RecordingStore", "Request"]
+__all__ = ["AsyncOnlyStore", "PrefixStore", "ReadOnlyStore", "RecordingStore", "Request", "SyncRecordingStore"]
 
 
 class _Wrapper(Store):
@@ -304,6 +304,12 @@ class RecordingStore(_Wrapper):
     async def update_many(self, items: Sequence[tuple[str, bytes | Parts | Update | None]]) -> None:
         """Forwarded; each call of an update function counts as the GET of the value it was
         given and the (conditional) PUT or DELETE of its result, as on a remote backend."""
+        await self.base.update_many(self._recorded_items(items))
+
+    def _recorded_items(
+        self, items: Sequence[tuple[str, bytes | Parts | Update | None]]
+    ) -> list[tuple[str, bytes | Parts | Update | None]]:
+        """``items`` with plain writes recorded now and updates recorded when they run."""
         if items:
             self._check_writable(items[0][0], more=len(items) - 1)
         out: list[tuple[str, bytes | Parts | Update | None]] = []
@@ -314,7 +320,7 @@ class RecordingStore(_Wrapper):
             else:
                 self.requests.append(Request("set" if value is not None else "delete", key, None))
             out.append((key, value))
-        await self.base.update_many(out)
+        return out
 
     def _recorded(self, key: str, update: Update) -> Update:
         def recorded(old: bytes | None) -> bytes | Parts | None:
@@ -334,6 +340,34 @@ class RecordingStore(_Wrapper):
         self.requests.append(Request("list", prefix, None))
         async for key in self.base.list_prefix(prefix):
             yield key
+
+
+class SyncRecordingStore(RecordingStore):
+    """A ``RecordingStore`` that also declares the base's synchronous protocol and records
+    what goes through it, so that request counts cover the core's blocking runner too: each
+    ``get_sync`` is one "get", ``get_ranges_sync`` counts its ranges as ``get_many`` would
+    merge them, ``set_sync`` one "set" or "delete", ``update_many_sync`` as ``update_many``.
+    Generations are not counted (a ``stat``, as ``generation`` is not counted either)."""
+
+    forwards_sync = True
+
+    def __repr__(self) -> str:
+        return f"SyncRecordingStore({self.base!r})"
+
+    def get_sync(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
+        self.requests.append(Request("get", key, byte_range))
+        return super().get_sync(key, byte_range)
+
+    def get_ranges_sync(self, key: str, ranges: Sequence[ByteRange | None]) -> list[bytes | None]:
+        self.requests.extend(Request("get", key, br) for br in _merged(self, ranges))
+        return super().get_ranges_sync(key, ranges)
+
+    def set_sync(self, key: str, value: bytes | Parts | None, atomic: bool = True) -> None:
+        self.requests.append(Request("set" if value is not None else "delete", validate_key(key), None))
+        super().set_sync(key, value, atomic)
+
+    def update_many_sync(self, items: Sequence[tuple[str, bytes | Parts | Update | None]]) -> None:
+        super().update_many_sync(self._recorded_items(items))
 
 
 class AsyncOnlyStore(_Wrapper):
