@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Generator, Hashable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from ..errors import CodecError, ConflictError
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from ..store.sync_protocols import SupportsGetSync
     from .uint64 import Uint64ShardedStore
 
-__all__ = ["SyncReads", "ShardCache", "ShardState", "value_of"]
+__all__ = ["ShardReplaced", "SyncReads", "ShardCache", "ShardState", "value_of"]
 
 T = TypeVar("T")
 #: a read whose shards keep being replaced while it runs is redone so often
@@ -43,6 +43,18 @@ WHOLE_INDEX_MAX = 64 * 1024
 _PAIR = struct.Struct("<QQ")
 
 Located = tuple[str, int, int]  # (data key, absolute start, stored size)
+
+
+class ShardReplaced(Exception):
+    """Raised inside a read when a shard was replaced since its index was read."""
+
+    def __init__(self, stems: list[str]) -> None:
+        super().__init__(stems)
+        self.stems = stems
+
+
+#: a read the index loading asks for: (key, byte ranges of it)
+IndexRead = tuple[str, list[RangeBR]]
 
 
 class ShardState:
@@ -194,6 +206,33 @@ class ShardCache:
             entries[m] = _PAIR.unpack(pair)
         st.index = entries
 
+    def index_steps(
+        self, stem: str, st: ShardState, minishards: set[int], whole: bool = False
+    ) -> Generator[IndexRead, tuple[Sequence[bytes | None], Hashable | None], None]:
+        """Loading the index entries of ``minishards`` (``whole``: all of it), described once
+        for both read paths: yields ``(key, ranges)`` to read, and the runner sends back the
+        bytes with the generation they were read at (None when its reads carry none: the
+        blocking path checks generations around the whole read instead). Probes the legacy
+        ``.index`` layout when the base cannot tell which exists; raises ``ShardReplaced``
+        when parts of the index come from two versions of the shard."""
+        req = self.index_request(st, minishards, whole)
+        if req is None:
+            return
+        whole, wanted, ranges = req
+        if st.kind == "unknown":  # no generations: probe the layouts
+            st.kind = "shard"
+            datas, gen = yield stem + ".shard", ranges
+            if datas[0] is None:
+                st.kind = "pair"
+                datas, gen = yield stem + ".index", ranges
+        else:
+            datas, gen = yield self.keys(stem, st)[0], ranges
+        if st.kind == "shard" and datas[0] is not None and gen is not None:
+            if st.read_gen is not None and gen != st.read_gen:
+                raise ShardReplaced([stem])  # parts of the index from two versions
+            st.read_gen = gen
+        self.set_index(stem, st, whole, wanted, datas)
+
     def entry(self, stem: str, st: ShardState, m: int) -> tuple[int, int]:
         """The checked ``(start, end)`` index entry of minishard ``m`` (the index is loaded)."""
         if isinstance(st.index, bytes):
@@ -313,21 +352,14 @@ class SyncReads:
         return self._state(stem, g)
 
     def _load_index(self, stem: str, st: ShardState, minishards: set[int]) -> None:
-        req = self._cache.index_request(st, minishards)
-        if req is None:
+        """``ShardCache.index_steps`` run on this thread (generations: see ``_consistent``)."""
+        steps = self._cache.index_steps(stem, st, minishards)
+        try:
+            key, ranges = next(steps)
+            while True:
+                key, ranges = steps.send((self._read_ranges(key, ranges), None))
+        except StopIteration:
             return
-        whole, wanted, ranges = req
-        read = self._read
-        if st.kind == "unknown":  # no generations: probe the layouts
-            st.kind = "shard"
-            datas = [read(stem + ".shard", r) for r in ranges]
-            if datas[0] is None:
-                st.kind = "pair"
-                datas = [read(stem + ".index", r) for r in ranges]
-        else:
-            index_key = self._cache.keys(stem, st)[0]
-            datas = [read(index_key, r) for r in ranges]
-        self._cache.set_index(stem, st, whole, wanted, datas)
 
     def _minishards(self, stem: str, st: ShardState, wanted: set[int]) -> dict[int, MinishardIndex]:
         found, fetch = self._cache.minis_request(stem, st, wanted)

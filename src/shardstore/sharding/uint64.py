@@ -55,6 +55,7 @@ from ._uint64_format import (
 )
 from ._uint64_read import (
     ShardCache,
+    ShardReplaced,
     ShardState,
     SyncReads,
     shard_generation,
@@ -85,14 +86,6 @@ READ_ATTEMPTS = 32
 #: complete_shard(shard number, keys of the batch in that shard) -> True when the batch holds
 #: every key that shard may contain (then the shard is written without being read)
 CompleteShard = Callable[[int, frozenset[int]], bool]
-
-
-class _Replaced(Exception):
-    """Raised inside a read when a shard was replaced since its index was read."""
-
-    def __init__(self, stems: list[str]) -> None:
-        super().__init__(stems)
-        self.stems = stems
 
 
 class _Changes:
@@ -191,25 +184,18 @@ class Uint64ShardedStore(Store):
             fut.set_result(None)
 
     async def _fetch_index(self, stem: str, st: ShardState, minishards: set[int], whole: bool) -> None:
-        req = self._cache.index_request(st, minishards, whole)
-        if req is None:
+        """``ShardCache.index_steps`` run on the event loop: a shard's index ranges come from
+        one version of it (``_read_index``), the legacy ``.index`` file's plainly."""
+        steps = self._cache.index_steps(stem, st, minishards, whole)
+        try:
+            key, ranges = next(steps)
+            while True:
+                if key.endswith(".shard"):
+                    key, ranges = steps.send(await self._read_index(key, ranges))
+                else:
+                    key, ranges = steps.send((await self.base.get_many([(key, r) for r in ranges]), None))
+        except StopIteration:
             return
-        whole, wanted, ranges = req
-        if st.kind == "unknown":  # no generations: probe the layouts
-            st.kind = "shard"
-            datas, gen = await self._read_index(stem + ".shard", ranges)
-            if datas[0] is None:
-                st.kind = "pair"
-                datas = await self.base.get_many([(stem + ".index", r) for r in ranges])
-        elif st.kind == "shard":
-            datas, gen = await self._read_index(stem + ".shard", ranges)
-        else:
-            datas = await self.base.get_many([(self._cache.keys(stem, st)[0], r) for r in ranges])
-        if st.kind == "shard" and datas[0] is not None:
-            if st.read_gen is not None and gen != st.read_gen:
-                raise _Replaced([stem])  # parts of the index from two versions
-            st.read_gen = gen
-        self._cache.set_index(stem, st, whole, wanted, datas)
 
     async def _read_index(self, key: str, ranges: list[RangeBR]) -> tuple[list[bytes | None], Hashable | None]:
         """Index ranges of one version of a shard, and its generation."""
@@ -218,7 +204,7 @@ class Uint64ShardedStore(Store):
             return [first] * len(ranges) if first is None else [first], gen
         rest = await self.base.get_ranges_at(key, ranges[1:], gen)
         if rest is None:
-            raise _Replaced([key.rpartition(".")[0]])
+            raise ShardReplaced([key.rpartition(".")[0]])
         return [first, *rest], gen
 
     def _read_gen(self, st: ShardState) -> Hashable | None:
@@ -231,7 +217,7 @@ class Uint64ShardedStore(Store):
             data_key = self._cache.keys(stem, st)[1]
             datas = await self.base.get_ranges_at(data_key, [RangeBR(s, e) for _, s, e in fetch], self._read_gen(st))
             if datas is None:
-                raise _Replaced([stem])
+                raise ShardReplaced([stem])
             self._cache.minis_loaded(stem, st, fetch, datas, found)
         return found
 
@@ -302,7 +288,7 @@ class Uint64ShardedStore(Store):
         for _ in range(READ_ATTEMPTS):
             try:
                 return await read()
-            except _Replaced as e:
+            except ShardReplaced as e:
                 for stem in e.stems:
                     self._cache.forget(stem)
         raise ConflictError(f"the shards of keys {list(keys)[:4]} kept being replaced while they were read")
@@ -347,7 +333,7 @@ class Uint64ShardedStore(Store):
 
         await asyncio.gather(*(read_file(k, spans) for k, spans in by_key.items()))
         if stale:
-            raise _Replaced(stale)
+            raise ShardReplaced(stale)
         return results
 
     # -- synchronous reads (declared when the base reads synchronously: files, memory) ------
