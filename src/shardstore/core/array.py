@@ -61,7 +61,8 @@ class AsyncArray:
 
     def read_now(self, indexer: Indexer, *, strict: bool = False) -> np.ndarray | None:
         """``read`` on the calling thread (and the codec pool) without the event loop, for
-        stores with a blocking reader; None, having read nothing, for the others."""
+        stores that declare synchronous reads (``Store.sync_reads``); None, having read
+        nothing, for the others."""
         layout = self.driver.layout
         out = np.empty(indexer.shape, dtype=layout.spec.dtype, order=layout.order)
         if out.size == 0 or read_into_now(layout, indexer, out, strict=strict):

@@ -572,13 +572,13 @@ class Store(abc.ABC):
 
 
 #: merges of more bytes than this run in the codec thread pool, smaller ones inline
-INLINE_UPDATE = 1 << 20
+_INLINE_UPDATE = 1 << 20
 
 
 async def run_update(update: Update, old: bytes | None) -> bytes | Parts | None:
     """``update(old)``; for large values in the codec thread pool (decode, merge and encode
     release the GIL), so the event loop keeps serving other requests meanwhile."""
-    if old is None or len(old) <= INLINE_UPDATE:
+    if old is None or len(old) <= _INLINE_UPDATE:
         return update(old)
     from .._sync import codec_pool
 

@@ -13,8 +13,9 @@ flush, as with bcolz. Pending rows are flushed by ``flush()``, ``close()``, the 
 ``with`` block, before any read or write through this handle that could see them, when the
 handle is garbage-collected and at interpreter exit.
 
-Stores with a blocking writer (files, memory) are written from the calling thread and the
-codec threads, each encoding a chunk and writing its file, with no event-loop round trips.
+Stores with synchronous writes (``Store.sync_writes``: files, memory) are written from the
+calling thread and the codec threads, each encoding a chunk and writing its file, with no
+event-loop round trips.
 
 One writer at a time: on local files a handle holds the rootdir's writer lease (an advisory
 lock across processes, ``Store.lease``) from its first write until everything it wrote is
