@@ -7,11 +7,7 @@ ranges of one key, so a merged range counts once).
 
 Every test runs on both core runners (``backend.runner``): the async one (what remote stores
 use) and the blocking one, which local and memory stores use through the synchronous protocol
-(``SyncRecordingStore`` records it). Writes cost the same on both. Reads of several inner chunks
-of a shard differ by design: the blocking runner reads each inner chunk with its own ranged read
-on the worker thread that decodes it (a ``pread`` of a local file), where the async runner
-merges them into one request; both read each cold shard's index once and never fetch a whole
-shard for part of it (``assert_blocking_reads``).
+(``SyncRecordingStore`` records it). Both make the same requests.
 
 Layout used by most tests: shape (32, 32) uint16, shards (16, 16), inner chunks (4, 4): four
 shards ``c/0/0 c/0/1 c/1/0 c/1/1`` of 4x4 = 16 inner chunks; the index (``[bytes, crc32c]``) is
@@ -100,27 +96,6 @@ def open_recorded(backend: Backend, mode: str) -> tuple[Any, RecordingStore]:
     return a, rec
 
 
-def assert_blocking_reads(rec: RecordingStore, chunks_per_shard: dict[str, int]) -> None:
-    """The blocking runner's reads of cold shards: per shard its index once (a suffix read,
-    first), then one ranged read per inner chunk read, nothing else."""
-    assert {r.op for r in rec.requests} == {"get"}, describe(rec)
-    assert set(by_op(rec, "get")) == set(chunks_per_shard), describe(rec)
-    for key, n in chunks_per_shard.items():
-        ranges = [r.byte_range for r in rec.requests if r.key == key]
-        assert ranges[0] == SuffixBR(INDEX_SIZE), describe(rec)
-        assert len(ranges) == 1 + n and all(isinstance(br, RangeBR) for br in ranges[1:]), describe(rec)
-
-
-def chunks_read(selection: Any) -> dict[str, int]:
-    """Inner chunks a basic selection of the (32, 32) array touches, per shard key."""
-    rows, cols = (np.arange(32)[s] for s in selection)
-    out: Counter[str] = Counter()
-    for r in sorted({int(i) // 4 for i in np.atleast_1d(rows)}):
-        for c in sorted({int(j) // 4 for j in np.atleast_1d(cols)}):
-            out[f"c/{r // 4}/{c // 4}"] += 1
-    return dict(out)
-
-
 def by_op(rec: RecordingStore, op: str) -> Counter[str]:
     return Counter(r.key for r in rec.requests if r.op == op)
 
@@ -204,9 +179,6 @@ def test_read_touches_only_needed_shards(backend: Backend, selection: Any, shard
     np.testing.assert_array_equal(a[selection], _data()[selection])
     assert set(by_op(rec, "get")) == shards, describe(rec)
     assert {r.op for r in rec.requests} == {"get"}, describe(rec)
-    if backend.runner == "blocking":
-        assert_blocking_reads(rec, chunks_read(selection))
-        return
     # a cold shard costs at most the index plus one coalesced range (or one whole read)
     assert all(n <= 2 for n in by_op(rec, "get").values()), describe(rec)
 
@@ -229,9 +201,6 @@ def test_nearby_inner_chunks_coalesce_into_one_ranged_get(backend: Backend, sele
     create(backend, _data())
     a, rec = open_recorded(backend, "r")
     np.testing.assert_array_equal(a[selection], _data()[selection])
-    if backend.runner == "blocking":
-        assert_blocking_reads(rec, chunks_read(selection))
-        return
     gets = [r for r in rec.requests if r.op == "get"]
     assert len(gets) == 2, describe(rec)
     assert gets[0].byte_range == SuffixBR(INDEX_SIZE), describe(rec)
@@ -245,24 +214,21 @@ def test_adjacent_inner_chunks_coalesce_without_gap_tolerance(backend: Backend) 
     a, rec = open_recorded(backend, "r")
     rec.coalesce_max_gap = 0
     np.testing.assert_array_equal(a[4:8, 0:16], _data()[4:8, 0:16])
-    if backend.runner == "blocking":
-        assert_blocking_reads(rec, {"c/0/0": 4})
-        return
     gets = [r for r in rec.requests if r.op == "get"]
     assert len(gets) == 2, describe(rec)
     br = gets[1].byte_range
     index = parse_index(backend.raw("c/0/0") or b"")
     wanted = index[4:8]  # C-order indices of inner chunks (1, 0..3)
-    assert br == RangeBR(int(wanted[0, 0]), int(wanted[-1, 0] + wanted[-1, 1])), describe(rec)
+    # (the blocking runner also reads the index's length past the last chunk: with the index at
+    # the end, that proves no entry runs into it, since a ranged read cannot know the size)
+    guard = INDEX_SIZE if backend.runner == "blocking" else 0
+    assert br == RangeBR(int(wanted[0, 0]), int(wanted[-1, 0] + wanted[-1, 1]) + guard), describe(rec)
 
 
 def test_whole_shard_read_is_one_get(backend: Backend) -> None:
     create(backend, _data())
     a, rec = open_recorded(backend, "r")
     np.testing.assert_array_equal(a[16:32, 0:16], _data()[16:32, 0:16])
-    if backend.runner == "blocking":
-        assert_blocking_reads(rec, {"c/1/0": 16})
-        return
     assert [(r.op, r.key) for r in rec.requests] == [("get", "c/1/0")], describe(rec)
 
 

@@ -193,13 +193,32 @@ def read_into_now(
     reads = layout.store.sync_reads
     if reads is None:
         return False
-    items = [(p, layout.chunk_key(p.coords), None) for p in projections]
     strict = strict or layout.missing_chunks == "error"
+    pipeline = layout.pipeline
+    unit_reads = None if layout.one_chunk_units else layout.store.sync_unit_reads
+    if unit_reads is not None:
+        # shards: each fetched as one unit (its index once, its chunks in one multi-range
+        # read: the requests of the async runner), then decoded and scattered in the pool
+        def fetch(group: list[ChunkProjection]) -> list[tuple[ChunkProjection, str, bytes | None]]:
+            keys = [layout.chunk_key(p.coords) for p in group]
+            return list(zip(group, keys, unit_reads.get_many_sync(keys)))
+
+        def scatter(fetched: list[tuple[ChunkProjection, str, bytes | None]]) -> None:
+            share_now(_scatter, fetched, layout, out, strict, slow=pipeline.slow_decode, gil=pipeline.holds_gil,
+                      memo=layout.threads_memo)
+
+        groups = _group(layout, projections)
+        if sum(map(len, groups)) <= SMALL_READ_CHUNKS:  # (as the async runner: one spread)
+            scatter([item for g in groups for item in fetch(g)])
+        else:
+            for g in groups:
+                scatter(fetch(g))
+        return True
+    items = [(p, layout.chunk_key(p.coords), None) for p in projections]
     native = raw_reader(layout, out)
     if native is not None:
         share_now(_native_then, items, native, _scatter, layout, out, strict, reads, free=True, memo=layout.threads_memo)
     else:
-        pipeline = layout.pipeline
         share_now(_scatter, items, layout, out, strict, reads, slow=pipeline.slow_decode, gil=pipeline.holds_gil,
                   memo=layout.threads_memo)
     return True

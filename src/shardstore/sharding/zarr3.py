@@ -53,7 +53,7 @@ from ..store.base import (
 )
 
 if TYPE_CHECKING:
-    from ..store.sync_protocols import SupportsGetSync
+    from ..store.sync_protocols import SupportsGetManySync, SupportsGetSync
 
 __all__ = ["ShardLayout", "ZarrShardingStore", "inner_key", "parse_inner_key"]
 
@@ -435,6 +435,97 @@ class ZarrShardingStore(Store):
 
     def get_ranges_sync(self, key: str, ranges: Sequence[ByteRange | None]) -> list[bytes | None]:
         return [self.get_sync(key, br) for br in ranges]
+
+    @property
+    def sync_unit_reads(self) -> SupportsGetManySync | None:
+        return None if self._base_reads is None else self
+
+    def get_many_sync(self, keys: Sequence[str]) -> list[bytes | None]:
+        """Inner chunks by shard, as the async ``get_many`` reads them: a cold shard wanted
+        whole in one read, else its index (cached while the shard's generation holds) and
+        one multi-range read of the chunks, redone when the shard was replaced meanwhile."""
+        base = self._base_reads
+        assert base is not None, "called only when sync_reads is declared"
+        layout, rank = self.layout, self._rank
+        by_shard: dict[tuple[int, ...], list[tuple[int, int]]] = {}
+        for pos, key in enumerate(keys):
+            shard, i = layout.locate(parse_inner_key(key, rank))
+            by_shard.setdefault(shard, []).append((pos, i))
+        out: list[bytes | None] = [None] * len(keys)
+        for shard, reqs in by_shard.items():
+            shard_key = layout.shard_key(shard)
+            if shard_key not in self._index_cache and {i for _, i in reqs} >= set(layout.valid_in_shard(shard)):
+                self._whole_shard_now(base, shard_key, reqs, out)
+                continue
+            for _ in range(READ_ATTEMPTS):
+                gen = base.generation_sync(shard_key)
+                try:
+                    datas = self._read_inner_many_once(base, shard_key, gen, [i for _, i in reqs])
+                except CodecError:
+                    if base.generation_sync(shard_key) == gen:
+                        raise  # a truly broken shard, not one replaced while we read it
+                else:
+                    if datas is None or base.generation_sync(shard_key) == gen:
+                        for (pos, _), data in zip(reqs, datas or ()):
+                            out[pos] = data
+                        break
+                self._index_cache.pop(shard_key, None)
+            else:
+                raise ConflictError(f"shard {shard_key!r} kept being replaced while it was read ({READ_ATTEMPTS} attempts)")
+        return out
+
+    def _whole_shard_now(self, base: SupportsGetSync, shard_key: str, reqs: list[tuple[int, int]], out: list[bytes | None]) -> None:
+        """Every inner chunk of a cold shard: one read of the whole shard (one version)."""
+        gen = base.generation_sync(shard_key)
+        whole = base.get_sync(shard_key)
+        if whole is None:
+            self._cache_put(shard_key, _MISSING, gen)
+            return
+        index = self._index_from_bytes(shard_key, self._slice_index(whole), whole)
+        if base.generation_sync(shard_key) == gen:  # (else cache nothing: it was replaced meanwhile)
+            self._cache_put(shard_key, index, gen)
+        for pos, i in reqs:
+            off, n = index[i]
+            if not (off == _EMPTY and n == _EMPTY):
+                out[pos] = whole[off : off + n]
+
+    def _read_inner_many_once(
+        self, base: SupportsGetSync, shard_key: str, gen: Hashable | None, chunks: list[int]
+    ) -> list[bytes | None] | None:
+        """Inner chunks of one shard at ``gen`` (None: the shard is missing)."""
+        index = self._cached_index(shard_key, gen)
+        if index is _MISSING:
+            index = self._keep_index(shard_key, base.get_sync(shard_key, self._index_range()), gen)
+        if index is None:
+            return None
+        ranges: list[RangeBR] = []
+        wanted: list[int] = []
+        for i in chunks:
+            off, n = index[i]  # type: ignore[index]
+            if not (off == _EMPTY and n == _EMPTY):
+                ranges.append(RangeBR(off, off + n))
+                wanted.append(i)
+        out: list[bytes | None] = [None] * len(chunks)
+        if not ranges:
+            return out
+        guard = self._end_guard
+        # with the index at the end: the bytes just past the last chunk must exist (the index's
+        # length of them), else an entry runs into the index or past the end (see get_sync)
+        end = max(r.end for r in ranges)
+        datas = base.get_ranges_sync(shard_key, [*ranges, RangeBR(end, end + guard)] if guard else ranges)
+        name = self._shard_name(shard_key)
+        if guard and (datas[-1] is None or len(datas[-1]) != guard):
+            raise CodecError(
+                f"shard {name!r}: an inner chunk ending at byte {end} runs into the shard index or past the "
+                "end of the shard (truncated shard or bad index entry)"
+            )
+        got = iter(zip(wanted, ranges, datas))
+        for k, i in enumerate(chunks):
+            off, n = index[i]  # type: ignore[index]
+            if not (off == _EMPTY and n == _EMPTY):
+                j, r, data = next(got)
+                out[k] = self._check_len(data, r, name, j)
+        return out
 
     def generation_sync(self, key: str) -> Hashable | None:
         base = self._base_reads

@@ -24,7 +24,7 @@ from .byte_range import ByteRange, OffsetBR, RangeBR, SuffixBR, resolve_range, s
 
 if TYPE_CHECKING:
     from ._filelock import Lease
-    from .sync_protocols import SupportsFilePath, SupportsGetSync, SupportsSetSync
+    from .sync_protocols import SupportsFilePath, SupportsGetManySync, SupportsGetSync, SupportsSetSync
 
 #: ``generation`` of a key that does not exist
 MISSING: Final = ("missing",)
@@ -323,6 +323,13 @@ class Store(abc.ABC):
         Declared by the store, never probed: files, memory and adapters or wrappers over
         them return themselves; remote stores return None (their reads need the loop).
         """
+        return None
+
+    @property
+    def sync_unit_reads(self) -> SupportsGetManySync | None:
+        """Reads of many values of one unit at once from any thread (``get_many_sync``), or
+        None: declared by sharding adapters with ``sync_reads``, whose shard's chunks the
+        blocking runner then fetches together (index once, one multi-range read)."""
         return None
 
     @property

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from .base import Parts, Update
     from .byte_range import ByteRange
 
-__all__ = ["SupportsFilePath", "SupportsGetSync", "SupportsSetSync"]
+__all__ = ["SupportsFilePath", "SupportsGetManySync", "SupportsGetSync", "SupportsSetSync"]
 
 
 class SupportsGetSync(Protocol):
@@ -35,6 +35,16 @@ class SupportsGetSync(Protocol):
 
     def generation_sync(self, key: str) -> Hashable | None:
         """``generation``, synchronously (None: this store cannot tell)."""
+        ...
+
+
+class SupportsGetManySync(Protocol):
+    """Sharding adapters over stores with synchronous reads: many whole values at once, each
+    shard's index once and its values with one multi-range read of it (the requests the async
+    ``get_many`` makes), so the blocking runner fetches a shard's chunks as one unit."""
+
+    def get_many_sync(self, keys: Sequence[str]) -> list[bytes | None]:
+        """The values of ``keys`` (valid keys), None for each missing one, in order."""
         ...
 
 

@@ -393,6 +393,10 @@ class StoreTests:
         assert reads.get_sync(keys[2]) is None
         assert reads.get_ranges_sync(keys[0], list(BYTE_RANGES)) == [await store.get(keys[0], br) for br in BYTE_RANGES]
         assert reads.get_ranges_sync(keys[2], [None, BYTE_RANGES[0]]) == [None, None]
+        unit_reads = store.sync_unit_reads
+        if unit_reads is not None:
+            many = [keys[2], keys[0], keys[1], keys[0]]
+            assert unit_reads.get_many_sync(many) == await store.get_many([(k, None) for k in many])
         before = reads.generation_sync(keys[0])
         if before is not None:
             assert before == await store.generation(keys[0])
