@@ -386,87 +386,52 @@ class ZarrShardingStore(Store):
         return None if self._base_reads is None else self
 
     def get_sync(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
-        """An inner chunk: the cached index checked against the shard's generation, then a
-        ranged read; redone when the shard was replaced meanwhile."""
-        base = self._base_reads
-        assert base is not None, "called only when sync_reads is declared"
-        layout = self.layout
-        shard, i = layout.locate(parse_inner_key(key, self._rank))
-        shard_key = layout.shard_key(shard)
-        for _ in range(READ_ATTEMPTS):
-            gen = base.generation_sync(shard_key)
-            try:
-                data = self._read_inner_once(base, shard_key, gen, i, byte_range)
-            except CodecError:
-                if base.generation_sync(shard_key) == gen:
-                    raise  # a truly broken shard, not one replaced while we read it
-                data = b""
-            else:
-                # the generation again: unchanged, the index and the data came from one
-                # version of the shard (a replaced file never returns to a generation);
-                # "absent" needs no check: it is what the index said at some moment
-                if data is None or base.generation_sync(shard_key) == gen:
-                    return data
-            self._index_cache.pop(shard_key, None)
-        raise ConflictError(f"shard {shard_key!r} kept being replaced while it was read ({READ_ATTEMPTS} attempts)")
-
-    def _read_inner_once(
-        self, base: SupportsGetSync, shard_key: str, gen: Hashable | None, i: int, byte_range: ByteRange | None
-    ) -> bytes | None:
-        index = self._cached_index(shard_key, gen)
-        if index is _MISSING:
-            index = self._keep_index(shard_key, base.get_sync(shard_key, self._index_range()), gen)
-        if index is None:
-            return None
-        off, n = index[i]  # type: ignore[index]
-        if off == _EMPTY and n == _EMPTY:
-            return None
-        r = self._sub_range(off, n, byte_range)
-        guard = self._end_guard
-        if guard and byte_range is None:
-            data = base.get_sync(shard_key, RangeBR(r.start, r.end + guard))
-            if data is not None and len(data) == n + guard:
-                return data[:n]
-            raise CodecError(
-                f"shard {self._shard_name(shard_key)!r}: inner chunk {i} at bytes [{r.start}, {r.end}) runs into "
-                "the shard index or past the end of the shard (truncated shard or bad index entry)"
-            )
-        return self._check_len(base.get_sync(shard_key, r), r, self._shard_name(shard_key), i)
+        return self._get_now([(key, byte_range)])[0]
 
     def get_ranges_sync(self, key: str, ranges: Sequence[ByteRange | None]) -> list[bytes | None]:
-        return [self.get_sync(key, br) for br in ranges]
+        return self._get_now([(key, br) for br in ranges])
 
     @property
     def sync_unit_reads(self) -> SupportsGetManySync | None:
         return None if self._base_reads is None else self
 
     def get_many_sync(self, keys: Sequence[str]) -> list[bytes | None]:
-        """Inner chunks by shard, as the async ``get_many`` reads them: a cold shard wanted
-        whole in one read, else its index (cached while the shard's generation holds) and
-        one multi-range read of the chunks, redone when the shard was replaced meanwhile."""
+        return self._get_now([(key, None) for key in keys])
+
+    def _get_now(self, requests: Sequence[tuple[str, ByteRange | None]]) -> list[bytes | None]:
+        """Inner chunks (or ranges of them) by shard, as the async ``get_many`` reads them: a
+        cold shard wanted whole in one read, else its index (cached while the shard's
+        generation holds) and one multi-range read; redone when the shard was replaced
+        meanwhile (the generation is compared before and after: a replaced file never
+        returns to a generation)."""
         base = self._base_reads
         assert base is not None, "called only when sync_reads is declared"
         layout, rank = self.layout, self._rank
-        by_shard: dict[tuple[int, ...], list[tuple[int, int]]] = {}
-        for pos, key in enumerate(keys):
+        by_shard: dict[tuple[int, ...], list[tuple[int, int, ByteRange | None]]] = {}
+        for pos, (key, br) in enumerate(requests):
             shard, i = layout.locate(parse_inner_key(key, rank))
-            by_shard.setdefault(shard, []).append((pos, i))
-        out: list[bytes | None] = [None] * len(keys)
+            by_shard.setdefault(shard, []).append((pos, i, br))
+        out: list[bytes | None] = [None] * len(requests)
         for shard, reqs in by_shard.items():
             shard_key = layout.shard_key(shard)
-            if shard_key not in self._index_cache and {i for _, i in reqs} >= set(layout.valid_in_shard(shard)):
+            if (
+                shard_key not in self._index_cache
+                and all(br is None for _, _, br in reqs)
+                and {i for _, i, _ in reqs} >= set(layout.valid_in_shard(shard))
+            ):
                 self._whole_shard_now(base, shard_key, reqs, out)
                 continue
             for _ in range(READ_ATTEMPTS):
                 gen = base.generation_sync(shard_key)
                 try:
-                    datas = self._read_inner_many_once(base, shard_key, gen, [i for _, i in reqs])
+                    datas = self._read_shard_now(base, shard_key, gen, reqs)
                 except CodecError:
                     if base.generation_sync(shard_key) == gen:
                         raise  # a truly broken shard, not one replaced while we read it
                 else:
+                    # "absent" needs no check: it is what the index said at some moment
                     if datas is None or base.generation_sync(shard_key) == gen:
-                        for (pos, _), data in zip(reqs, datas or ()):
+                        for (pos, _, _), data in zip(reqs, datas or ()):
                             out[pos] = data
                         break
                 self._index_cache.pop(shard_key, None)
@@ -474,7 +439,9 @@ class ZarrShardingStore(Store):
                 raise ConflictError(f"shard {shard_key!r} kept being replaced while it was read ({READ_ATTEMPTS} attempts)")
         return out
 
-    def _whole_shard_now(self, base: SupportsGetSync, shard_key: str, reqs: list[tuple[int, int]], out: list[bytes | None]) -> None:
+    def _whole_shard_now(
+        self, base: SupportsGetSync, shard_key: str, reqs: list[tuple[int, int, ByteRange | None]], out: list[bytes | None]
+    ) -> None:
         """Every inner chunk of a cold shard: one read of the whole shard (one version)."""
         gen = base.generation_sync(shard_key)
         whole = base.get_sync(shard_key)
@@ -484,34 +451,38 @@ class ZarrShardingStore(Store):
         index = self._index_from_bytes(shard_key, self._slice_index(whole), whole)
         if base.generation_sync(shard_key) == gen:  # (else cache nothing: it was replaced meanwhile)
             self._cache_put(shard_key, index, gen)
-        for pos, i in reqs:
+        for pos, i, _ in reqs:
             off, n = index[i]
             if not (off == _EMPTY and n == _EMPTY):
                 out[pos] = whole[off : off + n]
 
-    def _read_inner_many_once(
-        self, base: SupportsGetSync, shard_key: str, gen: Hashable | None, chunks: list[int]
+    def _read_shard_now(
+        self, base: SupportsGetSync, shard_key: str, gen: Hashable | None, reqs: list[tuple[int, int, ByteRange | None]]
     ) -> list[bytes | None] | None:
-        """Inner chunks of one shard at ``gen`` (None: the shard is missing)."""
+        """The requested inner chunks (or ranges) of one shard at ``gen``, in order (None: the
+        shard is missing)."""
         index = self._cached_index(shard_key, gen)
         if index is _MISSING:
             index = self._keep_index(shard_key, base.get_sync(shard_key, self._index_range()), gen)
         if index is None:
             return None
-        ranges: list[RangeBR] = []
-        wanted: list[int] = []
-        for i in chunks:
+        fetch: list[tuple[int, int, RangeBR]] = []  # (request number, inner chunk, range)
+        end = -1  # where the last whole chunk read ends
+        for k, (_, i, br) in enumerate(reqs):
             off, n = index[i]  # type: ignore[index]
             if not (off == _EMPTY and n == _EMPTY):
-                ranges.append(RangeBR(off, off + n))
-                wanted.append(i)
-        out: list[bytes | None] = [None] * len(chunks)
-        if not ranges:
+                r = self._sub_range(off, n, br)
+                fetch.append((k, i, r))
+                if br is None:
+                    end = max(end, r.end)
+        out: list[bytes | None] = [None] * len(reqs)
+        if not fetch:
             return out
-        guard = self._end_guard
-        # with the index at the end: the bytes just past the last chunk must exist (the index's
-        # length of them), else an entry runs into the index or past the end (see get_sync)
-        end = max(r.end for r in ranges)
+        ranges = [r for _, _, r in fetch]
+        # with the index at the end a ranged read cannot see an entry that runs into the index
+        # (the shard size is unknown): reading the index's length past the last whole chunk
+        # proves that the bytes after it exist, i.e. that every chunk ends before the index
+        guard = self._end_guard if end >= 0 else 0
         datas = base.get_ranges_sync(shard_key, [*ranges, RangeBR(end, end + guard)] if guard else ranges)
         name = self._shard_name(shard_key)
         if guard and (datas[-1] is None or len(datas[-1]) != guard):
@@ -519,12 +490,8 @@ class ZarrShardingStore(Store):
                 f"shard {name!r}: an inner chunk ending at byte {end} runs into the shard index or past the "
                 "end of the shard (truncated shard or bad index entry)"
             )
-        got = iter(zip(wanted, ranges, datas))
-        for k, i in enumerate(chunks):
-            off, n = index[i]  # type: ignore[index]
-            if not (off == _EMPTY and n == _EMPTY):
-                j, r, data = next(got)
-                out[k] = self._check_len(data, r, name, j)
+        for (k, i, r), data in zip(fetch, datas):
+            out[k] = self._check_len(data, r, name, i)
         return out
 
     def generation_sync(self, key: str) -> Hashable | None:
