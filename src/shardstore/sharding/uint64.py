@@ -63,7 +63,7 @@ from ._uint64_read import (
 )
 
 if TYPE_CHECKING:
-    from ..store.sync_protocols import SupportsGetSync
+    from ..store.sync_protocols import SupportsGetManySync, SupportsGetSync
 
 # the spec and key helpers are public here: users of the format (formats/precomputed) need
 # not import the private modules that implement it
@@ -350,6 +350,19 @@ class Uint64ShardedStore(Store):
 
     def get_ranges_sync(self, key: str, ranges: Sequence[ByteRange | None]) -> list[bytes | None]:
         return [self.get_sync(key, br) for br in ranges]
+
+    @property
+    def sync_unit_reads(self) -> SupportsGetManySync | None:
+        return None if self.sync_ids is None else self
+
+    def get_many_sync(self, keys: Sequence[str]) -> list[bytes | None]:
+        """Values by shard, as ``get_many`` reads them: each shard's missing indexes, then its
+        values with one multi-range read of the shard file."""
+        ids = self.sync_ids
+        assert ids is not None, "called only when sync_reads is declared"
+        if len(keys) == 1:  # (the batch planning costs more than it saves for one value)
+            return [ids.get_id(parse_uint64_key(keys[0]))]
+        return ids.get_many_ids([parse_uint64_key(k) for k in keys])
 
     def generation_sync(self, key: str) -> Hashable | None:
         base = self.base.sync_reads
