@@ -24,9 +24,10 @@ from shardstore.store.local import LocalStore
 
 
 class LoopOnlyStore(LocalStore):
-    """A local store without a blocking writer: appends take the event-loop path."""
+    """A local store that declares no synchronous writes: appends take the event-loop path."""
 
-    def blocking_writer(self):  # type: ignore[override]
+    @property
+    def sync_writes(self):  # type: ignore[override]
         return None
 
 

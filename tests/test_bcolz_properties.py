@@ -1,7 +1,8 @@
 """Property tests: sequences of appends, writes, resizes and trims, with NumPy as the oracle.
 
 The in-memory runs check shardstore against NumPy; the on-disk runs also check that bcolz
-reads the result and that the file layout is bcolz' (one file per chunk, short leftover).
+reads the result and that the file layout is bcolz' (one file per chunk, short leftover). Both
+run on each of the core's runners (blocking and async).
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shardstore import bcolz as sbz
+from shardstore.store import LocalStore, MemoryStore
 from shardstore.testing import strategies as sst
+from shardstore.testing.runners import RUNNERS, Runner, on_runner
 
 DTYPES = ["i4", "f8", "u1", "bool", "S3", "i2"]
 
@@ -68,6 +71,7 @@ def _run(ca: sbz.CArray, ref: np.ndarray, steps: list, dflt) -> np.ndarray:
     return ref
 
 
+@pytest.mark.parametrize("runner", RUNNERS)
 @settings(max_examples=examples(60))
 @given(
     dtype=st.sampled_from(DTYPES),
@@ -75,25 +79,26 @@ def _run(ca: sbz.CArray, ref: np.ndarray, steps: list, dflt) -> np.ndarray:
     chunklen=st.integers(1, 40),
     steps=ops,
 )
-def test_in_memory_sequences(dtype: str, n0: int, chunklen: int, steps: list) -> None:
+def test_in_memory_sequences(runner: Runner, dtype: str, n0: int, chunklen: int, steps: list) -> None:
     dt = np.dtype(dtype)
     ref = _values(dt, n0, 99)
     dflt = {"b": True, "S": b"d"}.get(dt.kind, 7)
-    ca = sbz.carray(ref, chunklen=chunklen, dflt=dflt)
+    ca = sbz.carray(ref, rootdir=on_runner(MemoryStore(), runner), chunklen=chunklen, dflt=dflt)
     _run(ca, ref.copy(), steps, np.asarray(dflt, dtype=dt)[()])
 
 
 bcolz = pytest.importorskip("bcolz")
 
 
+@pytest.mark.parametrize("runner", RUNNERS)
 @settings(max_examples=examples(25), suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(dtype=st.sampled_from(["i4", "f8", "S3"]), n0=st.integers(0, 100), chunklen=st.integers(1, 30), steps=ops)
-def test_on_disk_sequences_read_by_bcolz(dtype: str, n0: int, chunklen: int, steps: list) -> None:
+def test_on_disk_sequences_read_by_bcolz(runner: Runner, dtype: str, n0: int, chunklen: int, steps: list) -> None:
     dt = np.dtype(dtype)
     with tempfile.TemporaryDirectory(prefix="bcolzprop") as d:
         root = Path(d) / "c"
         ref = _values(dt, n0, 1)
-        ca = sbz.carray(ref, rootdir=root, chunklen=chunklen)
+        ca = sbz.carray(ref, rootdir=root if runner == "blocking" else on_runner(LocalStore(root), runner), chunklen=chunklen)
         ref = _run(ca, ref.copy(), steps, np.zeros((), dt)[()])
         b = bcolz.open(str(root), mode="a")
         assert np.array_equal(b[:], ref)

@@ -1,7 +1,8 @@
 """The one read-modify-write, counted with ``RecordingStore``: a partial write of a unit (a
 Zarr v3 shard, an N5 block, a sharded precomputed chunk's shard, a uint64 kv shard) reads the
 unit once and writes it once; concurrent reads of a cold shard fetch its index once; a read
-never applies one version's index to another version's bytes."""
+never applies one version's index to another version's bytes. The write counts hold on both
+core runners (the blocking one through ``SyncRecordingStore``)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ import shardstore
 from shardstore.sharding._uint64_format import ShardingSpec
 from shardstore.sharding.uint64 import Uint64ShardedStore
 from shardstore.store import LocalStore, MemoryStore, RangeBR, SuffixBR
-from shardstore.store.wrappers import RecordingStore
+from shardstore.store.wrappers import RecordingStore, SyncRecordingStore
+from shardstore.testing.runners import RUNNERS
 
 pytest_plugins = ["_servers"]
 pytestmark = pytest.mark.timeout(60)
@@ -28,6 +30,14 @@ def base(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     return MemoryStore() if request.param == "memory" else LocalStore(tmp_path / "store")
 
 
+@pytest.fixture(params=RUNNERS)
+def recorder(request: pytest.FixtureRequest) -> type[RecordingStore]:
+    """The recorder for each core runner: the blocking runner needs a store that declares
+    the synchronous protocol (``SyncRecordingStore`` records it), the async one a store
+    that declares none (``RecordingStore``)."""
+    return SyncRecordingStore if request.param == "blocking" else RecordingStore
+
+
 def ops(rec: RecordingStore) -> Counter[str]:
     return Counter(r.op for r in rec.requests)
 
@@ -36,9 +46,9 @@ def describe(rec: RecordingStore) -> str:
     return "\n".join(f"  {r.op} {r.key} {r.byte_range}" for r in rec.requests) or "  (none)"
 
 
-def test_partial_zarr3_shard_write_is_one_get_one_put(base: Any) -> None:
+def test_partial_zarr3_shard_write_is_one_get_one_put(base: Any, recorder: type[RecordingStore]) -> None:
     shardstore.zarr3.create(base, shape=(16, 16), dtype="uint16", chunks=(4, 4), shards=(16, 16))[...] = 1
-    rec = RecordingStore(base)
+    rec = recorder(base)
     a = shardstore.zarr3.open(rec, mode="r+")
     rec.reset()
     a[3:5, 3:5] = 9  # four inner chunks, each partially: one merge of the one shard
@@ -49,9 +59,9 @@ def test_partial_zarr3_shard_write_is_one_get_one_put(base: Any) -> None:
     np.testing.assert_array_equal(a[...], expected)
 
 
-def test_partial_write_over_two_shards_is_one_get_one_put_each(base: Any) -> None:
+def test_partial_write_over_two_shards_is_one_get_one_put_each(base: Any, recorder: type[RecordingStore]) -> None:
     shardstore.zarr3.create(base, shape=(16, 16), dtype="uint16", chunks=(4, 4), shards=(8, 16))[...] = 1
-    rec = RecordingStore(base)
+    rec = recorder(base)
     a = shardstore.zarr3.open(rec, mode="r+")
     rec.reset()
     a[6:10, 1:15] = 4
@@ -60,12 +70,12 @@ def test_partial_write_over_two_shards_is_one_get_one_put_each(base: Any) -> Non
     ), describe(rec)
 
 
-def test_nested_sharding_partial_write_is_one_get_one_put(base: Any) -> None:
+def test_nested_sharding_partial_write_is_one_get_one_put(base: Any, recorder: type[RecordingStore]) -> None:
     codecs = [{"name": "sharding_indexed", "configuration": {
         "chunk_shape": [4, 4], "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}]}}]
     a = shardstore.zarr3.create(base, shape=(16, 16), dtype="uint8", chunks=(8, 8), shards=(16, 16), codecs=codecs)
     a[...] = 2
-    rec = RecordingStore(base)
+    rec = recorder(base)
     a = shardstore.zarr3.open(rec, mode="r+")
     rec.reset()
     a[1:3, 9:11] = 7
@@ -73,9 +83,9 @@ def test_nested_sharding_partial_write_is_one_get_one_put(base: Any) -> None:
     assert a[1, 9] == 7 and a[0, 0] == 2 and a[3, 11] == 2
 
 
-def test_partial_n5_block_write_is_one_get_one_put(base: Any) -> None:
+def test_partial_n5_block_write_is_one_get_one_put(base: Any, recorder: type[RecordingStore]) -> None:
     shardstore.n5.create(base, shape=(8, 8), dtype="uint16", block_size=(8, 8))[...] = 3
-    rec = RecordingStore(base)
+    rec = recorder(base)
     a = shardstore.n5.open(rec, mode="r+")
     rec.reset()
     a[2:4, 2:4] = 8
@@ -83,12 +93,12 @@ def test_partial_n5_block_write_is_one_get_one_put(base: Any) -> None:
     assert a[2, 2] == 8 and a[0, 0] == 3
 
 
-def test_partial_sharded_precomputed_write_is_one_get_one_put(base: Any) -> None:
+def test_partial_sharded_precomputed_write_is_one_get_one_put(base: Any, recorder: type[RecordingStore]) -> None:
     sharding = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "identity", "preshift_bits": 0,
                 "minishard_bits": 1, "shard_bits": 0, "minishard_index_encoding": "gzip", "data_encoding": "gzip"}
     scale = {"size": [16, 16, 4], "chunk_size": [8, 8, 4], "encoding": "raw", "sharding": sharding}
     shardstore.precomputed.create(base, data_type="uint16", scales=[scale])[...] = 5
-    rec = RecordingStore(base)
+    rec = recorder(base)
     a = shardstore.precomputed.open(rec, mode="r+")
     rec.reset()
     a[1:3, 1:3, 0:2] = 6  # part of one chunk of the one shard
@@ -97,12 +107,12 @@ def test_partial_sharded_precomputed_write_is_one_get_one_put(base: Any) -> None
     assert (got[1:3, 1:3, 0:2] == 6).all() and (got == 6).sum() == 8
 
 
-def test_kv_shard_write_is_one_get_one_put(base: Any) -> None:
+def test_kv_shard_write_is_one_get_one_put(base: Any, recorder: type[RecordingStore]) -> None:
     spec = ShardingSpec.from_json({"@type": "neuroglancer_uint64_sharded_v1", "hash": "identity", "preshift_bits": 0,
                                    "minishard_bits": 2, "shard_bits": 0, "minishard_index_encoding": "raw",
                                    "data_encoding": "gzip"})
     asyncio.run(Uint64ShardedStore(base, spec).set_many([(str(k), b"old%d" % k) for k in range(10)]))
-    rec = RecordingStore(base)
+    rec = recorder(base)
     kv = Uint64ShardedStore(rec, spec)
 
     async def go() -> list[bytes | None]:

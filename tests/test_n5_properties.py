@@ -1,9 +1,11 @@
 """Hypothesis with NumPy as the oracle: N5 reads and partial writes over random shapes, block
-sizes (edge blocks clipped on every axis), dtypes and compressions, in a memory store."""
+sizes (edge blocks clipped on every axis), dtypes and compressions, in a memory store, on both
+of the core's runners (blocking and async)."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from _helpers import assert_bitexact, examples, random_array
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -11,6 +13,7 @@ from hypothesis import strategies as st
 import shardstore
 from shardstore import n5
 from shardstore.testing import strategies as sst
+from shardstore.testing.runners import RUNNERS, on_runner
 
 DTYPES = ["uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64", "float32", "float64"]
 SETTINGS = settings(max_examples=examples(40))
@@ -32,11 +35,12 @@ def cases(draw):
     return shape, blocks, dtype, comp, writes, reads, seed
 
 
+@pytest.mark.parametrize("runner", RUNNERS)
 @SETTINGS
 @given(cases())
-def test_partial_writes_and_reads_match_numpy(case) -> None:
+def test_partial_writes_and_reads_match_numpy(runner, case) -> None:
     shape, blocks, dtype, comp, writes, reads, seed = case
-    store = shardstore.MemoryStore()
+    store = on_runner(shardstore.MemoryStore(), runner)
     a = n5.create(store, "ds", shape=shape, dtype=dtype, block_size=blocks, compression=comp)
     oracle = np.zeros(shape, dtype)
     for i, sel in enumerate(writes):
@@ -65,11 +69,12 @@ def test_partial_writes_and_reads_match_numpy(case) -> None:
         assert read_block_header(raw).c_shape == expected, key
 
 
+@pytest.mark.parametrize("runner", RUNNERS)
 @SETTINGS
 @given(datasets(), st.data())
-def test_resize_matches_numpy(ds, data) -> None:
+def test_resize_matches_numpy(runner, ds, data) -> None:
     shape, blocks, dtype, comp = ds
-    store = shardstore.MemoryStore()
+    store = on_runner(shardstore.MemoryStore(), runner)
     a = n5.create(store, "", shape=shape, dtype=dtype, block_size=blocks, compression=comp)
     oracle = random_array(shape, dtype, 1)
     a[...] = oracle

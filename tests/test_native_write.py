@@ -286,7 +286,7 @@ def test_read_only_stores_are_never_written(tmp_path, monkeypatch) -> None:
     value = np.ones((16, 16), np.uint16)
     assert rawwrite.raw_writer(layout, value) is not None
     for store in (ReadOnlyStore(layout.store), ReadOnlyStore(PrefixStore(layout.store, "d"))):
-        assert store.blocking_file_path() is not None  # (it could: the gate must say no)
+        assert store.file_paths is not None  # (it could: the gate must say no)
         assert rawwrite.raw_writer(dataclasses.replace(layout, store=store), value) is None
     r = n5.open(str(tmp_path / "c.n5"), mode="r", path="d")
     spy = Spy(monkeypatch)

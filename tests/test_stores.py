@@ -11,6 +11,7 @@ import pytest
 
 from shardstore.errors import InvalidKeyError, ReadOnlyError, StoreError, UnsupportedFeatureError
 from shardstore.store import (
+    AsyncOnlyStore,
     LocalStore,
     MemoryStore,
     OffsetBR,
@@ -359,7 +360,7 @@ async def test_set_refuses_non_bytes() -> None:
 
 
 @pytest.mark.parametrize("kind", ["memory", "local", "prefix-local", "readonly-memory"])
-def test_blocking_reader_agrees_with_get(kind: str, tmp_path: Path) -> None:
+def test_sync_reads_agree_with_get(kind: str, tmp_path: Path) -> None:
     base = MemoryStore() if "memory" in kind else LocalStore(tmp_path)
     run(base.set("p/a/b", b"xyz"))
     store = {
@@ -369,8 +370,9 @@ def test_blocking_reader_agrees_with_get(kind: str, tmp_path: Path) -> None:
         "readonly-memory": ReadOnlyStore(base),
     }[kind]
     key = "a/b" if kind == "prefix-local" else "p/a/b"
-    read = store.blocking_reader()
-    assert read is not None
+    reads = store.sync_reads
+    assert reads is not None
+    read = reads.get_sync
     assert read(key) == run(store.get(key)) == b"xyz"
     assert read(key + "x") is None
     for br in (RangeBR(1, 3), OffsetBR(2), SuffixBR(2)):
@@ -378,9 +380,20 @@ def test_blocking_reader_agrees_with_get(kind: str, tmp_path: Path) -> None:
     assert read(key + "x", RangeBR(0, 1)) is None
 
 
-def test_recording_store_has_no_blocking_reader() -> None:
+def test_declared_sync_support_of_wrappers(tmp_path: Path) -> None:
     # request-counting tests rely on every read going through the async path
-    assert RecordingStore(MemoryStore()).blocking_reader() is None
+    local = LocalStore(tmp_path)
+    for store in (RecordingStore(local), AsyncOnlyStore(local)):
+        assert store.sync_reads is None and store.sync_writes is None
+    assert RecordingStore(local).file_paths is None
+    assert local.sync_reads is local and local.sync_writes is local and local.file_paths is local
+    prefix = PrefixStore(local, "p")
+    assert prefix.sync_reads is prefix and prefix.sync_writes is prefix
+    assert prefix.file_path("a/b") == local.file_path("p/a/b")
+    read_only = ReadOnlyStore(local)
+    assert read_only.sync_reads is read_only and read_only.sync_writes is None
+    assert LocalStore(tmp_path, read_only=True).sync_writes is None
+    assert MemoryStore(read_only=True).sync_writes is None
 
 
 def test_local_temp_names_are_unique_across_threads() -> None:

@@ -35,13 +35,6 @@ def run(coro):
     return asyncio.run(coro)
 
 
-class SingleRangeMemoryStore(MemoryStore):
-    """A memory store without the multi-range blocking read (as a third-party store might be)."""
-
-    def blocking_ranges_reader(self):
-        return None
-
-
 SPECS = {
     "murmur-raw": spec(),
     "identity-gzip": spec(hash="identity", preshift_bits=2, minishard_index_encoding="gzip", data_encoding="gzip"),
@@ -59,23 +52,22 @@ def _values(n: int = 300, seed: int = 0) -> dict[int, bytes]:
 def _base(kind: str, tmp_path):
     if kind == "memory":
         return MemoryStore()
-    if kind == "single-range":
-        return SingleRangeMemoryStore()
     if kind == "prefix":
         return PrefixStore(LocalStore(tmp_path / "root"), "a/b")
     return LocalStore(tmp_path / "root")
 
 
 @pytest.mark.parametrize("name", sorted(SPECS))
-@pytest.mark.parametrize("kind", ["memory", "local", "prefix", "single-range"])
-def test_blocking_reads_agree_with_async_reads(name, kind, tmp_path):
+@pytest.mark.parametrize("kind", ["memory", "local", "prefix"])
+def test_sync_reads_agree_with_async_reads(name, kind, tmp_path):
     s = SPECS[name]
     store = Uint64ShardedStore(_base(kind, tmp_path), s)
     values = _values()
     run(store.set_many_ids(list(values.items())))
-    read = store.blocking_reader()
-    now = store.blocking_reads()
-    assert read is not None and now is not None and now.batches == (kind != "single-range")
+    assert store.sync_reads is store
+    read = store.get_sync
+    now = store.sync_ids
+    assert now is not None
     absent = [1, 12345, 2**63]
     keys = [*values, *absent]
     expected = run(store.get_many_ids(keys))
@@ -83,36 +75,26 @@ def test_blocking_reads_agree_with_async_reads(name, kind, tmp_path):
     assert [read(str(k)) for k in keys] == expected
     assert [now.get_id(k) for k in keys] == expected
     assert [now.locate(k) is not None for k in keys] == [k in values for k in keys]
-    if now.batches:
-        assert now.get_many_ids(keys) == expected
-    else:
-        with pytest.raises(TypeError, match="blocking_ranges_reader"):
-            now.get_many_ids(keys)
+    assert now.get_many_ids(keys) == expected
     k = next(k for k, v in values.items() if len(v) > 20)
     for br in (RangeBR(3, 17), RangeBR(5, 10**6), OffsetBR(7), SuffixBR(4), SuffixBR(10**6), RangeBR(2, 2)):
         assert read(str(k), br) == run(store.get(str(k), br)) == slice_range(values[k], br), br
         assert read("1", br) is None
     # a fresh adapter (cold cache) reads the same through the blocking path
     cold = Uint64ShardedStore(store.base, s)
-    assert [cold.blocking_reader()(str(k)) for k in keys] == expected
+    assert [cold.get_sync(str(k)) for k in keys] == expected
 
 
 def test_missing_shards_and_empty_store(tmp_path):
     store = Uint64ShardedStore(LocalStore(tmp_path / "empty"), spec())
-    read = store.blocking_reader()
+    read = store.get_sync
     assert read("0") is None and read("18446744073709551615") is None
-    assert store.blocking_reads().locate(5) is None
+    assert store.sync_ids.locate(5) is None
 
 
-def test_no_blocking_path_without_blocking_reads_and_generations():
-    assert Uint64ShardedStore(RecordingStore(MemoryStore()), spec()).blocking_reader() is None
-
-    class NoGenerations(MemoryStore):
-        def blocking_generation(self):
-            return None
-
-    assert Uint64ShardedStore(NoGenerations(), spec()).blocking_reader() is None
-    assert Uint64ShardedStore(NoGenerations(), spec()).blocking_generation() is None
+def test_no_sync_reads_over_a_base_without_them():
+    store = Uint64ShardedStore(RecordingStore(MemoryStore()), spec())
+    assert store.sync_reads is None and store.sync_ids is None
 
 
 def test_one_reader_follows_rewrites_by_other_writers(tmp_path):
@@ -122,7 +104,7 @@ def test_one_reader_follows_rewrites_by_other_writers(tmp_path):
     a = Uint64ShardedStore(LocalStore(tmp_path / "kv"), s)
     b = Uint64ShardedStore(LocalStore(tmp_path / "kv"), s)
     run(a.set_many_ids([(k, b"old%d" % k) for k in range(50)]))
-    read = a.blocking_reader()
+    read = a.get_sync
     assert read("7") == b"old7"  # indexes now cached in a
     # another adapter rewrites the shard: every value moves (longer values before it)
     run(b.set_many_ids([(k, b"new-and-longer-%d" % k) for k in range(0, 50, 2)] + [(3, None)]))
@@ -143,7 +125,7 @@ def test_one_reader_follows_rewrites_by_other_writers(tmp_path):
 def test_writes_through_the_same_adapter_are_seen_by_its_reader():
     store = Uint64ShardedStore(MemoryStore(), spec(shard_bits=0))
     run(store.set_many_ids([(k, b"a" * k) for k in range(1, 30)]))
-    read = store.blocking_reader()
+    read = store.get_sync
     assert read("5") == b"aaaaa"
     run(store.set_many_ids([(1, b"much longer than before"), (5, b"five")]))
     assert read("5") == b"five" and read("1") == b"much longer than before" and read("6") == b"a" * 6
@@ -158,7 +140,7 @@ def test_legacy_index_data_pair(tmp_path):
         data = b"".join(bytes(p) for p in assemble_shard(s, part))
         run(base.set(f"{shard}.index", data[: s.index_size]))
         run(base.set(f"{shard}.data", data[s.index_size :]))
-    read = Uint64ShardedStore(base, s).blocking_reader()
+    read = Uint64ShardedStore(base, s).get_sync
     assert [read(str(k)) for k in range(45)] == [values.get(k) for k in range(45)]
 
 
@@ -174,7 +156,7 @@ def _shard(s: ShardingSpec, values: dict[int, bytes]) -> bytearray:
 def _read(s: ShardingSpec, shard: bytes | bytearray, tmp_path):
     base = LocalStore(tmp_path / "bad")
     run(base.set("0.shard", bytes(shard)))
-    return Uint64ShardedStore(base, s).blocking_reader()
+    return Uint64ShardedStore(base, s).get_sync
 
 
 def test_corrupt_shards_raise_codec_errors_naming_the_file(tmp_path):
@@ -220,7 +202,7 @@ def test_a_corrupt_shard_is_not_cached_as_good(tmp_path):
     struct.pack_into("<QQ", bad, 16, 0, 10**6)
     base = LocalStore(tmp_path / "c")
     run(base.set("0.shard", bytes(bad)))
-    read = Uint64ShardedStore(base, s).blocking_reader()
+    read = Uint64ShardedStore(base, s).get_sync
     for _ in range(2):
         with pytest.raises(CodecError):
             read("1")
@@ -239,7 +221,7 @@ def test_concurrent_blocking_reads_with_a_tiny_cache(tmp_path):
     writer = Uint64ShardedStore(LocalStore(tmp_path / "t"), s)
     run(writer.set_many_ids(list(values.items())))
     store = Uint64ShardedStore(LocalStore(tmp_path / "t"), s, cache_entries=64, cache_shards=2)
-    read = store.blocking_reader()
+    read = store.get_sync
     keys = list(values)
     errors: list[BaseException] = []
 
@@ -303,10 +285,10 @@ def test_sharded_volume_reads_agree_with_the_async_path(data_encoding, tmp_path,
     a[3:20, 4:9, 2:19, 1] = 7  # a partial write merges into the shards
     data[3:20, 4:9, 2:19, 1] = 7
     b = shardstore.precomputed.open(str(tmp_path / "vol"))
-    assert b.driver.layout.store.blocking_reader() is not None
+    assert b.driver.layout.store.sync_reads is not None
     sels = [np.s_[...], np.s_[1:30, 2:28, 3:20, :], np.s_[5, :, 7, 1], np.s_[::3, 5:, :, 0]]
     blocking = [b[sel] for sel in sels]
-    monkeypatch.setattr(Uint64ShardedStore, "blocking_reader", lambda self: None)
+    monkeypatch.setattr(Uint64ShardedStore, "sync_reads", property(lambda self: None))
     for sel, got in zip(sels, blocking):
         np.testing.assert_array_equal(got, data[sel])
         np.testing.assert_array_equal(b[sel], got)

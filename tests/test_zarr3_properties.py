@@ -6,7 +6,8 @@ writes (basic selections with steps incl. negative, Ellipsis, ints; orthogonal i
 through ``a.oindex``), reads, resizes and reopens. After every step the array must equal a NumPy
 model: bitwise for every dtype, except that any NaN equals any NaN.
 
-Runs over ``MemoryStore`` (most examples) and a few examples over ``LocalStore`` / plain paths.
+Runs over ``MemoryStore`` (most examples) and a few examples over ``LocalStore`` / plain paths,
+each on both of the core's runners (blocking and async, ``shardstore.testing.runners``).
 The strategies are ``shardstore.testing.strategies``; the default run is derandomized, the slow
 run (``-m slow``) draws ten times as many fresh examples (Hypothesis profiles, tests/conftest.py).
 """
@@ -26,11 +27,13 @@ from hypothesis import strategies as st
 
 import shardstore
 from shardstore.testing import strategies as sst
+from shardstore.testing.runners import RUNNERS, Runner, on_runner
 
 pytestmark = pytest.mark.timeout(300)
 
 # the profile (tests/conftest.py) sets derandomize, database, deadline and health checks
-MEMORY_SETTINGS = settings(max_examples=examples(200))
+# (per runner: each example budget runs once on each of the two runners)
+MEMORY_SETTINGS = settings(max_examples=examples(120))
 LOCAL_SETTINGS = settings(max_examples=examples(15))
 
 MAX_OPS = 7
@@ -266,18 +269,23 @@ def _run(data: st.DataObject, target: Any) -> None:
     Scenario(data, target, spec).run(data.draw(st.integers(1, MAX_OPS), label="n_ops"))
 
 
+@pytest.mark.parametrize("runner", RUNNERS)
 @MEMORY_SETTINGS
 @given(data=st.data())
-def test_memory_store_matches_numpy(data: st.DataObject) -> None:
-    _run(data, shardstore.MemoryStore())
+def test_memory_store_matches_numpy(runner: Runner, data: st.DataObject) -> None:
+    _run(data, on_runner(shardstore.MemoryStore(), runner))
 
 
+@pytest.mark.parametrize("runner", RUNNERS)
 @LOCAL_SETTINGS
 @given(data=st.data(), as_path=st.booleans())
-def test_local_store_matches_numpy(data: st.DataObject, as_path: bool) -> None:
+def test_local_store_matches_numpy(runner: Runner, data: st.DataObject, as_path: bool) -> None:
     with tempfile.TemporaryDirectory(prefix="shardstore-prop-") as d:
         root = os.path.join(d, "arr")
-        _run(data, root if as_path else shardstore.LocalStore(root))
+        if runner == "blocking" and as_path:
+            _run(data, root)
+        else:
+            _run(data, on_runner(shardstore.LocalStore(root), runner))
 
 
 # == pinned examples of the properties above ==================================================

@@ -201,6 +201,15 @@ class ArrayArrayCodec(Codec):
 class ArrayBytesCodec(Codec):
     kind = "array_bytes"
 
+    # what this codec can do beyond ``decode``, declared (the pipeline combines these
+    # declarations; it never probes which methods a subclass overrides):
+    #: ``decode_partial`` can decode part of a chunk (e.g. only the blosc blocks it needs)
+    decodes_partially: ClassVar[bool] = False
+    #: ``decode_partial_from`` can read only the byte ranges a partial decode needs
+    reads_partially: ClassVar[bool] = False
+    #: ``decode_into`` can decode a whole chunk straight into the caller's array
+    decodes_into: ClassVar[bool] = False
+
     @abc.abstractmethod
     def encode(self, array: np.ndarray, spec: ChunkSpec) -> bytes: ...
 
@@ -264,6 +273,9 @@ class BytesBytesCodec(Codec):
 
     #: the most bytes one input byte can decode to (deflate: 1032), or None when unbounded
     max_ratio: ClassVar[int | None] = None
+    #: ``decode_to`` can decode into a given buffer (declared: the pipeline then decodes the
+    #: innermost bytes->bytes step into a scratch buffer)
+    decodes_to: ClassVar[bool] = False
 
     def decode_to(self, data: bytes | memoryview, spec: ChunkSpec, out: np.ndarray) -> bool:
         """Decode into ``out`` (uint8, exactly the size the decoded data must have); False

@@ -154,6 +154,9 @@ class BloscpackCodec(ArrayBytesCodec):
     """
 
     name = "bloscpack"
+    decodes_partially = True
+    reads_partially = True
+    decodes_into = True
 
     def __init__(self, cname: str = "lz4", clevel: int = 5, shuffle: int = 1, quantize: int = 0, chunklen: int = 1) -> None:
         conf = {"clevel": clevel, "shuffle": shuffle, "quantize": quantize, "chunklen": chunklen}

@@ -108,6 +108,7 @@ class GzipCodec(N5Compression, BytesBytesCodec):
     """``gzip``: ``level`` 0 (stored) to 9 (smallest); ``use_zlib`` (N5 only): zlib framing."""
 
     name = "gzip"
+    decodes_to = True
     slow_decode = True
 
     def __init__(self, level: int = _DEFAULT_LEVEL, use_zlib: bool = False) -> None:

@@ -147,20 +147,21 @@ class CodecPipeline:
             return None
         return self.array_bytes.decode_partial(data, spec, selection)
 
+    @property
+    def _lone(self) -> bool:
+        """Whether the chain is one array->bytes codec (the only chain whose stored bytes are
+        that codec's: array->array and bytes->bytes codecs transform them)."""
+        return not self.array_array and not self.bytes_bytes
+
     @functools.cached_property
     def decodes_partially(self) -> bool:
-        """Whether ``decode_region`` can ever beat a whole decode (checked once, not per chunk)."""
-        return self._lone_override("decode_partial")
-
-    def _lone_override(self, method: str) -> bool:
-        """Whether the chain is one array->bytes codec that implements ``method`` itself."""
-        overridden = getattr(type(self.array_bytes), method) is not getattr(ArrayBytesCodec, method)
-        return overridden and not self.array_array and not self.bytes_bytes
+        """Whether ``decode_region`` can ever beat a whole decode (decided once, not per chunk)."""
+        return self._lone and self.array_bytes.decodes_partially
 
     @functools.cached_property
     def reads_partially(self) -> bool:
         """Whether ``decode_region_from`` can ever avoid reading a whole chunk."""
-        return self._lone_override("decode_partial_from")
+        return self._lone and self.array_bytes.reads_partially
 
     def decode_region_from(self, read: Any, spec: ChunkSpec, selection: tuple) -> np.ndarray | None:
         """``decode_region`` reading only the bytes it needs through ``read(start, stop)``
@@ -182,7 +183,7 @@ class CodecPipeline:
     @functools.cached_property
     def decodes_into(self) -> bool:
         """Whether ``decode_into`` can ever write a chunk straight into the caller's array."""
-        return self._lone_override("decode_into")
+        return self._lone and self.array_bytes.decodes_into
 
     def decode_into(self, data: bytes, spec: ChunkSpec, out: np.ndarray) -> bool:
         """Decode the whole chunk into ``out`` (see ``ArrayBytesCodec.decode_into``); False,
@@ -194,9 +195,7 @@ class CodecPipeline:
     @functools.cached_property
     def _innermost_decodes_to(self) -> bool:
         """Whether the last bytes->bytes decoder to run can decode into a scratch buffer."""
-        return bool(self.bytes_bytes) and (
-            type(self.bytes_bytes[0]).decode_to is not BytesBytesCodec.decode_to
-        )
+        return bool(self.bytes_bytes) and self.bytes_bytes[0].decodes_to
 
     def _decode_to_scratch(self, data: bytes, ab_spec: ChunkSpec, codec: BytesBytesCodec, limit: int) -> Any:
         size = self.array_bytes.encoded_size(ab_spec)

@@ -73,7 +73,8 @@ class AsyncArray:
 
     def read_now(self, indexer: Indexer, *, strict: bool = False) -> np.ndarray | None:
         """``read`` on the calling thread (and the codec pool) without the event loop, for
-        stores with a blocking reader; None, having read nothing, for the others."""
+        stores that declare synchronous reads (``Store.sync_reads``); None, having read
+        nothing, for the others."""
         layout = self.driver.layout
         out = np.empty(indexer.shape, dtype=layout.spec.dtype, order=layout.order)
         if out.size == 0 or read_into_now(layout, indexer, out, strict=strict):
@@ -104,7 +105,7 @@ class AsyncArray:
             write_from_now(layout, projections, arr)
         finally:
             release()
-        if type(self.driver).after_write is not FormatDriver.after_write:
+        if self.driver.has_after_write:
             sync(self.driver.after_write())
         return True
 

@@ -21,6 +21,7 @@ from .._locks import KeyedLocks
 from .._sync import codec_pool, codec_pool_size, io_pool
 from ..errors import ChunkNotFoundError, CodecError
 from ..store.base import RangeBR
+from ..store.sync_protocols import SupportsGetSync, SupportsSetSync
 from .indexing import ChunkProjection
 from .layout import ChunkLayout, fill_mask
 from .rawread import raw_reader
@@ -146,29 +147,31 @@ def _into(layout: ChunkLayout, p: ChunkProjection, key: str, data: bytes, out: n
         raise type(e)(f"{layout.describe_key(key)}: {e}") from e
 
 
-def _scatter(batch: list[tuple[ChunkProjection, str, bytes]], layout: ChunkLayout, out: np.ndarray) -> list:
-    into = layout.pipeline.decodes_into
-    for p, key, data in batch:
-        if not (into and p.is_complete and _into(layout, p, key, data, out)):
-            assign(out, p.out_selection, _selected(layout, p, key, data))
-    return []
-
-
-def _read_scatter(
-    batch: list[tuple[ChunkProjection, str]],
+def _scatter(
+    batch: list[tuple[ChunkProjection, str, bytes | None]],
     layout: ChunkLayout,
     out: np.ndarray,
-    read: Callable[[str], bytes | None],
     strict: bool,
+    reads: SupportsGetSync | None = None,
 ) -> list:
-    ranged, into = layout.pipeline.reads_partially, layout.pipeline.decodes_into
-    for p, key in batch:
-        if ranged and not p.is_complete:
-            part = _selected_from(layout, p, key, read)
-            if part is not None:
-                assign(out, p.out_selection, part)
-                continue
-        data = read(key)
+    """The one description of a chunk read after its fetch: decode each chunk of ``batch``
+    (``(projection, key, stored bytes or None when missing)``) and place its part in ``out``;
+    a missing chunk gives the fill value, or with ``strict`` raises ``ChunkNotFoundError``.
+
+    With ``reads`` (the blocking runner) the bytes are fetched here, on this thread: a partial
+    selection first through the codec's ranged partial decode, then the whole chunk; the
+    async runner fetched them on the event loop and passes them in.
+    """
+    ranged = reads is not None and layout.pipeline.reads_partially
+    into = layout.pipeline.decodes_into
+    for p, key, data in batch:
+        if reads is not None:
+            if ranged and not p.is_complete:
+                part = _selected_from(layout, p, key, reads.get_sync)
+                if part is not None:
+                    assign(out, p.out_selection, part)
+                    continue
+            data = reads.get_sync(key)
         if data is None:
             if strict:
                 raise ChunkNotFoundError(f"{layout.describe_key(key)} is missing")
@@ -181,23 +184,42 @@ def _read_scatter(
 def read_into_now(
     layout: ChunkLayout, projections: Iterable[ChunkProjection], out: np.ndarray, *, strict: bool = False
 ) -> bool:
-    """``read_into`` without an event loop, for stores with a blocking reader (files, memory,
+    """``read_into`` without an event loop, for stores with synchronous reads (files, memory,
     shards of those): the calling thread and the codec pool read, decode and scatter the
     chunks directly, which skips the sync bridge and the loop's per-chunk hops (hundreds of
     microseconds on a read of a few dozen chunks). Returns False, having done nothing, when
-    the store has no blocking reader.
+    the store declares no synchronous reads.
     """
-    read = layout.store.blocking_reader()
-    if read is None:
+    reads = layout.store.sync_reads
+    if reads is None:
         return False
-    items = [(p, layout.chunk_key(p.coords)) for p in projections]
     strict = strict or layout.missing_chunks == "error"
+    pipeline = layout.pipeline
+    unit_reads = None if layout.one_chunk_units else layout.store.sync_unit_reads
+    if unit_reads is not None:
+        # shards: each fetched as one unit (its index once, its chunks in one multi-range
+        # read: the requests of the async runner), then decoded and scattered in the pool
+        def fetch(group: list[ChunkProjection]) -> list[tuple[ChunkProjection, str, bytes | None]]:
+            keys = [layout.chunk_key(p.coords) for p in group]
+            return list(zip(group, keys, unit_reads.get_many_sync(keys)))
+
+        def scatter(fetched: list[tuple[ChunkProjection, str, bytes | None]]) -> None:
+            share_now(_scatter, fetched, layout, out, strict, slow=pipeline.slow_decode, gil=pipeline.holds_gil,
+                      memo=layout.threads_memo)
+
+        groups = _group(layout, projections)
+        if sum(map(len, groups)) <= SMALL_READ_CHUNKS:  # (as the async runner: one spread)
+            scatter([item for g in groups for item in fetch(g)])
+        else:
+            for g in groups:
+                scatter(fetch(g))
+        return True
+    items = [(p, layout.chunk_key(p.coords), None) for p in projections]
     native = raw_reader(layout, out)
     if native is not None:
-        share_now(_native_then, items, native, _read_scatter, layout, out, read, strict, free=True, memo=layout.threads_memo)
+        share_now(_native_then, items, native, _scatter, layout, out, strict, reads, free=True, memo=layout.threads_memo)
     else:
-        pipeline = layout.pipeline
-        share_now(_read_scatter, items, layout, out, read, strict, slow=pipeline.slow_decode, gil=pipeline.holds_gil,
+        share_now(_scatter, items, layout, out, strict, reads, slow=pipeline.slow_decode, gil=pipeline.holds_gil,
                   memo=layout.threads_memo)
     return True
 
@@ -254,9 +276,8 @@ async def read_into(
     With ``strict`` (or a layout whose ``missing_chunks`` is "error") a missing chunk raises
     ``ChunkNotFoundError`` naming it.
     """
-    fill = layout.spec.fill_value
     strict = strict or layout.missing_chunks == "error"
-    if layout.store.blocking_reader() is not None:
+    if layout.store.sync_reads is not None:
         # files or memory: the loop-free path, off this loop's thread (one mechanism for both)
         await asyncio.get_running_loop().run_in_executor(
             io_pool(), lambda: read_into_now(layout, projections, out, strict=strict)
@@ -264,28 +285,20 @@ async def read_into(
         return
     groups = _group(layout, projections)
 
-    async def fetch(group: list[ChunkProjection]) -> list[tuple[ChunkProjection, str, bytes]]:
+    async def fetch(group: list[ChunkProjection]) -> list[tuple[ChunkProjection, str, bytes | None]]:
         keys = [layout.chunk_key(p.coords) for p in group]
         datas = await layout.store.get_many([(k, None) for k in keys])
-        found = []
-        for p, key, data in zip(group, keys, datas):
-            if data is not None:
-                found.append((p, key, data))
-            elif strict:
-                raise ChunkNotFoundError(f"{layout.describe_key(key)} is missing")
-            else:
-                out[p.out_selection] = fill
-        return found
+        return list(zip(group, keys, datas))
 
     if sum(map(len, groups)) <= SMALL_READ_CHUNKS:
         # a small read (a box across a few shards): fetch everything, then decode it all in
         # one spread, so the work is balanced across threads instead of per shard
         fetched = await asyncio.gather(*(fetch(g) for g in groups))
-        await _spread(_scatter, [item for found in fetched for item in found], layout, out, light=layout.pipeline.light)
+        await _spread(_scatter, [item for found in fetched for item in found], layout, out, strict, light=layout.pipeline.light)
         return
 
     async def read_group(group: list[ChunkProjection]) -> None:
-        await _spread(_scatter, await fetch(group), layout, out, light=layout.pipeline.light)
+        await _spread(_scatter, await fetch(group), layout, out, strict, light=layout.pipeline.light)
 
     # a large read streams shard by shard: bounded memory, fetching overlaps decoding
     await _bounded(READ_GROUPS_IN_FLIGHT, [lambda g=g: read_group(g) for g in groups])
@@ -330,10 +343,6 @@ def _encode(
     return key, layout.pipeline.encode(chunk, spec)
 
 
-def _encode_batch(batch: list, layout: ChunkLayout, value: np.ndarray) -> list[tuple[str, bytes | None]]:
-    return [_encode(layout, p, key, old, value) for p, key, old in batch]
-
-
 def _merged(layout: ChunkLayout, p: ChunkProjection, key: str, value: np.ndarray, old: bytes | None) -> bytes | None:
     """The chunk ``old`` (as stored; None: missing) with the projection's part of ``value``
     written into it, encoded (None: all fill, delete it)."""
@@ -347,25 +356,27 @@ def _merger(layout: ChunkLayout, p: ChunkProjection, key: str, value: np.ndarray
     return functools.partial(_merged, layout, p, key, value)
 
 
-def _encode_write(
-    batch: list[tuple[ChunkProjection, str]],
-    layout: ChunkLayout,
-    value: np.ndarray,
-    write: Callable[[str, object], None],
-) -> list:
-    for p, key in batch:
-        if p.is_complete:
-            write(*_encode(layout, p, key, None, value))
-        else:
-            write(key, _merger(layout, p, key, value))  # read-modify-write in the store
+def _unit_writes(batch: list[tuple[ChunkProjection, str]], layout: ChunkLayout, value: np.ndarray) -> list[tuple[str, Any]]:
+    """The one description of a write's chunks, as store items for ``update_many``: complete
+    chunks encoded here (None: all fill, delete), partial ones as the store-layer ``Update``
+    that merges them into what is stored (one read, one conditional write per unit)."""
+    return [
+        _encode(layout, p, key, None, value) if p.is_complete else (key, _merger(layout, p, key, value))
+        for p, key in batch
+    ]
+
+
+def _write_now(batch: list[tuple[ChunkProjection, str]], layout: ChunkLayout, value: np.ndarray, writes: SupportsSetSync) -> list:
+    """The blocking runner's step: ``_unit_writes`` of a batch, stored on this thread."""
+    writes.update_many_sync(_unit_writes(batch, layout, value))
     return []
 
 
 def writes_now(layout: ChunkLayout) -> bool:
     """Whether ``write_from_now`` can write to ``layout``: every chunk is its own write unit,
-    on a store with blocking reads and writes (files, memory)."""
+    on a store with synchronous reads and writes (files, memory)."""
     store = layout.store
-    return layout.one_chunk_units and store.blocking_writer() is not None and store.blocking_reader() is not None
+    return layout.one_chunk_units and store.sync_writes is not None and store.sync_reads is not None
 
 
 def write_from_now(layout: ChunkLayout, projections: Iterable[ChunkProjection], value: np.ndarray) -> bool:
@@ -373,9 +384,9 @@ def write_from_now(layout: ChunkLayout, projections: Iterable[ChunkProjection], 
     I/O pool encode and write the chunks directly. The caller holds the write units' locks.
     Returns False, having done nothing, when the store or layout does not allow it.
     """
-    if not writes_now(layout):
+    writes = layout.store.sync_writes
+    if writes is None or not writes_now(layout):
         return False
-    write = layout.store.blocking_writer()
     items = [(p, layout.chunk_key(p.coords)) for p in projections]
     native = raw_writer(layout, value)
     if native is not None:
@@ -384,9 +395,9 @@ def write_from_now(layout: ChunkLayout, projections: Iterable[ChunkProjection], 
         # path wants, to hide its GIL hand-offs) only contend (measured on 512^3 raw N5:
         # ~1000 MB/s on 2 threads, ~850 on 8); a first block that waits on the disk still
         # gets the I/O threads (``threads.threads_for``)
-        share_now(_native_then, items, native, _encode_write, layout, value, write, free=True)
+        share_now(_native_then, items, native, _write_now, layout, value, writes, free=True)
     else:
-        share_now(_encode_write, items, layout, value, write, writes=True)
+        share_now(_write_now, items, layout, value, writes, writes=True)
     return True
 
 
@@ -410,14 +421,12 @@ async def write_from(
             await write_unit(group)
 
     async def write_unit(group: list[ChunkProjection]) -> None:
-        # complete chunks are encoded here (spread over the codec pool); partial ones become
-        # update functions, merged by the store's read-modify-write of their unit (one read,
-        # one conditional write per shard or chunk, retried there after a lost race)
-        keys = [layout.chunk_key(p.coords) for p in group]
-        whole = [(p, k, None) for p, k in zip(group, keys) if p.is_complete]
-        items: list = await _spread(_encode_batch, whole, layout, value) if whole else []
-        items += [(k, _merger(layout, p, k, value)) for p, k in zip(group, keys) if not p.is_complete]
-        await layout.store.update_many(items)
+        # ``_unit_writes`` spread over the codec pool (complete chunks first: ``_spread``
+        # times the first item, and making an update function costs nothing), then one
+        # ``update_many``: the store's read-modify-write of the unit, retried after a lost race
+        batch = [(p, layout.chunk_key(p.coords)) for p in group]
+        batch.sort(key=lambda item: not item[0].is_complete)
+        await layout.store.update_many(await _spread(_unit_writes, batch, layout, value))
 
     groups = _group(layout, projections)
     await _bounded(WRITE_GROUPS_IN_FLIGHT, [lambda g=g: write_group(g) for g in groups])

@@ -12,7 +12,7 @@ import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -185,10 +185,14 @@ class FormatDriver(abc.ABC):
     def metadata(self) -> dict[str, Any]:
         """The metadata document(s) as JSON-compatible data."""
 
+    #: whether ``after_write`` does anything (declared, so that loop-free writes call it only then)
+    has_after_write: ClassVar[bool] = False
+
     async def after_write(self) -> None:  # noqa: B027 (a no-op default, not abstract)
         """Called by the core after every write, resize or append has completed.
 
-        Formats that keep derived metadata (bcolz ``meta/sizes``) refresh it here.
+        Formats that keep derived metadata (bcolz ``meta/sizes``) refresh it here and set
+        ``has_after_write``.
         """
 
     @property

@@ -1,7 +1,7 @@
 """Reads of chunk files through the native ``shardstore._rawio`` module.
 
 For arrays whose chunks are stored uncompressed at a fixed layout (``CodecPipeline.raw_layout``:
-N5 raw blocks) in plain files (``Store.blocking_file_path``), one native call reads a whole
+N5 raw blocks) in plain files (``Store.file_paths``), one native call reads a whole
 batch of chunk boxes with the GIL released: two threads then really run in parallel, and the
 per-chunk Python of the generic path (read, decode, scatter) drops out. Chunks it cannot take
 (missing files, edge blocks of another size, damaged files, fancy indexing) go back to the
@@ -90,9 +90,10 @@ def raw_reader(layout: ChunkLayout, out: np.ndarray) -> Callable[[Items], Items]
         inflate = True
     if raw is None or not available() or (inflate and not inflate_available()):
         return None
-    path_of = layout.store.blocking_file_path()
-    if path_of is None:
+    paths = layout.store.file_paths
+    if paths is None:
         return None
+    path_of = paths.file_path
     header, stored = raw
     if out.dtype != stored.newbyteorder("=") or not out.flags.writeable or out.ndim > len(layout.grid.chunk_shape):
         return None

@@ -2,7 +2,7 @@
 
 The mirror of ``core/rawread.py``: for arrays whose chunks are stored uncompressed at a fixed
 layout (``CodecPipeline.raw_layout``: N5 raw blocks) in plain files of a writable store
-(``Store.blocking_file_path`` and ``Store.blocking_writer``), one native call gathers, swaps
+(``Store.file_paths`` and ``Store.sync_writes``), one native call gathers, swaps
 and writes a whole batch of full-size chunks with the GIL released, each atomically (temp file
 beside the target, then rename, as ``LocalStore`` writes). The per-chunk Python of the generic
 path (encode into a new buffer, temp name, open, write, replace) drops out, and threads writing
@@ -70,10 +70,10 @@ def raw_writer(layout: ChunkLayout, value: np.ndarray) -> Callable[[Items], Item
     if raw is None or not available() or layout.store_fill_chunks:
         return None
     store = layout.store
-    path_of = store.blocking_file_path()
-    write = store.blocking_writer()
-    if path_of is None or write is None:  # not local files, or read-only: never written here
+    paths, writes = store.file_paths, store.sync_writes
+    if paths is None or writes is None:  # not local files, or read-only: never written here
         return None
+    path_of, write = paths.file_path, writes.set_sync
     header, stored = raw
     chunk_shape = tuple(layout.grid.chunk_shape)
     if (

@@ -1,9 +1,9 @@
-"""Reading ``neuroglancer_uint64_sharded_v1`` shards: the index cache, and blocking reads.
+"""Reading ``neuroglancer_uint64_sharded_v1`` shards: the index cache, and synchronous reads.
 
 ``ShardCache`` holds what is known of each shard (the generation it was read at, its shard
 index, decoded minishard indexes; LRU bounded by shards and by minishard entries) and turns
 bytes read from the base store into those. It does no I/O: the adapter's async reads
-(``uint64.py``) and ``BlockingReads`` (reads through the base store's blocking reader, from
+(``uint64.py``) and ``SyncReads`` (reads through the base store's ``SupportsGetSync``, from
 any thread, without an event loop) fetch what it asks for, so both paths validate, decode and
 report corrupt shards identically. A lock makes it safe to share between threads.
 """
@@ -13,25 +13,25 @@ from __future__ import annotations
 import struct
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Generator, Hashable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from ..errors import CodecError, ConflictError
-from ..store.base import MISSING, BlockingReader, ByteRange, RangeBR, slice_range
+from ..store.base import MISSING, ByteRange, RangeBR, slice_range
 from ._uint64_format import (
     MinishardIndex,
     ShardingSpec,
     check_index_entry,
     decode_minishard_indexes,
     gzip_decompress,
-    parse_uint64_key,
     sub_range,
 )
 
 if TYPE_CHECKING:
+    from ..store.sync_protocols import SupportsGetSync
     from .uint64 import Uint64ShardedStore
 
-__all__ = ["BlockingReads", "ShardCache", "ShardState", "value_of"]
+__all__ = ["ShardReplaced", "SyncReads", "ShardCache", "ShardState", "value_of"]
 
 T = TypeVar("T")
 _REPLACED = object()
@@ -39,8 +39,18 @@ _REPLACED = object()
 _PAIR = struct.Struct("<QQ")
 
 Located = tuple[str, int, int]  # (data key, absolute start, stored size)
-#: ``read_ranges(key, ranges)``: several byte ranges of one value in one blocking call
-RangesReader = Callable[[str, Sequence[ByteRange]], "list[bytes | None]"]
+
+
+class ShardReplaced(Exception):
+    """Raised inside a read when a shard was replaced since its index was read."""
+
+    def __init__(self, stems: list[str]) -> None:
+        super().__init__(stems)
+        self.stems = stems
+
+
+#: a read the index loading asks for: (key, byte ranges of it)
+IndexRead = tuple[str, list[RangeBR]]
 
 
 class ShardState:
@@ -194,6 +204,33 @@ class ShardCache:
             entries[m] = _PAIR.unpack(pair)
         st.index = entries
 
+    def index_steps(
+        self, stem: str, st: ShardState, minishards: set[int], whole: bool = False
+    ) -> Generator[IndexRead, tuple[Sequence[bytes | None], Hashable | None], None]:
+        """Loading the index entries of ``minishards`` (``whole``: all of it), described once
+        for both read paths: yields ``(key, ranges)`` to read, and the runner sends back the
+        bytes with the generation they were read at (None when its reads carry none: the
+        blocking path checks generations around the whole read instead). Probes the legacy
+        ``.index`` layout when the base cannot tell which exists; raises ``ShardReplaced``
+        when parts of the index come from two versions of the shard."""
+        req = self.index_request(st, minishards, whole)
+        if req is None:
+            return
+        whole, wanted, ranges = req
+        if st.kind == "unknown":  # no generations: probe the layouts
+            st.kind = "shard"
+            datas, gen = yield stem + ".shard", ranges
+            if datas[0] is None:
+                st.kind = "pair"
+                datas, gen = yield stem + ".index", ranges
+        else:
+            datas, gen = yield self.keys(stem, st)[0], ranges
+        if st.kind == "shard" and datas[0] is not None and gen is not None:
+            if st.read_gen is not None and gen != st.read_gen:
+                raise ShardReplaced([stem])  # parts of the index from two versions
+            st.read_gen = gen
+        self.set_index(stem, st, whole, wanted, datas)
+
     def entry(self, stem: str, st: ShardState, m: int) -> tuple[int, int]:
         """The checked ``(start, end)`` index entry of minishard ``m`` (the index is loaded)."""
         if isinstance(st.index, bytes):
@@ -259,27 +296,20 @@ class ShardCache:
                 st.n_entries = 0
 
 
-class BlockingReads:
-    """Reads of a ``Uint64ShardedStore`` through its base store's blocking reader and
-    generation: no event loop, from any thread. As on the async path, a shard's cached
-    indexes are used while its generation is unchanged: checked on every ``get_id`` /
-    ``locate`` and once per ``get_many_ids`` batch.
+class SyncReads:
+    """Reads of a ``Uint64ShardedStore`` through its base store's synchronous protocol
+    (``SupportsGetSync``): no event loop, from any thread. As on the async path, a shard's
+    cached indexes are used while its generation is unchanged: checked on every ``get_id`` /
+    ``locate`` and once per ``get_many_ids`` batch, which reads many ranges of one shard file
+    in one ``get_ranges_sync`` call (one open per file instead of one per value)."""
 
-    ``get_many_ids`` needs the base to read many ranges of one file in one blocking call
-    (``blocking_ranges_reader``; one open per shard file instead of one per value):
-    ``batches`` says whether it does."""
-
-    def __init__(
-        self, store: Uint64ShardedStore, read: BlockingReader, generation: Callable[[str], Hashable | None],
-        read_ranges: RangesReader | None = None,
-    ) -> None:
+    def __init__(self, store: Uint64ShardedStore, base: SupportsGetSync) -> None:
         self._cache: ShardCache = store._cache
         self._spec = store.spec
         self._attempts = store.read_attempts
-        self._read = read
-        self._generation = generation
-        self._read_ranges = read_ranges
-        self.batches = read_ranges is not None
+        self._read = base.get_sync
+        self._generation = base.generation_sync
+        self._read_ranges = base.get_ranges_sync
         self._seen = threading.local()  # generations seen by the read in progress (per thread)
 
     def _state(self, stem: str, shard_gen: Hashable | None) -> ShardState:
@@ -321,21 +351,14 @@ class BlockingReads:
         return self._state(stem, g)
 
     def _load_index(self, stem: str, st: ShardState, minishards: set[int]) -> None:
-        req = self._cache.index_request(st, minishards)
-        if req is None:
+        """``ShardCache.index_steps`` run on this thread (generations: see ``_consistent``)."""
+        steps = self._cache.index_steps(stem, st, minishards)
+        try:
+            key, ranges = next(steps)
+            while True:
+                key, ranges = steps.send((self._read_ranges(key, ranges), None))
+        except StopIteration:
             return
-        whole, wanted, ranges = req
-        read = self._read
-        if st.kind == "unknown":  # no generations: probe the layouts
-            st.kind = "shard"
-            datas = [read(stem + ".shard", r) for r in ranges]
-            if datas[0] is None:
-                st.kind = "pair"
-                datas = [read(stem + ".index", r) for r in ranges]
-        else:
-            index_key = self._cache.keys(stem, st)[0]
-            datas = [read(index_key, r) for r in ranges]
-        self._cache.set_index(stem, st, whole, wanted, datas)
 
     def _minishards(self, stem: str, st: ShardState, wanted: set[int]) -> dict[int, MinishardIndex]:
         found, fetch = self._cache.minis_request(stem, st, wanted)
@@ -379,19 +402,13 @@ class BlockingReads:
         r = RangeBR(start, start + size) if gz or byte_range is None else sub_range(start, size, byte_range)
         return value_of(key, data_key, r.start, r.end, self._read(data_key, r), gz, byte_range)
 
-    def __call__(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
-        """The ``BlockingReader`` interface: a decimal key (validated), optional byte range."""
-        return self.get_id(parse_uint64_key(key), byte_range)
-
     def get_many_ids(self, keys: Sequence[int]) -> list[bytes | None]:
-        """Values of many keys (needs ``batches``): per shard the indexes it lacks, then its
-        values in file order, each step one multi-range read of the shard file."""
+        """Values of many keys: per shard the indexes it lacks, then its values in file
+        order, each step one multi-range read of the shard file."""
         return self._consistent(lambda: self._get_many_ids(keys))
 
     def _get_many_ids(self, keys: Sequence[int]) -> list[bytes | None]:
         read_ranges = self._read_ranges
-        if read_ranges is None:
-            raise TypeError("get_many_ids needs a base store with a blocking_ranges_reader (see batches)")
         spec, cache = self._spec, self._cache
         by_shard: dict[int, list[tuple[int, int, int]]] = {}
         for pos, (k, (shard, m)) in enumerate(zip(keys, spec.locate_many(keys))):
@@ -438,14 +455,3 @@ class BlockingReads:
                 out[pos] = value_of(keys[pos], data_key, s, e, data, gz, None)
             i = j
         return out
-
-
-def blocking_reads(store: Uint64ShardedStore) -> BlockingReads | None:
-    """A ``BlockingReads`` over ``store`` when its base reads and versions synchronously
-    (files, memory, wrappers of those), else None."""
-    base = store.base
-    read = base.blocking_reader()
-    generation = base.blocking_generation()
-    if read is None or generation is None:
-        return None
-    return BlockingReads(store, read, generation, base.blocking_ranges_reader())

@@ -28,13 +28,12 @@ import asyncio
 import contextlib
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
-from typing import Literal, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from ..config import IOConfig
 from ..errors import ConflictError, UnsupportedFeatureError
 from ..store.base import (
     MISSING,
-    BlockingReader,
     ByteRange,
     Parts,
     RangeBR,
@@ -56,13 +55,16 @@ from ._uint64_format import (
     sub_range,
 )
 from ._uint64_read import (
-    BlockingReads,
     ShardCache,
+    ShardReplaced,
     ShardState,
-    blocking_reads,
+    SyncReads,
     shard_generation,
     value_of,
 )
+
+if TYPE_CHECKING:
+    from ..store.sync_protocols import SupportsGetManySync, SupportsGetSync
 
 # the spec and key helpers are public here: users of the format (formats/precomputed) need
 # not import the private modules that implement it
@@ -83,14 +85,6 @@ T = TypeVar("T")
 #: complete_shard(shard number, keys of the batch in that shard) -> True when the batch holds
 #: every key that shard may contain (then the shard is written without being read)
 CompleteShard = Callable[[int, frozenset[int]], bool]
-
-
-class _Replaced(Exception):
-    """Raised inside a read when a shard was replaced since its index was read."""
-
-    def __init__(self, stems: list[str]) -> None:
-        super().__init__(stems)
-        self.stems = stems
 
 
 class _Changes:
@@ -130,7 +124,10 @@ class Uint64ShardedStore(Store):
         self._complete_shard = complete_shard
         # stem -> what is known of the shard (LRU; bounded by shards and by minishard entries)
         self._cache = ShardCache(spec, cache_entries, cache_shards, whole_index_max=config.whole_index_max)
-        self._blocking: BlockingReads | None | Literal[False] = False  # made on first use
+        base_reads = base.sync_reads
+        #: reads by uint64 key from any thread (``get_id``, ``get_many_ids``, ``locate``), when
+        #: the base reads synchronously; it shares this adapter's shard cache
+        self.sync_ids: SyncReads | None = None if base_reads is None else SyncReads(self, base_reads)
         self._index_loads: dict[str, asyncio.Future] = {}  # stem -> index fetch in flight
 
     @property
@@ -191,25 +188,18 @@ class Uint64ShardedStore(Store):
             fut.set_result(None)
 
     async def _fetch_index(self, stem: str, st: ShardState, minishards: set[int], whole: bool) -> None:
-        req = self._cache.index_request(st, minishards, whole)
-        if req is None:
+        """``ShardCache.index_steps`` run on the event loop: a shard's index ranges come from
+        one version of it (``_read_index``), the legacy ``.index`` file's plainly."""
+        steps = self._cache.index_steps(stem, st, minishards, whole)
+        try:
+            key, ranges = next(steps)
+            while True:
+                if key.endswith(".shard"):
+                    key, ranges = steps.send(await self._read_index(key, ranges))
+                else:
+                    key, ranges = steps.send((await self.base.get_many([(key, r) for r in ranges]), None))
+        except StopIteration:
             return
-        whole, wanted, ranges = req
-        if st.kind == "unknown":  # no generations: probe the layouts
-            st.kind = "shard"
-            datas, gen = await self._read_index(stem + ".shard", ranges)
-            if datas[0] is None:
-                st.kind = "pair"
-                datas = await self.base.get_many([(stem + ".index", r) for r in ranges])
-        elif st.kind == "shard":
-            datas, gen = await self._read_index(stem + ".shard", ranges)
-        else:
-            datas = await self.base.get_many([(self._cache.keys(stem, st)[0], r) for r in ranges])
-        if st.kind == "shard" and datas[0] is not None:
-            if st.read_gen is not None and gen != st.read_gen:
-                raise _Replaced([stem])  # parts of the index from two versions
-            st.read_gen = gen
-        self._cache.set_index(stem, st, whole, wanted, datas)
 
     async def _read_index(self, key: str, ranges: list[RangeBR]) -> tuple[list[bytes | None], Hashable | None]:
         """Index ranges of one version of a shard, and its generation."""
@@ -218,7 +208,7 @@ class Uint64ShardedStore(Store):
             return [first] * len(ranges) if first is None else [first], gen
         rest = await self.base.get_ranges_at(key, ranges[1:], gen)
         if rest is None:
-            raise _Replaced([key.rpartition(".")[0]])
+            raise ShardReplaced([key.rpartition(".")[0]])
         return [first, *rest], gen
 
     def _read_gen(self, st: ShardState) -> Hashable | None:
@@ -231,7 +221,7 @@ class Uint64ShardedStore(Store):
             data_key = self._cache.keys(stem, st)[1]
             datas = await self.base.get_ranges_at(data_key, [RangeBR(s, e) for _, s, e in fetch], self._read_gen(st))
             if datas is None:
-                raise _Replaced([stem])
+                raise ShardReplaced([stem])
             self._cache.minis_loaded(stem, st, fetch, datas, found)
         return found
 
@@ -302,7 +292,7 @@ class Uint64ShardedStore(Store):
         for _ in range(self.read_attempts):
             try:
                 return await read()
-            except _Replaced as e:
+            except ShardReplaced as e:
                 for stem in e.stems:
                     self._cache.forget(stem)
         raise ConflictError(f"the shards of keys {list(keys)[:4]} kept being replaced while they were read")
@@ -347,29 +337,41 @@ class Uint64ShardedStore(Store):
 
         await asyncio.gather(*(read_file(k, spans) for k, spans in by_key.items()))
         if stale:
-            raise _Replaced(stale)
+            raise ShardReplaced(stale)
         return results
 
-    # -- blocking reads ---------------------------------------------------------------------
-    def blocking_reader(self) -> BlockingReader | None:
-        """``read(key, byte_range=None)`` from any thread, when the base reads and versions
-        synchronously (files, memory): the shard's generation checked against the cache, the
-        indexes fetched with ranged blocking reads when not cached, then the value's range.
-        The core then reads, decodes and scatters chunks in worker threads, no event loop."""
-        return self.blocking_reads()
+    # -- synchronous reads (declared when the base reads synchronously: files, memory) ------
+    @property
+    def sync_reads(self) -> SupportsGetSync | None:
+        return None if self.sync_ids is None else self
 
-    def blocking_reads(self) -> BlockingReads | None:
-        """Like ``blocking_reader``, with ``get_id`` and ``locate`` (made once: it keeps no
-        state of its own, the shard cache is the adapter's)."""
-        if self._blocking is False:
-            self._blocking = blocking_reads(self)
-        return self._blocking
+    def get_sync(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
+        """A value from any thread: the shard's generation checked against the cache, the
+        indexes fetched with ranged reads when not cached, then the value's range."""
+        ids = self.sync_ids
+        assert ids is not None, "called only when sync_reads is declared"
+        return ids.get_id(parse_uint64_key(key), byte_range)
 
-    def blocking_generation(self) -> Callable[[str], Hashable | None] | None:
-        generation = self.base.blocking_generation()
-        if generation is None:
-            return None
-        return lambda key: generation(self.shard_file(parse_uint64_key(key)))
+    def get_ranges_sync(self, key: str, ranges: Sequence[ByteRange | None]) -> list[bytes | None]:
+        return [self.get_sync(key, br) for br in ranges]
+
+    @property
+    def sync_unit_reads(self) -> SupportsGetManySync | None:
+        return None if self.sync_ids is None else self
+
+    def get_many_sync(self, keys: Sequence[str]) -> list[bytes | None]:
+        """Values by shard, as ``get_many`` reads them: each shard's missing indexes, then its
+        values with one multi-range read of the shard file."""
+        ids = self.sync_ids
+        assert ids is not None, "called only when sync_reads is declared"
+        if len(keys) == 1:  # (the batch planning costs more than it saves for one value)
+            return [ids.get_id(parse_uint64_key(keys[0]))]
+        return ids.get_many_ids([parse_uint64_key(k) for k in keys])
+
+    def generation_sync(self, key: str) -> Hashable | None:
+        base = self.base.sync_reads
+        assert base is not None, "called only when sync_reads is declared"
+        return base.generation_sync(self.shard_file(parse_uint64_key(key)))
 
     async def exists(self, key: str) -> bool:
         return await self.exists_id(parse_uint64_key(key))

@@ -32,6 +32,7 @@ import math
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -40,7 +41,6 @@ from ..codecs.sharding_indexed import EMPTY, ShardingCodec
 from ..config import IOConfig
 from ..errors import CodecError, ConflictError, InvalidKeyError, ShardStoreError, UnsupportedFeatureError
 from ..store.base import (
-    BlockingReader,
     ByteRange,
     OffsetBR,
     Parts,
@@ -52,6 +52,9 @@ from ..store.base import (
     joined,
     validate_key,
 )
+
+if TYPE_CHECKING:
+    from ..store.sync_protocols import SupportsGetManySync, SupportsGetSync
 
 __all__ = ["ShardLayout", "ZarrShardingStore", "inner_key", "parse_inner_key"]
 
@@ -149,6 +152,11 @@ class ZarrShardingStore(Store):
         # shard key -> the index fetch in flight, so that concurrent reads of a cold shard
         # fetch its index once
         self._index_fetches: dict[str, asyncio.Future] = {}
+        self._base_reads = base.sync_reads
+        # with the index at the end, a ranged read cannot see an entry that runs into the
+        # index (the shard size is unknown): reading the index's length past a whole chunk
+        # proves that the bytes after it exist, i.e. that it ends before the index
+        self._end_guard = layout.index_size if layout.codec.index_location == "end" else 0
 
     @property
     def runs_on_any_loop(self) -> bool:  # type: ignore[override]
@@ -372,70 +380,127 @@ class ZarrShardingStore(Store):
     async def exists(self, key: str) -> bool:
         return (await self.get(key, RangeBR(0, 0))) is not None
 
-    def blocking_reader(self) -> BlockingReader | None:
-        """Inner chunks read synchronously, when the base reads and versions synchronously
-        (files, memory, or another adapter over them): the cached index checked against the
-        shard's generation, then a ranged read. The core then reads, decodes and scatters
-        inner chunks in its worker threads, with no event-loop round trips."""
-        read = self.base.blocking_reader()
-        generation = self.base.blocking_generation()
-        if read is None or generation is None:
-            return None
-        layout, rank = self.layout, self._rank
-        # with the index at the end, a ranged read cannot see an entry that runs into the index
-        # (the shard size is unknown): reading the index's length past a whole chunk proves
-        # that the bytes after it exist, i.e. that it ends before the index
-        guard = layout.index_size if layout.codec.index_location == "end" else 0
-        attempts = self.read_attempts
+    # -- synchronous reads (declared when the base reads synchronously: files, memory, or
+    # another adapter over them): the core then reads, decodes and scatters inner chunks in
+    # its worker threads, with no event-loop round trips
+    @property
+    def sync_reads(self) -> SupportsGetSync | None:
+        return None if self._base_reads is None else self
 
-        def read_inner(key: str, byte_range: ByteRange | None = None) -> bytes | None:
+    def get_sync(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
+        return self._get_now([(key, byte_range)])[0]
+
+    def get_ranges_sync(self, key: str, ranges: Sequence[ByteRange | None]) -> list[bytes | None]:
+        return self._get_now([(key, br) for br in ranges])
+
+    @property
+    def sync_unit_reads(self) -> SupportsGetManySync | None:
+        return None if self._base_reads is None else self
+
+    def get_many_sync(self, keys: Sequence[str]) -> list[bytes | None]:
+        return self._get_now([(key, None) for key in keys])
+
+    def _get_now(self, requests: Sequence[tuple[str, ByteRange | None]]) -> list[bytes | None]:
+        """Inner chunks (or ranges of them) by shard, as the async ``get_many`` reads them: a
+        cold shard wanted whole in one read, else its index (cached while the shard's
+        generation holds) and one multi-range read; redone when the shard was replaced
+        meanwhile (the generation is compared before and after: a replaced file never
+        returns to a generation)."""
+        base = self._base_reads
+        assert base is not None, "called only when sync_reads is declared"
+        layout, rank = self.layout, self._rank
+        by_shard: dict[tuple[int, ...], list[tuple[int, int, ByteRange | None]]] = {}
+        for pos, (key, br) in enumerate(requests):
             shard, i = layout.locate(parse_inner_key(key, rank))
+            by_shard.setdefault(shard, []).append((pos, i, br))
+        out: list[bytes | None] = [None] * len(requests)
+        for shard, reqs in by_shard.items():
             shard_key = layout.shard_key(shard)
-            for _ in range(attempts):
-                gen = generation(shard_key)
+            if (
+                shard_key not in self._index_cache
+                and all(br is None for _, _, br in reqs)
+                and {i for _, i, _ in reqs} >= set(layout.valid_in_shard(shard))
+            ):
+                self._whole_shard_now(base, shard_key, reqs, out)
+                continue
+            for _ in range(self.read_attempts):
+                gen = base.generation_sync(shard_key)
                 try:
-                    data = read_once(shard_key, gen, i, byte_range)
+                    datas = self._read_shard_now(base, shard_key, gen, reqs)
                 except CodecError:
-                    if generation(shard_key) == gen:
+                    if base.generation_sync(shard_key) == gen:
                         raise  # a truly broken shard, not one replaced while we read it
-                    data = b""
                 else:
-                    # the generation again: unchanged, the index and the data came from one
-                    # version of the shard (a replaced file never returns to a generation);
                     # "absent" needs no check: it is what the index said at some moment
-                    if data is None or generation(shard_key) == gen:
-                        return data
+                    if datas is None or base.generation_sync(shard_key) == gen:
+                        for (pos, _, _), data in zip(reqs, datas or ()):
+                            out[pos] = data
+                        break
                 self._index_cache.pop(shard_key, None)
-            raise ConflictError(f"shard {shard_key!r} kept being replaced while it was read ({attempts} attempts)")
+            else:
+                raise ConflictError(f"shard {shard_key!r} kept being replaced while it was read ({self.read_attempts} attempts)")
+        return out
 
-        def read_once(shard_key: str, gen: Hashable | None, i: int, byte_range: ByteRange | None) -> bytes | None:
-            index = self._cached_index(shard_key, gen)
-            if index is _MISSING:
-                index = self._keep_index(shard_key, read(shard_key, self._index_range()), gen)
-            if index is None:
-                return None
-            off, n = index[i]  # type: ignore[index]
-            if off == _EMPTY and n == _EMPTY:
-                return None
-            r = self._sub_range(off, n, byte_range)
-            if guard and byte_range is None:
-                data = read(shard_key, RangeBR(r.start, r.end + guard))
-                if data is not None and len(data) == n + guard:
-                    return data[:n]
-                raise CodecError(
-                    f"shard {self._shard_name(shard_key)!r}: inner chunk {i} at bytes [{r.start}, {r.end}) runs into "
-                    "the shard index or past the end of the shard (truncated shard or bad index entry)"
-                )
-            return self._check_len(read(shard_key, r), r, self._shard_name(shard_key), i)
+    def _whole_shard_now(
+        self, base: SupportsGetSync, shard_key: str, reqs: list[tuple[int, int, ByteRange | None]], out: list[bytes | None]
+    ) -> None:
+        """Every inner chunk of a cold shard: one read of the whole shard (one version)."""
+        gen = base.generation_sync(shard_key)
+        whole = base.get_sync(shard_key)
+        if whole is None:
+            self._cache_put(shard_key, _MISSING, gen)
+            return
+        index = self._index_from_bytes(shard_key, self._slice_index(whole), whole)
+        if base.generation_sync(shard_key) == gen:  # (else cache nothing: it was replaced meanwhile)
+            self._cache_put(shard_key, index, gen)
+        for pos, i, _ in reqs:
+            off, n = index[i]
+            if not (off == _EMPTY and n == _EMPTY):
+                out[pos] = whole[off : off + n]
 
-        return read_inner
-
-    def blocking_generation(self) -> Callable[[str], Hashable | None] | None:
-        generation = self.base.blocking_generation()
-        if generation is None:
+    def _read_shard_now(
+        self, base: SupportsGetSync, shard_key: str, gen: Hashable | None, reqs: list[tuple[int, int, ByteRange | None]]
+    ) -> list[bytes | None] | None:
+        """The requested inner chunks (or ranges) of one shard at ``gen``, in order (None: the
+        shard is missing)."""
+        index = self._cached_index(shard_key, gen)
+        if index is _MISSING:
+            index = self._keep_index(shard_key, base.get_sync(shard_key, self._index_range()), gen)
+        if index is None:
             return None
-        layout, rank = self.layout, self._rank
-        return lambda key: generation(layout.shard_key(layout.locate(parse_inner_key(key, rank))[0]))
+        fetch: list[tuple[int, int, RangeBR]] = []  # (request number, inner chunk, range)
+        end = -1  # where the last whole chunk read ends
+        for k, (_, i, br) in enumerate(reqs):
+            off, n = index[i]  # type: ignore[index]
+            if not (off == _EMPTY and n == _EMPTY):
+                r = self._sub_range(off, n, br)
+                fetch.append((k, i, r))
+                if br is None:
+                    end = max(end, r.end)
+        out: list[bytes | None] = [None] * len(reqs)
+        if not fetch:
+            return out
+        ranges = [r for _, _, r in fetch]
+        # with the index at the end a ranged read cannot see an entry that runs into the index
+        # (the shard size is unknown): reading the index's length past the last whole chunk
+        # proves that the bytes after it exist, i.e. that every chunk ends before the index
+        guard = self._end_guard if end >= 0 else 0
+        datas = base.get_ranges_sync(shard_key, [*ranges, RangeBR(end, end + guard)] if guard else ranges)
+        name = self._shard_name(shard_key)
+        if guard and (datas[-1] is None or len(datas[-1]) != guard):
+            raise CodecError(
+                f"shard {name!r}: an inner chunk ending at byte {end} runs into the shard index or past the "
+                "end of the shard (truncated shard or bad index entry)"
+            )
+        for (k, i, r), data in zip(fetch, datas):
+            out[k] = self._check_len(data, r, name, i)
+        return out
+
+    def generation_sync(self, key: str) -> Hashable | None:
+        base = self._base_reads
+        assert base is not None, "called only when sync_reads is declared"
+        layout = self.layout
+        return base.generation_sync(layout.shard_key(layout.locate(parse_inner_key(key, self._rank))[0]))
 
     # -- writes -----------------------------------------------------------------------------
     async def _set(self, key: str, value: bytes) -> None:

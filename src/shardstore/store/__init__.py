@@ -4,7 +4,8 @@ from .base import ByteRange, OffsetBR, RangeBR, Store, SuffixBR, slice_range, va
 from .local import LocalStore
 from .memory import MemoryStore
 from .registry import store_from_url
-from .wrappers import PrefixStore, ReadOnlyStore, RecordingStore
+from .sync_protocols import SupportsFilePath, SupportsGetSync, SupportsSetSync
+from .wrappers import AsyncOnlyStore, PrefixStore, ReadOnlyStore, RecordingStore
 
 __all__ = [
     "Store",
@@ -19,5 +20,9 @@ __all__ = [
     "PrefixStore",
     "ReadOnlyStore",
     "RecordingStore",
+    "AsyncOnlyStore",
+    "SupportsGetSync",
+    "SupportsSetSync",
+    "SupportsFilePath",
     "store_from_url",
 ]

@@ -71,7 +71,9 @@ def open_making_dirs(path: str, flags: int) -> int:
         except FileNotFoundError:
             if attempt == 7:
                 raise
-            with contextlib.suppress(FileNotFoundError):  # (a parent pruned mid-way: retry)
+            # a parent pruned mid-way, or made by another thread and pruned again before
+            # makedirs could see it (then it raises FileExistsError even with exist_ok): retry
+            with contextlib.suppress(FileNotFoundError, FileExistsError):
                 os.makedirs(os.path.dirname(path), exist_ok=True)
     raise AssertionError("unreachable")
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 import abc
 import asyncio
 import random
+import time
 import weakref
-from collections.abc import AsyncIterator, Callable, Hashable, Sequence
-from typing import TYPE_CHECKING, Final, cast
+from collections.abc import AsyncIterator, Callable, Generator, Hashable, Sequence
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from ..config import IOConfig
 from ..errors import ConflictError, InvalidKeyError, NotPicklableError, ReadOnlyError
@@ -24,6 +25,7 @@ from .byte_range import ByteRange, OffsetBR, RangeBR, SuffixBR, resolve_range, s
 
 if TYPE_CHECKING:
     from ._filelock import Lease
+    from .sync_protocols import SupportsFilePath, SupportsGetManySync, SupportsGetSync, SupportsSetSync
 
 #: ``generation`` of a key that does not exist
 MISSING: Final = ("missing",)
@@ -49,12 +51,6 @@ __all__ = [
 #: read-modify-writes that lost a race are redone this often by default before the
 #: ``ConflictError`` is raised (enough for 16+ writers updating one unit at the same moment)
 DEFAULT_RETRY_CONFLICTS = 32
-
-
-#: ``read(key, byte_range=None) -> bytes | None``, callable from any thread
-BlockingReader = Callable[..., "bytes | None"]
-#: ``write(key, value, atomic=True) -> None`` (value None: delete), callable from any thread
-BlockingWriter = Callable[..., None]
 
 
 def validate_key(key: str) -> str:
@@ -123,11 +119,72 @@ def joined(value: bytes | Parts) -> bytes:
 Update = Callable[[bytes | None], bytes | Parts | None]
 
 
-async def conflict_backoff(attempt: int) -> None:
-    """Sleep before retry number ``attempt`` (0-based) of a read-modify-write that lost a
+def backoff_seconds(attempt: int) -> float:
+    """The wait before retry number ``attempt`` (0-based) of a read-modify-write that lost a
     race: exponential (5 ms doubling up to ~0.3 s) with full jitter, so that writers that
     collided spread out instead of colliding again."""
-    await asyncio.sleep(0.005 * 2 ** min(attempt, 6) * (0.25 + random.random()))
+    return 0.005 * 2 ** min(attempt, 6) * (0.25 + random.random())
+
+
+async def conflict_backoff(attempt: int) -> None:
+    """Sleep ``backoff_seconds(attempt)`` on the event loop."""
+    await asyncio.sleep(backoff_seconds(attempt))
+
+
+#: one step of a read-modify-write and what the runner sends back: ``("read",)`` -> ``(old,
+#: generation)``; ``("merge", old)`` -> ``update(old)``; ``("write", new, generation)`` -> None
+#: when the conditional write landed, else its ``ConflictError``; ``("wait", attempt)`` -> None
+UpdateStep = tuple[Any, ...]
+
+
+def update_steps(key: str, update: Update, retries: int) -> Generator[UpdateStep, Any, None]:
+    """The optimistic read-modify-write of one key, described once, without I/O: read it with
+    its generation, merge, write conditionally on that generation; after a lost race wait,
+    re-read and merge again, up to ``retries`` times, then raise ``ConflictError`` naming the
+    key. ``Store._update`` runs it on the event loop, ``run_update_steps_sync`` on a thread."""
+    for attempt in range(retries + 1):
+        old, gen = yield ("read",)
+        new = yield ("merge", old)
+        if new is None and old is None:
+            return  # nothing there, nothing to store (a fill write to a missing unit)
+        error = yield ("write", new, gen)
+        if error is None:
+            return
+        if attempt >= retries:
+            raise ConflictError(
+                f"{key!r} was changed by another writer during each of {attempt + 1} "
+                f"read-modify-write attempts (retry_conflicts={retries}); nothing was written"
+            ) from error
+        yield ("wait", attempt)
+
+
+def run_update_steps_sync(
+    steps: Generator[UpdateStep, Any, None],
+    update: Update,
+    read: Callable[[], tuple[bytes | None, Hashable | None]],
+    write: Callable[[bytes | Parts | None, Hashable | None], None],
+) -> None:
+    """Run ``update_steps`` on this thread: ``read()`` -> (value, generation); ``write(new,
+    generation)`` raises ``ConflictError`` when the value changed since."""
+    reply: object = None
+    while True:
+        try:
+            step = steps.send(reply)
+        except StopIteration:
+            return
+        if step[0] == "read":
+            reply = read()
+        elif step[0] == "merge":
+            reply = update(step[1])
+        elif step[0] == "write":
+            try:
+                write(step[1], step[2])
+                reply = None
+            except ConflictError as e:
+                reply = e
+        else:
+            time.sleep(backoff_seconds(step[1]))
+            reply = None
 
 
 class Store(abc.ABC):
@@ -295,46 +352,33 @@ class Store(abc.ABC):
             return [await one(parts[0])]
         return list(await asyncio.gather(*(one(br) for br in parts)))
 
-    def blocking_reader(self) -> BlockingReader | None:
-        """A function ``read(key, byte_range=None)`` reading synchronously from any thread, or None.
+    # -- declared synchronous support (see ``sync_protocols``) ---------------------------------
+    @property
+    def sync_reads(self) -> SupportsGetSync | None:
+        """This store's reads from any thread (``get_sync``...), or None when it has none.
 
-        Only backends where a read is a cheap local operation (files, memory) offer one, and
-        adapters over them (a shard's inner chunks): the core then reads *and* decodes each
-        chunk inside its worker threads, which saves the event-loop round trips that otherwise
-        dominate reads of many small chunks. Keys given to the function must already be valid.
+        Declared by the store, never probed: files, memory and adapters or wrappers over
+        them return themselves; remote stores return None (their reads need the loop).
         """
         return None
 
-    def blocking_writer(self) -> BlockingWriter | None:
-        """A function ``write(key, value, atomic=True)`` storing (None: deleting)
-        synchronously from any thread, as ``set`` / ``delete`` do, or None.
-
-        The write-side twin of ``blocking_reader``: formats that write many whole files
-        (bcolz appends) encode and write each in a worker thread, without event-loop hops.
-        ``atomic=False`` allows a cheaper write that a concurrent reader may see half done,
-        for keys no reader looks at yet (files the format's metadata does not count yet).
-        Only writable backends where a write is a cheap local operation offer one.
-        """
+    @property
+    def sync_unit_reads(self) -> SupportsGetManySync | None:
+        """Reads of many values of one unit at once from any thread (``get_many_sync``), or
+        None: declared by sharding adapters with ``sync_reads``, whose shard's chunks the
+        blocking runner then fetches together (index once, one multi-range read)."""
         return None
 
-    def blocking_ranges_reader(self) -> Callable[[str, Sequence[ByteRange | None]], list[bytes | None]] | None:
-        """``read_ranges(key, ranges)``: several byte ranges of one value, synchronously (one
-        open of a file for all of them), or None. Offered with ``blocking_reader``; adapters
-        reading many values of one shard in a worker thread (``get_many``) use it."""
+    @property
+    def sync_writes(self) -> SupportsSetSync | None:
+        """This store's writes from any thread (``set_sync``, ``update_many_sync``), or None
+        (remote, read-only, or adapters whose writes go through ``update_many`` only)."""
         return None
 
-    def blocking_file_path(self) -> Callable[[str], str] | None:
-        """``path(key)``: the local file that holds ``key``'s value, for native readers that
-        open chunk files themselves (``shardstore._rawio``), or None (not a plain file store).
-        Offered with ``blocking_reader``; keys given to the function must already be valid."""
-        return None
-
-    def blocking_generation(self) -> Callable[[str], Hashable | None] | None:
-        """``generation`` as a synchronous function callable from any thread, or None.
-
-        Offered alongside ``blocking_reader`` so that adapters reading in worker threads (a
-        shard's cached index) can check what they cached without the event loop.
-        """
+    @property
+    def file_paths(self) -> SupportsFilePath | None:
+        """This store's ``file_path(key)`` for native readers and writers, or None (not a
+        plain file store)."""
         return None
 
     async def generation(self, key: str) -> Hashable | None:
@@ -483,23 +527,28 @@ class Store(abc.ABC):
         return final
 
     async def _update(self, key: str, update: Update) -> None:
-        """One read-modify-write of ``key`` through ``get_versioned`` and ``set_if``, retried."""
-        retries = self.retry_conflicts
-        for attempt in range(retries + 1):
-            old, gen = await self.get_versioned(key)
-            new = await run_update(update, old, self.inline_update_bytes, self.codec_threads)
-            if new is None and old is None:
-                return  # nothing there, nothing to store (a fill write to a missing unit)
+        """One read-modify-write of ``key`` through ``get_versioned`` and ``set_if``, retried
+        (``update_steps`` run on the event loop)."""
+        steps = update_steps(key, update, self.retry_conflicts)
+        reply: object = None
+        while True:
             try:
-                await self.set_if(key, new, gen)
+                step = steps.send(reply)
+            except StopIteration:
                 return
-            except ConflictError as e:
-                if attempt >= retries:
-                    raise ConflictError(
-                        f"{key!r} was changed by another writer during each of {attempt + 1} "
-                        f"read-modify-write attempts (retry_conflicts={retries}); nothing was written"
-                    ) from e
-            await conflict_backoff(attempt)
+            if step[0] == "read":
+                reply = await self.get_versioned(key)
+            elif step[0] == "merge":
+                reply = await run_update(update, step[1], self.inline_update_bytes, self.codec_threads)
+            elif step[0] == "write":
+                try:
+                    await self.set_if(key, step[1], step[2])
+                    reply = None
+                except ConflictError as e:
+                    reply = e
+            else:
+                await conflict_backoff(step[1])
+                reply = None
 
     async def set_if(self, key: str, value: bytes | Parts | None, generation: Hashable | None) -> None:
         """Write (or, for ``None``, delete) ``key`` only if it is still at ``generation``.

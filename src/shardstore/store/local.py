@@ -17,9 +17,9 @@ import os
 import re
 import stat
 import threading
-from collections.abc import AsyncIterator, Callable, Hashable, Iterator, Sequence
+from collections.abc import AsyncIterator, Hashable, Iterator, Sequence
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from .._sync import io_pool
 from ..config import IOConfig
@@ -28,8 +28,6 @@ from ._fileio import pread
 from ._filelock import Lease, is_lock_name, lock_path, locked, open_making_dirs
 from .base import (
     MISSING,
-    BlockingReader,
-    BlockingWriter,
     ByteRange,
     Parts,
     RangeBR,
@@ -37,10 +35,14 @@ from .base import (
     SuffixBR,
     Update,
     _check_value,
+    joined,
     resolve_range,
     validate_key,
     validate_prefix,
 )
+
+if TYPE_CHECKING:
+    from .sync_protocols import SupportsFilePath, SupportsGetSync, SupportsSetSync
 
 __all__ = ["LocalStore", "is_temp_name", "temp_path"]
 
@@ -275,64 +277,51 @@ class LocalStore(Store):
         async with limit:
             return await asyncio.to_thread(self._read_parts, key, parts)
 
-    def blocking_reader(self) -> BlockingReader:
-        read_parts = self._read_parts
-        if os.sep != "/" or not hasattr(os, "pread"):
-            return lambda key, byte_range=None: read_parts(key, [byte_range])[0]
-        root = str(self._root) + "/"
+    # -- synchronous reads and writes (declared: ``sync_protocols``) -------------------------
+    @property
+    def sync_reads(self) -> SupportsGetSync:
+        return self
 
-        def read(key: str, byte_range: ByteRange | None = None) -> bytes | None:
-            # the core calls this once per chunk of every read: whole files and plain ranges
-            # (partial decodes) take a lean path (a few system calls, no path objects)
-            if byte_range is not None and type(byte_range) is not RangeBR:
-                return read_parts(key, [byte_range])[0]
-            try:
-                fd = os.open(root + key, os.O_RDONLY)
-            except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-                return None
-            except OSError:
-                return read_parts(key, [byte_range])[0]  # (the general path words the error)
-            try:
-                st = os.fstat(fd)
-                if not stat.S_ISREG(st.st_mode):
-                    return None
-                if byte_range is not None:  # part of a file (partial decodes, shard indexes)
-                    start, end = resolve_range(byte_range, st.st_size)
-                    return pread(fd, end - start, start)
-                return pread(fd, st.st_size, 0)
-            except OSError as e:
-                raise StoreError(f"cannot read key {key!r} from {root + key!r}: {_describe(e)}") from e
-            finally:
-                os.close(fd)
+    @property
+    def sync_writes(self) -> SupportsSetSync | None:
+        return None if self.read_only else self
 
-        return read
+    @property
+    def file_paths(self) -> SupportsFilePath | None:
+        return self if self._fast_root else None  # (Windows: keys are not paths as they stand)
 
-    def blocking_file_path(self) -> Callable[[str], str] | None:
+    def file_path(self, key: str) -> str:
+        return self._fast_root + key
+
+    def get_sync(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
+        # the core calls this once per chunk of every read: whole files and plain ranges
+        # (partial decodes) take a lean path (a few system calls, no path objects)
         root = self._fast_root
-        if not root:  # (Windows: keys are not paths as they stand)
+        if not root or (byte_range is not None and type(byte_range) is not RangeBR):
+            return self._read_parts(key, [byte_range])[0]
+        try:
+            fd = os.open(root + key, os.O_RDONLY)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
-        return lambda key: root + key
+        except OSError:
+            return self._read_parts(key, [byte_range])[0]  # (the general path words the error)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return None
+            if byte_range is not None:  # part of a file (partial decodes, shard indexes)
+                start, end = resolve_range(byte_range, st.st_size)
+                return pread(fd, end - start, start)
+            return pread(fd, st.st_size, 0)
+        except OSError as e:
+            raise StoreError(f"cannot read key {key!r} from {root + key!r}: {_describe(e)}") from e
+        finally:
+            os.close(fd)
 
-    def blocking_writer(self) -> BlockingWriter | None:
-        if self.read_only:
-            return None
+    def get_ranges_sync(self, key: str, ranges: Sequence[ByteRange | None]) -> list[bytes | None]:
+        return self._read_parts(key, ranges)
 
-        def write(key: str, value: bytes | Update | None, atomic: bool = True) -> None:
-            validate_key(key)
-            if value is None:
-                self._remove(key)
-            elif callable(value):
-                self._update_locked(key, value)
-            else:
-                _check_value(key, value)
-                (self._write if atomic else self._write_in_place)(key, value)
-
-        return write
-
-    def blocking_ranges_reader(self) -> Callable[[str, Sequence[ByteRange | None]], list[bytes | None]]:
-        return self._read_parts
-
-    def _generation(self, key: str) -> Hashable:
+    def generation_sync(self, key: str) -> Hashable:
         # one stat: an atomic replace changes the inode (runs per chunk of sharded reads:
         # the plain joined path where the platform allows, not the general _path)
         path = self._fast_root + validate_key(key) if self._fast_root else self._path(validate_key(key))
@@ -346,8 +335,27 @@ class LocalStore(Store):
             return MISSING
         return (st.st_ino, st.st_mtime_ns, st.st_size)
 
-    def blocking_generation(self) -> Callable[[str], Hashable]:
-        return self._generation
+    def set_sync(self, key: str, value: bytes | Parts | None, atomic: bool = True) -> None:
+        self._check_writable(key)
+        validate_key(key)
+        if value is None:
+            self._remove(key)
+        else:
+            _check_value(key, value)
+            if atomic:
+                self._write(key, value)
+            else:
+                self._write_in_place(key, joined(value))
+
+    def update_many_sync(self, items: Sequence[tuple[str, bytes | Parts | Update | None]]) -> None:
+        """``update_many`` on this thread: the same locked read-modify-write per key."""
+        for key, value in self._checked_updates(items).items():
+            if callable(value):
+                self._update_locked(key, value)
+            elif value is None:
+                self._remove(key)
+            else:
+                self._write(key, value)
 
     def _read_versioned(self, key: str, byte_range: ByteRange | None) -> tuple[bytes | None, Hashable]:
         """Blocking: a value (or range) and the generation of the very file it came from (one
@@ -376,7 +384,7 @@ class LocalStore(Store):
         return await asyncio.to_thread(self._read_versioned, key, byte_range)
 
     async def generation(self, key: str) -> Hashable | None:
-        return self._generation(key)  # inline: cheaper than a thread hop
+        return self.generation_sync(key)  # inline: cheaper than a thread hop
 
     async def exists(self, key: str) -> bool:
         return await asyncio.to_thread(os.path.isfile, self._path(validate_key(key)))
@@ -438,7 +446,7 @@ class LocalStore(Store):
                 for _ in range(self.retry_conflicts + 1):
                     old, gen = self._read_versioned(key, None)
                     new = update(old)
-                    if self._generation(key) != gen:
+                    if self.generation_sync(key) != gen:
                         continue  # a plain write replaced it meanwhile: merge again on top of it
                     if new is not None:
                         self._write(key, new)

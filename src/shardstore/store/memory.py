@@ -2,24 +2,29 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
-from collections.abc import AsyncIterator, Callable, Hashable, Sequence
+from collections.abc import AsyncIterator, Hashable, Sequence
+from typing import TYPE_CHECKING
 
-from ..errors import NotPicklableError
+from ..errors import ConflictError, NotPicklableError
 from .base import (
     MISSING,
-    BlockingReader,
-    BlockingWriter,
     ByteRange,
     Parts,
     Store,
     Update,
     _check_value,
     joined,
+    run_update_steps_sync,
     slice_range,
+    update_steps,
     validate_key,
 )
+
+if TYPE_CHECKING:
+    from .sync_protocols import SupportsGetSync, SupportsSetSync
 
 __all__ = ["MemoryStore"]
 
@@ -68,53 +73,28 @@ class MemoryStore(Store):
             out.append(value)
         return out
 
-    def blocking_reader(self) -> BlockingReader:
-        data = self._data
+    # -- synchronous reads and writes (declared: ``sync_protocols``) -------------------------
+    @property
+    def sync_reads(self) -> SupportsGetSync:
+        return self
 
-        def read(key: str, byte_range: ByteRange | None = None) -> bytes | None:
-            value = data.get(key)
-            if value is None or byte_range is None:
-                return value
-            return slice_range(value, byte_range)
+    @property
+    def sync_writes(self) -> SupportsSetSync | None:
+        return None if self.read_only else self
 
-        return read
+    def get_sync(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
+        value = self._data.get(key)
+        if value is None or byte_range is None:
+            return value
+        return slice_range(value, byte_range)
 
-    def blocking_writer(self) -> BlockingWriter | None:
-        if self.read_only:
-            return None
+    def get_ranges_sync(self, key: str, ranges: Sequence[ByteRange | None]) -> list[bytes | None]:
+        value = self._data.get(key)
+        if value is None:
+            return [None] * len(ranges)
+        return [value if br is None else slice_range(value, br) for br in ranges]
 
-        def write(key: str, value: bytes | Parts | Update | None, atomic: bool = True) -> None:  # (always atomic)
-            validate_key(key)
-            if callable(value):  # a read-modify-write: one at a time per store
-                with self._rmw_lock:
-                    new = value(self._data.get(key))
-                    write(key, new)
-                return
-            if value is None:
-                self._data.pop(key, None)
-            else:
-                _check_value(key, value)
-                self._data[key] = bytes(joined(value))
-                self._versions[key] = next(self._writes)
-
-        return write
-
-    async def _set(self, key: str, value: bytes) -> None:
-        self._data[key] = bytes(value)
-        self._versions[key] = next(self._writes)
-
-    def blocking_ranges_reader(self) -> Callable[[str, Sequence[ByteRange | None]], list[bytes | None]]:
-        data = self._data
-
-        def read_ranges(key: str, ranges: Sequence[ByteRange | None]) -> list[bytes | None]:
-            value = data.get(key)
-            if value is None:
-                return [None] * len(ranges)
-            return [value if br is None else slice_range(value, br) for br in ranges]
-
-        return read_ranges
-
-    def _generation(self, key: str) -> Hashable:
+    def generation_sync(self, key: str) -> Hashable:
         validate_key(key)
         value = self._data.get(key)
         if value is None:
@@ -122,11 +102,58 @@ class MemoryStore(Store):
         # values placed in the shared dict from outside have no counter: use the object
         return (self._versions.get(key), id(value))
 
-    def blocking_generation(self) -> Callable[[str], Hashable]:
-        return self._generation
-
     async def generation(self, key: str) -> Hashable | None:
-        return self._generation(key)
+        return self.generation_sync(key)
+
+    def set_sync(self, key: str, value: bytes | Parts | None, atomic: bool = True) -> None:  # (always atomic)
+        self._check_writable(key)
+        validate_key(key)
+        if value is not None:
+            _check_value(key, value)
+        self._put(key, value)
+
+    def _put(self, key: str, value: bytes | Parts | None) -> None:
+        if value is None:
+            self._data.pop(key, None)
+        else:
+            self._data[key] = bytes(joined(value))
+            self._versions[key] = next(self._writes)
+
+    async def _set(self, key: str, value: bytes) -> None:
+        self._put(key, value)
+
+    def update_many_sync(self, items: Sequence[tuple[str, bytes | Parts | Update | None]]) -> None:
+        """``update_many`` on this thread: each read-modify-write is ``update_steps``, as on
+        the event loop, with the store's conditional write (``set_if``'s)."""
+        for key, value in self._checked_updates(items).items():
+            if callable(value):
+                run_update_steps_sync(
+                    update_steps(key, value, self.retry_conflicts),
+                    value,
+                    functools.partial(self._get_versioned_now, key),
+                    functools.partial(self._set_if_now, key),
+                )
+            else:
+                self._put(key, value)
+
+    def _get_versioned_now(self, key: str) -> tuple[bytes | None, Hashable]:
+        with self._rmw_lock:
+            return self._data.get(key), self.generation_sync(key)
+
+    def _set_if_now(self, key: str, value: bytes | Parts | None, generation: Hashable | None) -> None:
+        with self._rmw_lock:  # (compare and write as one step, from any thread)
+            if generation is not None and self.generation_sync(key) != generation:
+                raise ConflictError(
+                    f"{key!r} changed since it was read (another writer updated it); re-read and retry"
+                )
+            self._put(key, value)
+
+    async def set_if(self, key: str, value: bytes | Parts | None, generation: Hashable | None) -> None:
+        self._check_writable(key)
+        validate_key(key)
+        if value is not None:
+            _check_value(key, value)
+        self._set_if_now(key, value, generation)
 
     async def _delete(self, key: str) -> None:
         self._data.pop(key, None)

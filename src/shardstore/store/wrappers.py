@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Hashable, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import AsyncIterator, Hashable, Sequence
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 from ._coalesce import coalesce_ranges
 from .base import (
-    BlockingReader,
-    BlockingWriter,
     ByteRange,
     Parts,
     RangeBR,
@@ -20,18 +18,78 @@ from .base import (
 
 if TYPE_CHECKING:
     from ._filelock import Lease
+    from .sync_protocols import SupportsFilePath, SupportsGetSync, SupportsSetSync
 
-__all__ = ["PrefixStore", "ReadOnlyStore", "RecordingStore", "Request"]
+__all__ = ["AsyncOnlyStore", "PrefixStore", "ReadOnlyStore", "RecordingStore", "Request", "SyncRecordingStore"]
 
 
 class _Wrapper(Store):
-    """Forwards to ``base``; ``read_only`` follows the base (or is forced on)."""
+    """Forwards to ``base``; ``read_only`` follows the base (or is forced on).
+
+    The synchronous protocols are forwarded as the base declares them (decided once, here),
+    unless the class says it passes none (``forwards_sync``).
+    """
+
+    #: whether the base's synchronous reads and writes pass through this wrapper
+    forwards_sync: ClassVar[bool] = True
+    #: whether the base's ``file_paths`` pass through (native readers and writers, and bcolz'
+    #: empty ``data/`` directory, then use the files directly, bypassing this wrapper)
+    forwards_file_paths: ClassVar[bool] = True
 
     def __init__(self, base: Store, *, read_only: bool = False) -> None:
         if not isinstance(base, Store):
             raise TypeError(f"{type(self).__name__} wraps a Store, got {type(base).__name__}")
         super().__init__(read_only=read_only)
         self.base = base
+        forwards = self.forwards_sync
+        self._base_reads = base.sync_reads if forwards else None
+        self._base_writes = base.sync_writes if forwards and not self.read_only else None
+        self._base_paths = base.file_paths if self.forwards_file_paths else None
+
+    @property
+    def sync_reads(self) -> SupportsGetSync | None:
+        return None if self._base_reads is None else self
+
+    @property
+    def sync_writes(self) -> SupportsSetSync | None:
+        return None if self._base_writes is None else self
+
+    @property
+    def file_paths(self) -> SupportsFilePath | None:
+        return None if self._base_paths is None else self
+
+    def get_sync(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
+        reads = self._base_reads
+        assert reads is not None, "called only when sync_reads is declared"
+        return reads.get_sync(self._full(key), byte_range)
+
+    def get_ranges_sync(self, key: str, ranges: Sequence[ByteRange | None]) -> list[bytes | None]:
+        reads = self._base_reads
+        assert reads is not None, "called only when sync_reads is declared"
+        return reads.get_ranges_sync(self._full(key), ranges)
+
+    def generation_sync(self, key: str) -> Hashable | None:
+        reads = self._base_reads
+        assert reads is not None, "called only when sync_reads is declared"
+        return reads.generation_sync(self._full(key))
+
+    def file_path(self, key: str) -> str:
+        paths = self._base_paths
+        assert paths is not None, "called only when file_paths is declared"
+        return paths.file_path(self._full(key))
+
+    def set_sync(self, key: str, value: bytes | Parts | None, atomic: bool = True) -> None:
+        writes = self._base_writes
+        assert writes is not None, "called only when sync_writes is declared"
+        self._check_writable(key)
+        writes.set_sync(self._full(validate_key(key)), value, atomic)
+
+    def update_many_sync(self, items: Sequence[tuple[str, bytes | Parts | Update | None]]) -> None:
+        writes = self._base_writes
+        assert writes is not None, "called only when sync_writes is declared"
+        if items:
+            self._check_writable(items[0][0], more=len(items) - 1)
+        writes.update_many_sync([(self._full(validate_key(k)), v) for k, v in items])
 
     @property
     def read_only(self) -> bool:
@@ -96,41 +154,6 @@ class PrefixStore(_Wrapper):
     def _full(self, key: str) -> str:
         return self._pre + key
 
-    def blocking_reader(self) -> BlockingReader | None:
-        read = self.base.blocking_reader()
-        if read is None:
-            return None
-        pre = self._pre
-        return lambda key, byte_range=None: read(pre + key, byte_range)
-
-    def blocking_ranges_reader(self) -> Callable[[str, Sequence[ByteRange | None]], list[bytes | None]] | None:
-        read_ranges = self.base.blocking_ranges_reader()
-        if read_ranges is None:
-            return None
-        pre = self._pre
-        return lambda key, ranges: read_ranges(pre + key, ranges)
-
-    def blocking_generation(self) -> Callable[[str], Hashable | None] | None:
-        gen = self.base.blocking_generation()
-        if gen is None:
-            return None
-        pre = self._pre
-        return lambda key: gen(pre + key)
-
-    def blocking_file_path(self) -> Callable[[str], str] | None:
-        path = self.base.blocking_file_path()
-        if path is None:
-            return None
-        pre = self._pre
-        return lambda key: path(pre + key)
-
-    def blocking_writer(self) -> BlockingWriter | None:
-        write = None if self.read_only else self.base.blocking_writer()
-        if write is None:
-            return None
-        pre = self._pre
-        return lambda key, value, atomic=True: write(pre + validate_key(key), value, atomic)
-
     async def _get(self, key: str, byte_range: ByteRange | None) -> bytes | None:
         return await self.base.get(self._full(key), byte_range)
 
@@ -181,18 +204,6 @@ class ReadOnlyStore(_Wrapper):
 
     def __reduce__(self) -> tuple:
         return (ReadOnlyStore, (self.base,))
-
-    def blocking_reader(self) -> BlockingReader | None:
-        return self.base.blocking_reader()
-
-    def blocking_ranges_reader(self) -> Callable[[str, Sequence[ByteRange | None]], list[bytes | None]] | None:
-        return self.base.blocking_ranges_reader()
-
-    def blocking_generation(self) -> Callable[[str], Hashable | None] | None:
-        return self.base.blocking_generation()
-
-    def blocking_file_path(self) -> Callable[[str], str] | None:
-        return self.base.blocking_file_path()
 
     async def _get(self, key: str, byte_range: ByteRange | None) -> bytes | None:
         return await self.base.get(key, byte_range)
@@ -247,6 +258,10 @@ class RecordingStore(_Wrapper):
     attributes of ``Store``, settable per instance).
     """
 
+    #: requests made through the synchronous protocols or to files would go unrecorded
+    forwards_sync = False
+    forwards_file_paths = False
+
     def __init__(self, base: Store) -> None:
         super().__init__(base)
         self.requests: list[Request] = []
@@ -295,6 +310,12 @@ class RecordingStore(_Wrapper):
     async def update_many(self, items: Sequence[tuple[str, bytes | Parts | Update | None]]) -> None:
         """Forwarded; each call of an update function counts as the GET of the value it was
         given and the (conditional) PUT or DELETE of its result, as on a remote backend."""
+        await self.base.update_many(self._recorded_items(items))
+
+    def _recorded_items(
+        self, items: Sequence[tuple[str, bytes | Parts | Update | None]]
+    ) -> list[tuple[str, bytes | Parts | Update | None]]:
+        """``items`` with plain writes recorded now and updates recorded when they run."""
         if items:
             self._check_writable(items[0][0], more=len(items) - 1)
         out: list[tuple[str, bytes | Parts | Update | None]] = []
@@ -305,7 +326,7 @@ class RecordingStore(_Wrapper):
             else:
                 self.requests.append(Request("set" if value is not None else "delete", key, None))
             out.append((key, value))
-        await self.base.update_many(out)
+        return out
 
     def _recorded(self, key: str, update: Update) -> Update:
         def recorded(old: bytes | None) -> bytes | Parts | None:
@@ -325,3 +346,83 @@ class RecordingStore(_Wrapper):
         self.requests.append(Request("list", prefix, None))
         async for key in self.base.list_prefix(prefix):
             yield key
+
+
+class SyncRecordingStore(RecordingStore):
+    """A ``RecordingStore`` that also declares the base's synchronous protocol and records
+    what goes through it, so that request counts cover the core's blocking runner too: each
+    ``get_sync`` is one "get", ``get_ranges_sync`` counts its ranges as ``get_many`` would
+    merge them, ``set_sync`` one "set" or "delete", ``update_many_sync`` as ``update_many``.
+    Generations are not counted (a ``stat``, as ``generation`` is not counted either)."""
+
+    forwards_sync = True
+
+    def __repr__(self) -> str:
+        return f"SyncRecordingStore({self.base!r})"
+
+    def get_sync(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
+        self.requests.append(Request("get", key, byte_range))
+        return super().get_sync(key, byte_range)
+
+    def get_ranges_sync(self, key: str, ranges: Sequence[ByteRange | None]) -> list[bytes | None]:
+        self.requests.extend(Request("get", key, br) for br in _merged(self, ranges))
+        return super().get_ranges_sync(key, ranges)
+
+    def set_sync(self, key: str, value: bytes | Parts | None, atomic: bool = True) -> None:
+        self.requests.append(Request("set" if value is not None else "delete", validate_key(key), None))
+        super().set_sync(key, value, atomic)
+
+    def update_many_sync(self, items: Sequence[tuple[str, bytes | Parts | Update | None]]) -> None:
+        super().update_many_sync(self._recorded_items(items))
+
+
+class AsyncOnlyStore(_Wrapper):
+    """``base`` through its asynchronous interface only: it declares no synchronous reads or
+    writes, so the core runs every read and write on its async runner (tests run both
+    runners over one local or memory store this way). Its ``file_paths`` stay (they select
+    no runner)."""
+
+    forwards_sync = False
+
+    def __repr__(self) -> str:
+        return f"AsyncOnlyStore({self.base!r})"
+
+    @property
+    def accepts_parts(self) -> bool:  # type: ignore[override]
+        return self.base.accepts_parts
+
+    @property
+    def coalesce_max_gap(self) -> int | None:  # type: ignore[override]
+        return self.base.coalesce_max_gap
+
+    async def _get(self, key: str, byte_range: ByteRange | None) -> bytes | None:
+        return await self.base.get(key, byte_range)
+
+    async def get_many(self, requests: Sequence[tuple[str, ByteRange | None]]) -> list[bytes | None]:
+        return await self.base.get_many(requests)
+
+    async def exists(self, key: str) -> bool:
+        return await self.base.exists(key)
+
+    async def _set(self, key: str, value: bytes) -> None:
+        await self.base.set(key, value)
+
+    async def set_many(self, items: Sequence[tuple[str, bytes | None]]) -> None:
+        await self.base.set_many(items)
+
+    async def _delete(self, key: str) -> None:
+        await self.base.delete(key)
+
+    async def delete_prefix(self, prefix: str) -> None:
+        await self.base.delete_prefix(prefix)
+
+    async def _list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        async for key in self.base.list_prefix(prefix):
+            yield key
+
+    @property
+    def leases(self) -> bool:  # type: ignore[override]
+        return self.base.leases
+
+    def lease(self, key: str, timeout: float) -> Lease | None:
+        return self.base.lease(key, timeout)

@@ -374,52 +374,66 @@ class StoreTests:
 
     # -- versioned reads and conditional writes --------------------------------------------
     @async_test
-    async def test_blocking_reader_agrees_with_get(self, store: Store) -> None:
-        """Stores that offer synchronous reads (files, memory, adapters over them) must read
-        exactly what ``get`` reads, ranges and missing keys included, and their synchronous
-        generation must follow writes as ``generation`` does."""
-        read = store.blocking_reader()
-        generation = store.blocking_generation()
-        if read is None:
+    async def test_sync_reads_agree_with_get(self, store: Store) -> None:
+        """Stores that declare synchronous reads (files, memory, adapters over them) must
+        read exactly what ``get`` reads, ranges and missing keys included, and their
+        synchronous generation must follow writes as ``generation`` does."""
+        reads = store.sync_reads
+        if reads is None:
             return
         keys = self.sample_keys()
         value = bytes(range(250)) * 4
         await store.set(keys[0], value)
         await store.set(keys[1], b"")
-        assert read(keys[0]) == await store.get(keys[0]) == value
-        assert read(keys[1]) == b""
+        assert reads.get_sync(keys[0]) == await store.get(keys[0]) == value
+        assert reads.get_sync(keys[1]) == b""
         for br in BYTE_RANGES:
-            assert read(keys[0], br) == await store.get(keys[0], br), br
-            assert read(keys[2], br) is None, br
-        assert read(keys[2]) is None
-        if generation is not None:
-            before = generation(keys[0])
+            assert reads.get_sync(keys[0], br) == await store.get(keys[0], br), br
+            assert reads.get_sync(keys[2], br) is None, br
+        assert reads.get_sync(keys[2]) is None
+        assert reads.get_ranges_sync(keys[0], list(BYTE_RANGES)) == [await store.get(keys[0], br) for br in BYTE_RANGES]
+        assert reads.get_ranges_sync(keys[2], [None, BYTE_RANGES[0]]) == [None, None]
+        unit_reads = store.sync_unit_reads
+        if unit_reads is not None:
+            many = [keys[2], keys[0], keys[1], keys[0]]
+            assert unit_reads.get_many_sync(many) == await store.get_many([(k, None) for k in many])
+        before = reads.generation_sync(keys[0])
+        if before is not None:
             assert before == await store.generation(keys[0])
             await store.set(keys[0], b"changed")
-            assert read(keys[0]) == b"changed"
-            assert generation(keys[0]) == await store.generation(keys[0])
+            assert reads.get_sync(keys[0]) == b"changed"
+            assert reads.generation_sync(keys[0]) == await store.generation(keys[0]) != before
 
     @async_test
-    async def test_blocking_writer_agrees_with_set(self, store: Store) -> None:
-        """Stores that offer synchronous writes store and delete exactly as ``set`` /
-        ``delete`` do; read-only stores offer none."""
-        write = store.blocking_writer()
-        if write is None:
+    async def test_sync_writes_agree_with_set(self, store: Store) -> None:
+        """Stores that declare synchronous writes store, delete and read-modify-write exactly
+        as ``set`` / ``delete`` / ``update_many`` do; read-only stores declare none."""
+        writes = store.sync_writes
+        if writes is None:
             return
         assert not store.read_only
         keys = self.sample_keys()
-        write(keys[0], b"first")
-        write(keys[0], b"second")  # replaces
-        write(keys[1], b"")
+        writes.set_sync(keys[0], b"first")
+        writes.set_sync(keys[0], b"second")  # replaces
+        writes.set_sync(keys[1], b"")
         assert await store.get(keys[0]) == b"second" and await store.get(keys[1]) == b""
-        write(keys[2], b"in place", atomic=False)  # (may skip the temp file)
-        write(keys[2], b"again", atomic=False)
+        writes.set_sync(keys[2], b"in place", atomic=False)  # (may skip the temp file)
+        writes.set_sync(keys[2], b"again", atomic=False)
         assert await store.get(keys[2]) == b"again"
-        write(keys[1], None)
-        write(keys[2], None)  # deleting a missing key is fine
+        writes.set_sync(keys[1], None)
+        writes.set_sync(keys[2], None)  # deleting a missing key is fine
         assert await store.get(keys[1]) is None and await store.get(keys[2]) is None
         with pytest.raises(InvalidKeyError):
-            write("../escape", b"x")
+            writes.set_sync("../escape", b"x")
+        seen: list[bytes | None] = []
+
+        def append(old: bytes | None) -> bytes:
+            seen.append(old)
+            return (old or b"") + b"+"
+
+        writes.update_many_sync([(keys[0], append), (keys[1], append), (keys[2], b"plain")])
+        assert seen == [b"second", None]
+        assert [await store.get(k) for k in keys[:3]] == [b"second+", b"+", b"plain"]
 
     @async_test
     async def test_get_versioned_and_set_if(self, store: Store) -> None:

@@ -13,8 +13,9 @@ flush, as with bcolz. Pending rows are flushed by ``flush()``, ``close()``, the 
 ``with`` block, before any read or write through this handle that could see them, when the
 handle is garbage-collected and at interpreter exit.
 
-Stores with a blocking writer (files, memory) are written from the calling thread and the
-codec threads, each encoding a chunk and writing its file, with no event-loop round trips.
+Stores with synchronous writes (``Store.sync_writes``: files, memory) are written from the
+calling thread and the codec threads, each encoding a chunk and writing its file, with no
+event-loop round trips.
 
 One writer at a time: on local files a handle holds the rootdir's writer lease (an advisory
 lock across processes, ``Store.lease``) from its first write until everything it wrote is
@@ -34,7 +35,7 @@ import threading
 import warnings
 import weakref
 from collections.abc import Callable
-from typing import Any, Protocol, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
@@ -45,6 +46,9 @@ from ...core.indexing import Indexer, basic_indexer
 from ...errors import ConflictError
 from .driver import BcolzDriver, chunk_file_key
 
+if TYPE_CHECKING:
+    from ...store.sync_protocols import SupportsSetSync
+
 #: how long a writing handle waits for another one (of this or another process) to flush
 #: the key whose lease is the rootdir's writer lock (a hidden ``.writer.lock`` file)
 _WRITER_KEY = "writer"
@@ -52,19 +56,12 @@ _WRITER_KEY = "writer"
 __all__ = ["BcolzArray"]
 
 
-class Writer(Protocol):
-    """A store's ``blocking_writer()``: ``write(key, value, atomic=True)`` (value None: delete)."""
-
-    def __call__(self, key: str, value: Any, *, atomic: bool = ...) -> None: ...
-
-
 _BLOSCPACK_HEADER = 16  # bytes before the blosc chunk in a .blp file
 
 
-def _blocking_writer(driver: BcolzDriver) -> Writer | None:
-    """The store's synchronous ``write(key, value)``, when it offers one."""
-    offer = getattr(driver.store, "blocking_writer", None)
-    return offer() if offer is not None else None
+def _sync_writes(driver: BcolzDriver) -> SupportsSetSync | None:
+    """The store's synchronous writes, when it declares them."""
+    return driver.store.sync_writes
 
 
 class _Pending:
@@ -109,15 +106,15 @@ def _flush_now(driver: BcolzDriver, pending: _Pending) -> None:
     """``_flush`` from any thread, without the event loop when the store allows it."""
     if not pending.dirty:
         return
-    write = _blocking_writer(driver)
-    if write is None:
+    writes = _sync_writes(driver)
+    if writes is None:
         sync(_flush(driver, pending))
         return
     left = _leftover(driver, pending)
     if left is not None:
         k = driver.sizes.shape[0] // driver.storage.chunklen
-        write(*left, atomic=pending.visible(k, driver.storage.chunklen))
-    write(driver.sizes_key, driver.sizes.to_bytes())
+        writes.set_sync(*left, atomic=pending.visible(k, driver.storage.chunklen))
+    writes.set_sync(driver.sizes_key, driver.sizes.to_bytes())
     driver.ensure_data_dir_now()
     pending.dirty = False
     pending.disk_rows = driver.sizes.shape[0]
@@ -166,7 +163,7 @@ def _flush_abandoned(driver: BcolzDriver, pending: _Pending, key: int) -> None:
         _release(pending)
         return
     try:
-        if threading.current_thread().name == "shardstore-loop" and _blocking_writer(driver) is None:
+        if threading.current_thread().name == "shardstore-loop" and _sync_writes(driver) is None:
             _flush_on_own_loop(driver, pending)  # (sync() cannot run on the loop's own thread)
         else:
             _flush_now(driver, pending)
@@ -212,8 +209,8 @@ class BcolzArray(AsyncArray):
 
     # -- one writer at a time (see the module doc) -------------------------------------------
     def _sizes_generation(self) -> Any:
-        generation = self.driver.store.blocking_generation()
-        return None if generation is None else generation(self.driver.sizes_key)
+        reads = self.driver.store.sync_reads
+        return None if reads is None else reads.generation_sync(self.driver.sizes_key)
 
     def _claim(self) -> None:
         """Before a write: take the rootdir's writer lease (waiting for another writer to
@@ -395,8 +392,8 @@ class BcolzArray(AsyncArray):
         """``append`` from synchronous code: for stores with blocking reads and writes, on this
         thread and the codec threads, each encoding chunks and writing their files."""
         arr = self._rows(values)
-        write = _blocking_writer(self.driver)
-        if write is None or not len(arr):
+        writes = _sync_writes(self.driver)
+        if writes is None or not len(arr):
             sync(self.append(arr))
             return
         self._claim()
@@ -407,7 +404,7 @@ class BcolzArray(AsyncArray):
                 sync(self.append(arr))
                 return
             jobs, tail = self._split(self._pending.tail, arr)
-            cbytes = self._write_chunks_now(jobs, write) if jobs else 0
+            cbytes = self._write_chunks_now(jobs, writes) if jobs else 0
             self._appended(len(arr), tail, cbytes)
             if self.autoflush:
                 self.flush_now()
@@ -421,7 +418,7 @@ class BcolzArray(AsyncArray):
         encode = layout.pipeline.encode
         return lambda k, rows: (chunk_file_key(driver.path, k), encode(rows, spec))
 
-    def _write_chunks_now(self, jobs: list[tuple[int, np.ndarray]], write: Writer) -> int:
+    def _write_chunks_now(self, jobs: list[tuple[int, np.ndarray]], writes: SupportsSetSync) -> int:
         """Encode and write full chunks here and in the codec threads (c-blosc and file writes
         release the GIL); their total blosc size. Only the old leftover is replaced
         atomically: files beyond the length on disk are written in place (no temp file and
@@ -431,7 +428,7 @@ class BcolzArray(AsyncArray):
 
         def job(k: int, rows: np.ndarray) -> int:
             key, data = encode(k, rows)
-            write(key, data, atomic=pending.visible(k, chunklen))
+            writes.set_sync(key, data, atomic=pending.visible(k, chunklen))
             return len(data) - _BLOSCPACK_HEADER
 
         pool = codec_pool(self.config.codec_threads)

@@ -127,11 +127,11 @@ class CArray(FlushOnClose, Array):
         partial decode (headers and the blosc blocks holding the rows): the random small
         read of bcolz workloads skips the indexer and the chunk loop, a quarter of its time.
         None (the caller takes the general path) for anything else, a store without
-        blocking reads, a missing file, or rows that are most of their chunk."""
+        synchronous reads, a missing file, or rows that are most of their chunk."""
         layout = self.driver.layout
-        read = layout.store.blocking_reader()
+        reads = layout.store.sync_reads
         n = layout.spec.shape[0] if layout.spec.shape else 0
-        if read is None or not n:
+        if reads is None or not n:
             return None
         if isinstance(selection, int):  # (never a bool: __getitem__ passes exact ints and slices)
             if not -n <= selection < n:
@@ -151,7 +151,7 @@ class CArray(FlushOnClose, Array):
         key = layout.chunk_key(coords)
         local = (start - k * chunklen) if type(selection) is int else slice(start - k * chunklen, stop - k * chunklen)
         try:
-            part = layout.pipeline.decode_region_from(lambda a, b: read(key, RangeBR(a, b)), layout.spec_for(coords), (local,))
+            part = layout.pipeline.decode_region_from(lambda a, b: reads.get_sync(key, RangeBR(a, b)), layout.spec_for(coords), (local,))
         except CodecError as e:
             raise type(e)(f"{layout.describe_key(key)}: {e}") from e
         if part is None:

@@ -44,8 +44,8 @@ def _key(path: str, key: str) -> str:
 
 def describe_file(store: Store, key: str) -> str:
     """A file named for error messages (the full path for local stores)."""
-    root = getattr(store, "root", None)
-    return os.path.join(str(root), *key.split("/")) if root is not None else f"{key!r} in {store!r}"
+    paths = store.file_paths
+    return paths.file_path(key) if paths is not None else f"{key!r} in {store!r}"
 
 
 def chunk_file_key(path: str, n: int) -> str:
@@ -142,6 +142,8 @@ class BcolzDriver(FormatDriver):
         """Count the blosc sizes of full chunks an append wrote in ``cbytes`` (bcolz does)."""
         self.sizes = Sizes(self.sizes.shape, self.sizes.nbytes, self.sizes.cbytes + cbytes)
 
+    has_after_write = True
+
     async def after_write(self) -> None:
         await self.ensure_data_dir()
 
@@ -161,8 +163,8 @@ class BcolzDriver(FormatDriver):
     def reload_sizes_now(self) -> bool:
         """Re-read ``meta/sizes`` (another writer appended or resized), synchronously where
         the store reads so; False when it cannot be read that way."""
-        read = self.store.blocking_reader()
-        raw = None if read is None else read(self.sizes_key)
+        reads = self.store.sync_reads
+        raw = None if reads is None else reads.get_sync(self.sizes_key)
         if raw is None:
             return False
         self.sizes = parse_sizes(raw, self.where(self.sizes_key))
@@ -179,20 +181,25 @@ class BcolzDriver(FormatDriver):
         await self.save_sizes()
         await self.ensure_data_dir()
 
+    def _data_dir(self) -> str | None:
+        """The local ``data/`` directory, for stores of plain files (``Store.file_paths``)."""
+        paths = self.store.file_paths
+        if paths is None or self.store.read_only:
+            return None
+        return os.path.dirname(paths.file_path(chunk_file_key(self.path, 0)))
+
     async def ensure_data_dir(self) -> None:
         """bcolz refuses to open a carray without ``data/``; key-value stores have no empty
         directories, so a local one is made explicitly (empty carrays, trims to 0)."""
-        root = getattr(self.store, "root", None)
-        if root is not None and not self.store.read_only:
-            d = os.path.join(str(root), *_key(self.path, "data").split("/"))
-            if not os.path.isdir(d):
-                await asyncio.to_thread(os.makedirs, d, exist_ok=True)
+        d = self._data_dir()
+        if d is not None and not os.path.isdir(d):
+            await asyncio.to_thread(os.makedirs, d, exist_ok=True)
 
     def ensure_data_dir_now(self) -> None:
         """``ensure_data_dir`` from synchronous code."""
-        root = getattr(self.store, "root", None)
-        if root is not None and not self.store.read_only:
-            os.makedirs(os.path.join(str(root), *_key(self.path, "data").split("/")), exist_ok=True)
+        d = self._data_dir()
+        if d is not None:
+            os.makedirs(d, exist_ok=True)
 
     async def measure_cbytes(self) -> int:
         """bcolz' ``cbytes``: the blosc sizes of the full chunks plus one uncompressed chunk

@@ -11,12 +11,16 @@ from a stale ``.gz``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Hashable, Sequence
+from collections.abc import AsyncIterator, Hashable, Sequence
+from typing import TYPE_CHECKING
 
 from ...codecs.gzip import gunzip
 from ...errors import CodecError
-from ...store.base import BlockingReader, ByteRange, Parts, Store, Update, slice_range
+from ...store.base import ByteRange, Parts, Store, Update, slice_range
 from ...store.wrappers import _Wrapper
+
+if TYPE_CHECKING:
+    from ...store.sync_protocols import SupportsGetSync
 
 __all__ = ["GzipChunkFiles"]
 
@@ -26,10 +30,14 @@ GZ = ".gz"
 class GzipChunkFiles(_Wrapper):
     """``base`` with each missing key read from ``key + ".gz"`` (gunzipped) when that exists."""
 
+    forwards_sync = False
+    forwards_file_paths = False
+
     def __init__(self, base: Store, max_size: int) -> None:
         super().__init__(base)
         self.max_size = max_size
         self.accepts_parts = base.accepts_parts
+        self._gz_reads = base.sync_reads
 
     def __repr__(self) -> str:
         return f"GzipChunkFiles({self.base!r})"
@@ -56,22 +64,33 @@ class GzipChunkFiles(_Wrapper):
                     values[i] = self._inflate(key, gz, br)
         return values
 
-    def blocking_reader(self) -> BlockingReader | None:
-        read = self.base.blocking_reader()
-        if read is None:
-            return None
+    # -- synchronous reads: its own (the base's would miss the .gz files); no sync writes
+    # (a delete must remove the .gz too) and no file paths (native readers would miss them)
+    @property
+    def sync_reads(self) -> SupportsGetSync | None:
+        return None if self._gz_reads is None else self
 
-        def read_or_gz(key: str, byte_range: ByteRange | None = None) -> bytes | None:
-            value = read(key, byte_range)
-            if value is None:
-                gz = read(key + GZ)
-                if gz is not None:
-                    return self._inflate(key, gz, byte_range)
-            return value
+    def get_sync(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
+        read = self._gz_reads
+        assert read is not None, "called only when sync_reads is declared"
+        value = read.get_sync(key, byte_range)
+        if value is None:
+            gz = read.get_sync(key + GZ)
+            if gz is not None:
+                return self._inflate(key, gz, byte_range)
+        return value
 
-        return read_or_gz
+    def get_ranges_sync(self, key: str, ranges: Sequence[ByteRange | None]) -> list[bytes | None]:
+        read = self._gz_reads
+        assert read is not None, "called only when sync_reads is declared"
+        values = read.get_ranges_sync(key, ranges)
+        if values and values[0] is None:
+            gz = read.get_sync(key + GZ)
+            if gz is not None:
+                return [self._inflate(key, gz, br) for br in ranges]
+        return values
 
-    def blocking_generation(self) -> Callable[[str], Hashable | None] | None:
+    def generation_sync(self, key: str) -> Hashable | None:
         return None  # a value may live in either of two files: no single token
 
     async def generation(self, key: str) -> Hashable | None:

@@ -73,14 +73,12 @@ class ShardedKV(MutableMapping[int, bytes]):
     # -- reads ------------------------------------------------------------------------------
     def _values(self, keys: list[int]) -> list[bytes | None]:
         # over files or memory the adapter reads without the event loop: one key is a stat
-        # and a pread or three; a batch needs the base's multi-range blocking read, else the
-        # async path (whose base ``get_many`` reads the ranges of one file in one call)
-        now = self.store.blocking_reads()
+        # and a pread or three, a batch one multi-range read per shard file
+        now = self.store.sync_ids
         if now is not None:
             if len(keys) == 1:
                 return [now.get_id(keys[0])]
-            if now.batches:
-                return now.get_many_ids(keys)
+            return now.get_many_ids(keys)
         return sync(self.store.get_many_ids(keys), here=self._here)
 
     def __getitem__(self, key: int) -> bytes:
@@ -98,7 +96,7 @@ class ShardedKV(MutableMapping[int, bytes]):
             k = _key(key)
         except InvalidKeyError:
             return False
-        now = self.store.blocking_reads()
+        now = self.store.sync_ids
         if now is None:
             return sync(self.store.exists_id(k), here=self._here)
         return now.locate(k) is not None
