@@ -14,7 +14,7 @@ import os
 import pickle
 import subprocess
 import sys
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -181,7 +181,7 @@ def test_storage_options_given_explicitly_win_over_the_config(tmp_path: Path) ->
 
 class _CountingStore(MemoryStore):
     """A memory store read through the generic (semaphore-bounded) ``get_many``, counting how
-    many reads are in flight at once; no blocking reader, so every read takes that path."""
+    many reads are in flight at once; no synchronous reads declared, so every read takes that path."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -200,11 +200,9 @@ class _CountingStore(MemoryStore):
         finally:
             self.in_flight -= 1
 
-    def blocking_reader(self) -> None:  # type: ignore[override]
-        return None
-
-    def blocking_generation(self) -> Callable[[str], Hashable] | None:  # type: ignore[override]
-        return None
+    @property
+    def sync_reads(self) -> None:  # type: ignore[override]
+        return None  # declared unsupported: reads take the event-loop runner
 
 
 @pytest.mark.parametrize("limit", [1, 3])
