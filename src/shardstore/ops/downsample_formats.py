@@ -69,6 +69,18 @@ class PyramidTarget:
         chosen so that these writes are whole shards where the format allows."""
         return _CREATORS[self.base.format](self, factors, footprints)
 
+    def open_levels(self, count: int) -> list[Array]:
+        """The levels 1..count that ``create_levels`` made, opened again for writing (what a
+        task on another process or machine does: arrays travel as locations, not objects)."""
+        from ..api import open as open_node
+
+        storage = self.extra["storage"]
+        if self.base.format == "precomputed":
+            return [open_node(self.location, mode="r+", scale=k, **storage) for k in range(1, count + 1)]
+        parent, name = _split(self.location)
+        return [open_node(f"{parent}/{_next_name(name, k, self.location)}", mode="r+", **storage)
+                for k in range(1, count + 1)]
+
 
 # --------------------------------------------------------------------------- opening
 
