@@ -24,7 +24,8 @@ venv of their own. With ``--repeat R`` every case runs R times, the libraries al
 (shardstore W=1, anchor, shardstore W=2, ...) on fresh copies, so that load from other jobs
 on a shared machine hits them alike; each repeat's rows compare runs made back to back.
 
-Figures: seconds per library, the ratio anchor / shardstore (above 1: shardstore is faster),
+Figures: seconds per library (wall, and CPU: user + system of all its processes, which
+other jobs' load disturbs less), the ratio anchor / shardstore (above 1: shardstore is faster),
 peak RSS against ``--max-memory``, and the share of level-1 voxels equal to shardstore's
 (igneous truncates means, shardstore rounds half to even: expect ~50% equal images, differing
 by one; labels must agree for 2x2x2, whose tie rule is the same).
@@ -110,10 +111,11 @@ def _tree_rss(proc: psutil.Process) -> int:
 
 
 def timed(cmd: list[str]) -> dict[str, float]:
-    """Run ``cmd`` under /usr/bin/time: wall seconds, peak RSS of the largest process (MiB) and
+    """Run ``cmd`` under /usr/bin/time: wall seconds, CPU seconds (user + system, worker
+    processes included), peak RSS of the largest process (MiB) and
     the peak of the whole tree's summed RSS (sampled every 50 ms; MiB)."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:  # pipes could fill up
-        proc = subprocess.Popen(["/usr/bin/time", "-f", "TIME %e %M", *cmd], stdout=out, stderr=err, text=True)
+        proc = subprocess.Popen(["/usr/bin/time", "-f", "TIME %e %M %U %S", *cmd], stdout=out, stderr=err, text=True)
         watched, tree_peak = psutil.Process(proc.pid), 0
         while proc.poll() is None:
             try:
@@ -127,8 +129,9 @@ def timed(cmd: list[str]) -> dict[str, float]:
     if proc.returncode != 0:
         raise RuntimeError(f"{cmd[:4]} failed:\n{stdout[-2000:]}\n{stderr[-4000:]}")
     line = [ln for ln in stderr.splitlines() if ln.startswith("TIME ")][-1]
-    _, seconds, kib = line.split()
-    return {"seconds": float(seconds), "rss_mib": int(kib) / 1024, "tree_mib": tree_peak / 2**20}
+    _, seconds, kib, user, system = line.split()
+    return {"seconds": float(seconds), "cpu": float(user) + float(system), "rss_mib": int(kib) / 1024,
+            "tree_mib": tree_peak / 2**20}
 
 
 def write_precomputed(path: Path, values_xyz: np.ndarray, kind: str) -> None:
@@ -258,6 +261,7 @@ def _row(label: str, fmt: str, anchor: str, workers: int | None, repeat: int, ou
         "case": label, "format": fmt, "anchor": anchor, "run": repeat, "workers": workers,
         "shardstore s": ours and ours["seconds"], "anchor s": theirs and theirs["seconds"],
         "ratio": (theirs["seconds"] / ours["seconds"]) if ours and theirs else None,
+        "shardstore CPU s": ours and ours["cpu"], "anchor CPU s": theirs and theirs["cpu"],
         "shardstore RSS MiB (all processes)": ours and ours["tree_mib"], "max-memory MiB": memory / 2**20,
         "anchor RSS MiB (all processes)": theirs and theirs["tree_mib"],
         "level 1 equal": same,
