@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_downsample import _ome_group, _precomputed, image, reference, segmentation
+from test_downsample import SHARDING, _ome_group, _precomputed, image, reference, segmentation
 
 import shardstore
 from shardstore.cli import main
@@ -100,3 +100,37 @@ def test_unreachable_scheduler_fails_clearly_before_changing_anything(
     assert shardstore.precomputed.read_info(tmp_path / "img") == before  # the old pyramid is kept
     np.testing.assert_array_equal(shardstore.precomputed.open(tmp_path / "img", scale=1)[..., 0],
                                   reference(x, (2, 2, 1), 1, "mean", scan="F")[0])
+
+
+@pytest.mark.parametrize("factor,workers", [((2, 2, 1), 1), ((2, 2, 1), 2), ((2, 2, 2), 2)])
+def test_precomputed_streamed_levels_are_written_as_whole_shards(tmp_path: Path, factor: tuple[int, ...],
+                                                                 workers: int) -> None:
+    """Each shard of a streamed level lies inside one block's footprint, so it is written once,
+    whole, by one block: no worker reads back and rewrites another's shard. (A precomputed
+    shard is a run of compressed Morton codes: its extent is not simply the footprint's.)"""
+    from shardstore.formats.precomputed.driver import morton_codes
+
+    x = segmentation((128, 128, 64))
+    scale = {"size": [128, 128, 64], "chunk_size": [16, 16, 16], "encoding": "compressed_segmentation",
+             "sharding": SHARDING}
+    shardstore.precomputed.create(tmp_path, data_type="uint64", type="segmentation", scales=[scale])[...] = x[..., None]
+    r = downsample(tmp_path, factor, levels=3, max_memory="12M", workers=workers)
+    info = shardstore.precomputed.read_info(tmp_path)
+    checked = 0
+    for level, footprint in enumerate(r.plan.footprints(), start=1):
+        if footprint is None:
+            continue
+        s = info["scales"][level]
+        chunk = s["chunk_sizes"][0]
+        grid = [-(-n // c) for n, c in zip(s["size"], chunk)]
+        shard = morton_codes(tuple(grid)) >> (s["sharding"]["preshift_bits"] + s["sharding"]["minishard_bits"])
+        coords = [a.reshape(-1, order="F") for a in np.meshgrid(*(np.arange(g) for g in grid), indexing="ij")]
+        block = [c * k // f for c, k, f in zip(coords, chunk, footprint[:3])]
+        owner = np.ravel_multi_index(block, [max(b) + 1 for b in block])
+        pairs = np.unique(np.stack([shard, owner.astype(np.uint64)]), axis=1)
+        assert pairs.shape[1] == np.unique(shard).size, f"level {level}: a shard spans blocks"
+        assert np.unique(shard).size > 1 and np.unique(owner).size > 1 and np.unique(shard).size < shard.size
+        checked += 1
+    assert checked >= 1
+    for k, want in enumerate(reference(x, factor, 3, "mode", scan="F"), start=1):
+        np.testing.assert_array_equal(shardstore.precomputed.open(tmp_path, scale=k)[..., 0], want)

@@ -127,6 +127,7 @@ def plan_pyramid(
     unit_chunk: Sequence[int] | None = None,
     method: str = "mean",
     max_memory: int = DEFAULT_MAX_MEMORY,
+    scan: str = "C",
 ) -> PyramidPlan:
     """Decide the levels (``levels`` of them, or until every downsampled axis is at most
     ``until``), which are streamed, and the block shape (aligned to ``unit``, the base's shard
@@ -175,9 +176,13 @@ def plan_pyramid(
             "allow more memory or build fewer levels in this pass")
     block = list(step)
     grew = True
-    while grew:  # double the axes in turn (last, i.e. fastest in C order, first)
+    # double the axes in turn, the fastest in memory first (``scan`` "C": the last; "F", as
+    # precomputed's [x, y, z]: the first, which is also the order of the Morton code that
+    # lays out precomputed shards, so a footprint holds whole shards)
+    order = list(range(len(shape))) if scan == "F" else list(reversed(range(len(shape))))
+    while grew:
         grew = False
-        for axis in reversed(range(len(shape))):
+        for axis in order:
             if block[axis] >= shape[axis]:
                 continue
             trial = list(block)
@@ -351,7 +356,7 @@ def downsample(
     if until is None and levels is None:
         until = max(base.chunks[a] for a in target.spatial_axes)
     plan = plan_pyramid(base.shape, base.dtype.itemsize, axis_factor, levels=levels, until=until,
-                        unit=base.shards or base.chunks, unit_chunk=base.chunks, method=method,
+                        unit=base.shards or base.chunks, unit_chunk=base.chunks, method=method, scan=target.scan,
                         max_memory=parse_size(max_memory) // workers)
     cum = plan.cumulative
     arrays = target.create_levels(cum, plan.footprints())
