@@ -63,9 +63,10 @@ def add_parser(add: AddCommand) -> None:
                         "by the workers")
     p.add_argument("--workers", type=_workers, default=1, metavar="N",
                    help="local processes computing blocks, each with max-memory / N (default 1: this "
-                        "process only, as before; not the CPU count, because the budget is split and "
-                        "a shared machine's other work keeps its cores). 2 on 2 cores is about twice "
-                        "as fast for labels, whose compressed_segmentation encoding holds one core")
+                        "process, which already overlaps reads, kernels and writes on threads; not "
+                        "the CPU count: the budget is split, each process costs an interpreter, and "
+                        "it pays only where cores are idle, e.g. for labels, whose "
+                        "compressed_segmentation codec holds one core per process)")
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="run the blocks on a dask.distributed scheduler (e.g. tcp://10.0.0.5:8786), one "
                         "task per block with max-memory / N each; the workers need shardstore and "
