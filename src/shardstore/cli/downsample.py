@@ -19,9 +19,20 @@ def _factor(text: str) -> tuple[int, ...]:
     return values
 
 
+def _workers(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--workers takes a whole number of processes, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--workers must be at least 1, got {value}")
+    return value
+
+
 def run(args: argparse.Namespace) -> None:
     result = downsample(args.path, args.factor, levels=args.levels, until=args.until, method=args.method,
-                        max_memory=args.max_memory, progress=not args.no_progress)
+                        max_memory=args.max_memory, progress=not args.no_progress, workers=args.workers,
+                        scheduler=args.scheduler)
     plan = result.plan
     out(f"{result.location}: {result.format} {result.method} pyramid of {plan.levels} level(s) "
         f"in {result.seconds:.2f} s ({result.blocks} blocks of {'x'.join(map(str, plan.block))} base voxels, "
@@ -48,5 +59,16 @@ def add_parser(add: AddCommand) -> None:
                    help="mean (images; integers round half to even), mode (labels, majority), min, max, "
                         "stride (default: mode for segmentations, mean otherwise)")
     p.add_argument("--max-memory", type=parse_size, default=DEFAULT_MAX_MEMORY, metavar="SIZE",
-                   help="memory for data: blocks, levels, temporaries (default 1G; e.g. 256M)")
+                   help="memory for data: blocks, levels, temporaries (default 1G; e.g. 256M), shared "
+                        "by the workers")
+    p.add_argument("--workers", type=_workers, default=1, metavar="N",
+                   help="local processes computing blocks, each with max-memory / N (default 1: this "
+                        "process, which already overlaps reads, kernels and writes on threads; not "
+                        "the CPU count: the budget is split, each process costs an interpreter, and "
+                        "it pays only where cores are idle, e.g. for labels, whose "
+                        "compressed_segmentation codec holds one core per process)")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="run the blocks on a dask.distributed scheduler (e.g. tcp://10.0.0.5:8786), one "
+                        "task per block with max-memory / N each; the workers need shardstore and "
+                        "access to PATH (a shared disk or s3://)")
     p.set_defaults(func=run)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +36,7 @@ from .downsample_kernels import (
     reduce_level,
     sum_dtype,
 )
+from .scaleout import check_scheduler, run_tasks
 
 __all__ = ["DEFAULT_MAX_MEMORY", "DownsampleResult", "PyramidPlan", "downsample", "parse_size", "plan_pyramid"]
 
@@ -126,6 +127,7 @@ def plan_pyramid(
     unit_chunk: Sequence[int] | None = None,
     method: str = "mean",
     max_memory: int = DEFAULT_MAX_MEMORY,
+    scan: str = "C",
 ) -> PyramidPlan:
     """Decide the levels (``levels`` of them, or until every downsampled axis is at most
     ``until``), which are streamed, and the block shape (aligned to ``unit``, the base's shard
@@ -174,9 +176,13 @@ def plan_pyramid(
             "allow more memory or build fewer levels in this pass")
     block = list(step)
     grew = True
-    while grew:  # double the axes in turn (last, i.e. fastest in C order, first)
+    # double the axes in turn, the fastest in memory first (``scan`` "C": the last; "F", as
+    # precomputed's [x, y, z]: the first, which is also the order of the Morton code that
+    # lays out precomputed shards, so a footprint holds whole shards)
+    order = list(range(len(shape))) if scan == "F" else list(reversed(range(len(shape))))
+    while grew:
         grew = False
-        for axis in reversed(range(len(shape))):
+        for axis in order:
             if block[axis] >= shape[axis]:
                 continue
             trial = list(block)
@@ -223,48 +229,16 @@ def default_method(target: PyramidTarget) -> str:
     return "mode" if dtype.kind in "ui" and dtype.itemsize >= 4 else "mean"
 
 
-def downsample(
-    location: str | Path,
-    factor: Sequence[int] = (2, 2, 2),
-    *,
-    levels: int | None = None,
-    until: int | None = None,
-    method: str | None = None,
-    max_memory: int | str = DEFAULT_MAX_MEMORY,
-    progress: bool = False,
-    storage_options: dict[str, Any] | None = None,
-) -> DownsampleResult:
-    """Build the pyramid of the array at ``location`` (see the module docstring).
+Kept = list[tuple[tuple[slice, ...], np.ndarray]]
 
-    ``factor`` is per level, in x, y, z order (``(2, 2, 1)``: keep z). ``levels`` levels are
-    built, or (default) levels until every downsampled axis is at most ``until`` (default: the
-    base's chunk edge). ``method``: mean, mode, min, max, stride (default: mode for
-    segmentations, mean for images). Existing levels of the pyramid are replaced.
-    """
-    from tqdm import tqdm
 
-    if method is not None and method not in METHODS:
-        raise ValueError(f"unknown --method {method!r}; choose one of {', '.join(METHODS)}")
-    t0 = time.perf_counter()
-    storage = {"storage_options": storage_options} if storage_options else {}
-    target = open_target(location, **storage)
-    base = target.base
-    method = method or default_method(target)
-    axis_factor = target.axis_factor(factor)
-    if until is None and levels is None:
-        until = max(base.chunks[a] for a in target.spatial_axes)
-    plan = plan_pyramid(base.shape, base.dtype.itemsize, axis_factor, levels=levels, until=until,
-                        unit=base.shards or base.chunks, unit_chunk=base.chunks, method=method,
-                        max_memory=parse_size(max_memory))
+def _compute_blocks(base: Array, arrays: Sequence[Array], plan: PyramidPlan, method: str, scan: str,
+                    starts: Sequence[tuple[int, ...]], keep: Callable[[tuple[slice, ...], np.ndarray], None],
+                    on_block: Callable[[], None] | None = None) -> None:
+    """Read the blocks at ``starts``, write their streamed levels to ``arrays`` and hand the
+    buffered level's piece of each to ``keep(region, values)``."""
     cum = plan.cumulative
-    arrays = target.create_levels(cum, plan.footprints())
-
-    n = plan.levels
-    s = plan.streamed
-    keep: np.ndarray | None = None
-    if s < n:
-        keep = np.zeros(plan.shapes[s], dtype=sum_dtype(base.dtype) if method == "mean" else base.dtype)
-    count = math.prod(-(-a // b) for a, b in zip(base.shape, plan.block))
+    n, s = plan.levels, plan.streamed
 
     def read(start: tuple[int, ...]) -> np.ndarray:
         return base[tuple(slice(a, min(a + b, sh)) for a, b, sh in zip(start, plan.block, base.shape))]
@@ -273,9 +247,7 @@ def downsample(
         for array, region, values in pieces:
             array[region] = values
 
-    starts = list(_regions(base.shape, plan.block))
-    with tqdm(total=count, desc="downsampling", unit="block", disable=not progress, leave=False) as bar, \
-            ThreadPoolExecutor(1, thread_name_prefix="downsample-read") as reader, \
+    with ThreadPoolExecutor(1, thread_name_prefix="downsample-read") as reader, \
             ThreadPoolExecutor(1, thread_name_prefix="downsample-write") as writer:
         # the next block is read, and the last block's levels are written, while this block is
         # computed (NumPy releases the GIL; the budget counts both)
@@ -294,22 +266,129 @@ def downsample(
                     state = state.next(plan.factors[k])
                     values = state.mean() if k < s else state.sums
                 else:
-                    state = reduce_level(state, plan.factors[k], method, scan=target.scan)
+                    state = reduce_level(state, plan.factors[k], method, scan=scan)
                     values = state
                 if k < s:
                     pieces.append((arrays[k], region, values))
                 else:
-                    assert keep is not None
-                    keep[region] = values
+                    keep(region, values)
             del x, state
             if written is not None:
                 written.result()  # one block's levels in flight at most
             written = writer.submit(write, pieces)
-            bar.update(1)
+            if on_block is not None:
+                on_block()
         if written is not None:
             written.result()
+
+
+@dataclass(frozen=True)
+class BlockTask:
+    """A run of blocks for another process or machine: plain data (locations, the plan), so
+    it pickles; the worker opens the arrays itself."""
+
+    location: str
+    storage: dict[str, Any]
+    plan: PyramidPlan
+    method: str
+    starts: tuple[tuple[int, ...], ...]
+
+
+def run_block_task(task: BlockTask) -> Kept:
+    """Compute and write a task's blocks; return its pieces of the buffered level (small: the
+    whole level fits in a quarter of the budget) for the final pass."""
+    target = open_target(task.location, **task.storage)
+    arrays = target.open_levels(min(task.plan.streamed, task.plan.levels))
+    kept: Kept = []
+    _compute_blocks(target.base, arrays, task.plan, task.method, target.scan, task.starts,
+                    lambda region, values: kept.append((region, values)))
+    return kept
+
+
+def _split_tasks(starts: list[tuple[int, ...]], workers: int, scheduler: str | None) -> list[tuple[tuple[int, ...], ...]]:
+    """Runs of consecutive blocks: about four per local worker (a short tail when the last
+    ones finish; the read / compute / write overlap inside a run still works), one block each
+    on a Dask cluster (whose size is not known here)."""
+    per_task = 1 if scheduler is not None else max(1, len(starts) // (4 * workers))
+    return [tuple(starts[i:i + per_task]) for i in range(0, len(starts), per_task)]
+
+
+def downsample(
+    location: str | Path,
+    factor: Sequence[int] = (2, 2, 2),
+    *,
+    levels: int | None = None,
+    until: int | None = None,
+    method: str | None = None,
+    max_memory: int | str = DEFAULT_MAX_MEMORY,
+    progress: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    workers: int = 1,
+    scheduler: str | None = None,
+) -> DownsampleResult:
+    """Build the pyramid of the array at ``location`` (see the module docstring).
+
+    ``factor`` is per level, in x, y, z order (``(2, 2, 1)``: keep z). ``levels`` levels are
+    built, or (default) levels until every downsampled axis is at most ``until`` (default: the
+    base's chunk edge). ``method``: mean, mode, min, max, stride (default: mode for
+    segmentations, mean for images). Existing levels of the pyramid are replaced.
+
+    ``workers`` > 1 runs the blocks on that many local processes, ``scheduler`` (a
+    dask.distributed address) on a Dask cluster; each process gets ``max_memory / workers``
+    (with ``scheduler``: each task gets ``max_memory / workers``). The coarse, buffered levels
+    are written by this process at the end, as without workers; the values do not depend on
+    ``workers``.
+    """
+    from tqdm import tqdm
+
+    if method is not None and method not in METHODS:
+        raise ValueError(f"unknown --method {method!r}; choose one of {', '.join(METHODS)}")
+    if workers < 1:
+        raise ShardStoreError(f"--workers must be at least 1, got {workers}")
+    t0 = time.perf_counter()
+    if scheduler is not None:
+        check_scheduler(scheduler)  # before the old levels are replaced
+    storage = {"storage_options": storage_options} if storage_options else {}
+    target = open_target(location, **storage)
+    base = target.base
+    method = method or default_method(target)
+    axis_factor = target.axis_factor(factor)
+    if until is None and levels is None:
+        until = max(base.chunks[a] for a in target.spatial_axes)
+    plan = plan_pyramid(base.shape, base.dtype.itemsize, axis_factor, levels=levels, until=until,
+                        unit=base.shards or base.chunks, unit_chunk=base.chunks, method=method, scan=target.scan,
+                        max_memory=parse_size(max_memory) // workers)
+    cum = plan.cumulative
+    arrays = target.create_levels(cum, plan.footprints())
+
+    n = plan.levels
+    s = plan.streamed
+    keep: np.ndarray | None = None
+    if s < n:
+        keep = np.zeros(plan.shapes[s], dtype=sum_dtype(base.dtype) if method == "mean" else base.dtype)
+
+    def put(region: tuple[slice, ...], values: np.ndarray) -> None:
+        assert keep is not None
+        keep[region] = values
+
+    starts = list(_regions(base.shape, plan.block))
+    count = len(starts)
+    with tqdm(total=count, desc="downsampling", unit="block", disable=not progress, leave=False) as bar:
+        if workers == 1 and scheduler is None:
+            _compute_blocks(base, arrays, plan, method, target.scan, starts, put, on_block=lambda: bar.update(1))
+        else:
+            tasks = [BlockTask(str(location), storage, plan, method, run)
+                     for run in _split_tasks(starts, workers, scheduler)]
+
+            def done(task: BlockTask, kept: Kept) -> None:
+                for region, values in kept:
+                    put(region, values)
+                kept.clear()  # the level is in ``keep`` now; run_tasks holds the (empty) lists
+                bar.update(len(task.starts))
+
+            run_tasks(run_block_task, tasks, workers=workers, scheduler=scheduler, on_done=done)
     if keep is not None:
-        state = MeanState(keep, (0,) * base.ndim, cum[s], base.shape, base.dtype) if method == "mean" else keep
+        state: Any = MeanState(keep, (0,) * base.ndim, cum[s], base.shape, base.dtype) if method == "mean" else keep
         for k in range(s, n):
             if k > s:
                 state = state.next(plan.factors[k]) if method == "mean" else reduce_level(

@@ -69,6 +69,18 @@ class PyramidTarget:
         chosen so that these writes are whole shards where the format allows."""
         return _CREATORS[self.base.format](self, factors, footprints)
 
+    def open_levels(self, count: int) -> list[Array]:
+        """The levels 1..count that ``create_levels`` made, opened again for writing (what a
+        task on another process or machine does: arrays travel as locations, not objects)."""
+        from ..api import open as open_node
+
+        storage = self.extra["storage"]
+        if self.base.format == "precomputed":
+            return [open_node(self.location, mode="r+", scale=k, **storage) for k in range(1, count + 1)]
+        parent, name = _split(self.location)
+        return [open_node(f"{parent}/{_next_name(name, k, self.location)}", mode="r+", **storage)
+                for k in range(1, count + 1)]
+
 
 # --------------------------------------------------------------------------- opening
 
@@ -198,12 +210,36 @@ def _precomputed_levels(target: PyramidTarget, factors: Sequence[tuple[int, ...]
             # igneous' rules; a streamed level's shards hold at most what one block writes
             shard_bytes = IGNEOUS_SHARD_BYTES
             if footprint is not None:
-                shard_bytes = min(shard_bytes, math.prod(_xyz(target, footprint)) * itemsize)
+                grid = [-(-s // c) for s, c in zip(size, chunk)]
+                fits = _morton_chunks_within(grid, [f // c for f, c in zip(_xyz(target, footprint), chunk)])
+                shard_bytes = min(shard_bytes, fits * math.prod(chunk) * itemsize)
             members["sharding"] = sharding_for_scale(
                 size, chunk, info["data_type"], base["encoding"], num_channels=info["num_channels"],
                 uncompressed_shard_bytes=max(shard_bytes, 1))
         out.append(precomputed.add_scale(target.location, factor=xyz, replace=True, **members, **storage))
     return out
+
+
+def _morton_chunks_within(grid: Sequence[int], box: Sequence[int]) -> int:
+    """How many chunks the largest precomputed shard holds that fits whole in ``box`` (chunks
+    per axis, a footprint whose origin is a multiple of it): a shard of ``2**b`` chunks spans
+    the first ``b`` bits of the compressed Morton code, which take one bit of x, y, z in turn
+    (skipping an axis whose grid has no bits left), so its extent doubles axis by axis."""
+    if any(b < 1 for b in box):  # the footprint is less than a chunk: one chunk a shard
+        return 1
+    bits = [max(int(g) - 1, 0).bit_length() for g in grid]
+    extent = [1] * len(grid)
+    count = 1
+    while any(bits):
+        for axis in range(len(grid)):
+            if not bits[axis]:
+                continue
+            if box[axis] % (extent[axis] * 2):
+                return count
+            extent[axis] *= 2
+            bits[axis] -= 1
+            count *= 2
+    return count
 
 
 def _group_location(target: PyramidTarget) -> tuple[str, str]:

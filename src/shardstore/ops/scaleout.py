@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from ..errors import ShardStoreError
 
-__all__ = ["run_tasks"]
+__all__ = ["check_scheduler", "run_tasks"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -75,11 +75,31 @@ def _collect(submit: Callable[..., Any], fn: Callable, items: Sequence, on_done:
     return results
 
 
-def _on_dask(fn: Callable, items: Sequence, scheduler: str, on_done: Callable | None) -> list:
+def _client_class() -> Any:
     try:
-        from distributed import Client, as_completed
+        from distributed import Client
     except ImportError as e:  # pragma: no cover - distributed is a test/optional dependency
         raise ShardStoreError("--scheduler needs dask.distributed: pip install 'dask[distributed]'") from e
-    with Client(scheduler) as client:
+    return Client
+
+
+def _connect(scheduler: str) -> Any:
+    try:
+        return _client_class()(scheduler)
+    except (OSError, TimeoutError) as e:  # refused, unknown host, timed out
+        raise ShardStoreError(f"cannot reach the Dask scheduler at {scheduler!r}: {e}") from e
+
+
+def check_scheduler(scheduler: str) -> None:
+    """Raise ShardStoreError now if ``scheduler`` cannot be reached (or dask.distributed is
+    missing), so that an operation fails before it changes anything."""
+    with _connect(scheduler):
+        pass
+
+
+def _on_dask(fn: Callable, items: Sequence, scheduler: str, on_done: Callable | None) -> list:
+    from distributed import as_completed
+
+    with _connect(scheduler) as client:
         # pure=False: two equal items are still two tasks (each writes its own units)
         return _collect(lambda f, item: client.submit(f, item, pure=False), fn, items, on_done, as_completed)
