@@ -193,6 +193,38 @@ def test_range_cache_saves_repeated_requests(seaweedfs_proxy: tuple[SeaweedFS, C
     assert cache._size <= 4 << 20 and cache.get("k0", 0, 10) is None and cache.get("k39", 0, 10) is not None
 
 
+def test_range_cache_serves_reads_of_one_version(seaweedfs_proxy: tuple[SeaweedFS, CountingProxy]) -> None:
+    """``get_ranges_at`` (a shard's chunks at the ETag its index was read at) is served from the
+    range cache while the object is that version, and never from another writer's old bytes."""
+    server, proxy = seaweedfs_proxy
+    prefix = _prefix()
+    store = make_s3(server, prefix, cache_bytes=4 << 20)
+    other = make_s3(server, prefix)  # another writer: this store's cache does not see its writes
+    value = bytes(range(256)) * 1000
+
+    async def run() -> None:
+        await store.set("v", value)
+        _, etag = await store.get_versioned("v", RangeBR(0, 1))
+        proxy.reset()
+        ranges = [RangeBR(10, 5000), RangeBR(6000, 7000)]
+        assert await store.get_ranges_at("v", ranges, etag) == [value[10:5000], value[6000:7000]]
+        gets = proxy.count("GET")
+        assert gets >= 1
+        assert await store.get_ranges_at("v", ranges, etag) == [value[10:5000], value[6000:7000]]
+        assert await store.get_ranges_at("v", [RangeBR(100, 200)], etag) == [value[100:200]]
+        assert proxy.count("GET") == gets  # the same version: no request
+        await other.set("v", value[::-1])
+        _, etag2 = await store.get_versioned("v", RangeBR(0, 1))
+        assert etag2 != etag
+        # a reader still holding the old index gets the old version whole (as if it had read a
+        # moment earlier), never a mix; a reader at the new ETag gets the new bytes
+        assert await store.get_ranges_at("v", ranges, etag) == [value[10:5000], value[6000:7000]]
+        assert await store.get_ranges_at("v", [RangeBR(7000, 7100)], etag) is None  # not cached: 412
+        assert await store.get_ranges_at("v", ranges, etag2) == [value[::-1][10:5000], value[::-1][6000:7000]]
+
+    asyncio.run(run())
+
+
 @async_test
 async def test_large_ranged_replies_are_views_not_copies(seaweedfs: SeaweedFS) -> None:
     store = make_s3(seaweedfs)

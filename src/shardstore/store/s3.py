@@ -281,15 +281,33 @@ class S3Store(ObjectStoreBase):
         self, key: str, ranges: Sequence[ByteRange | None], generation: Hashable | None
     ) -> list[bytes | None] | None:
         """Ranged GETs with ``If-Match: <etag>`` (the ETag a shard index was read at): a 412
-        (the object was replaced meanwhile) gives None, so the caller re-reads the index."""
+        (the object was replaced meanwhile) gives None, so the caller re-reads the index. With
+        ``cache_bytes``, ranges read before at this same ETag come from the range cache: bytes of
+        that version, consistent with the index the caller holds."""
         validate_key(key)
         if not isinstance(generation, str) or any(not isinstance(br, RangeBR) for br in ranges):
             return await super().get_ranges_at(key, ranges, generation)
         obs = import_obstore()
         exc = obs.exceptions
         spans = [(br.start, br.end) for br in ranges]  # type: ignore[union-attr]
-        groups = coalesce_ranges(spans, self.coalesce_max_gap or 0, self.coalesce_max_request)
         out: list[bytes | None] = [None] * len(ranges)
+        # the range cache serves ranges of this very version: entries are filed under the key
+        # *and* its ETag, so a replaced object's old bytes can never match
+        cache, tagged = self._cache, f"{key}\0{generation}"
+        todo = list(range(len(spans)))
+        if cache is not None:
+            todo = []
+            for i, (lo, hi) in enumerate(spans):
+                hit = cache.get(tagged, lo, hi)
+                if hit is None:
+                    todo.append(i)
+                else:
+                    out[i] = bytes(hit)
+            if not todo:
+                return out
+        wanted = [spans[i] for i in todo]
+        groups = [(s, e, [todo[j] for j in m]) for s, e, m in
+                  coalesce_ranges(wanted, self.coalesce_max_gap or 0, self.coalesce_max_request)]
         stale = False
 
         async def one(start: int, end: int, members: list[int]) -> None:
@@ -309,6 +327,8 @@ class S3Store(ObjectStoreBase):
                 return
             except Exception as e:
                 raise self._error("read", key, e) from e
+            if cache is not None:
+                cache.put(tagged, start, data)
             for i in members:
                 lo, hi = spans[i]
                 out[i] = slice_range(data, RangeBR(lo - start, hi - start))
