@@ -17,10 +17,12 @@ cheaply (HTTP and S3 answer None, as a HEAD per unit would cost a request) are n
 Reads bigger than the budget (a whole-volume read, or more chunks than fit) bypass the
 cache entirely, so they neither evict what smaller reads keep nor pay for lookups.
 
-Default budget 0 (off): the cache costs one ``stat`` per unit and a full decode of chunks
-that a partial-decode codec would read only in part, and it holds memory the user did not
-ask for; it pays off only for overlapping reads, which the user knows about (the
-``IOConfig.chunk_cache_bytes`` option).
+Default budget 0 (off, as tensorstore's ``cache_pool``): it holds memory per handle (a Dask
+job opens many), and chunks it keeps are decoded whole where a partial-decode codec (blosc)
+would decode only what a small read wants. Its lookups are cheap (one ``stat`` per unit and
+read call: about 2 % on 256 unaligned 100^3 reads of a sharded zstd array when every lookup
+misses, against 4x-17x more reads/s when boxes overlap), so the budget is the user's choice:
+``Array.chunk_cache_bytes`` (``IOConfig.chunk_cache_bytes``).
 """
 
 from __future__ import annotations
