@@ -320,3 +320,26 @@ def test_a_sharded_read_asks_each_shards_generation_once(monkeypatch: pytest.Mon
     monkeypatch.setattr(adapter, "generation_sync", counted)
     a[5:40, 5:40, 5:40]  # 27 chunks in 8 shards
     assert len(asked) == 8
+
+
+class NoGenerations(shardstore.MemoryStore):
+    """A store that cannot tell a generation cheaply (as HTTP and S3 answer)."""
+
+    def generation_sync(self, key: str) -> Hashable:
+        return None
+
+    async def generation(self, key: str) -> Hashable | None:
+        return None
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_stores_without_generations_are_not_cached(runner: Runner) -> None:
+    store = on_runner(NoGenerations(), runner)
+    create, _ = _make("zarr3-sharded", store)
+    a = create()
+    vol = _vol()
+    a[...] = vol
+    a.chunk_cache_bytes = 16 * MIB
+    np.testing.assert_array_equal(a[5:40, 5:40, 5:40], vol[5:40, 5:40, 5:40])
+    np.testing.assert_array_equal(a[10:45, 5:40, 5:40], vol[10:45, 5:40, 5:40])
+    assert len(a._async.chunk_cache or ()) == 0
