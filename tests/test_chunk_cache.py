@@ -7,8 +7,10 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import uuid
 from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
@@ -18,6 +20,11 @@ from shardstore.core import io
 from shardstore.core.chunk_cache import ChunkCache
 from shardstore.store.base import ByteRange
 from shardstore.testing.runners import RUNNERS, Runner, on_runner
+
+if TYPE_CHECKING:
+    from _servers import SeaweedFS
+
+pytest_plugins = ["_servers"]
 
 MIB = 1 << 20
 METADATA = ("zarr.json", "attributes.json", "info")
@@ -343,3 +350,22 @@ def test_stores_without_generations_are_not_cached(runner: Runner) -> None:
     np.testing.assert_array_equal(a[5:40, 5:40, 5:40], vol[5:40, 5:40, 5:40])
     np.testing.assert_array_equal(a[10:45, 5:40, 5:40], vol[10:45, 5:40, 5:40])
     assert len(a._async.chunk_cache or ()) == 0
+
+
+@pytest.mark.timeout(180)
+def test_s3_hits_are_checked_against_the_shards_etag(seaweedfs: SeaweedFS) -> None:
+    url, opts = seaweedfs.url(f"cache-{uuid.uuid4().hex[:10]}"), seaweedfs.storage_options()
+    codecs = [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "zstd", "configuration": {"level": 1}}]
+    a = shardstore.create(url, storage_options=opts, shape=VOL_SHAPE, dtype="uint16", chunks=(16, 16, 16),
+                          shards=(32, 32, 32), codecs=codecs)
+    vol = _vol()
+    a[...] = vol
+    reader = shardstore.open(url, storage_options=opts)
+    reader.chunk_cache_bytes = 16 * MIB
+    box = np.s_[3:45, 3:45, 3:45]
+    np.testing.assert_array_equal(reader[box], vol[box])
+    cache = reader._async.chunk_cache
+    assert cache is not None and len(cache) == 27
+    a[20:30, 20:30, 20:30] = 7  # another handle rewrites one shard
+    vol[20:30, 20:30, 20:30] = 7
+    np.testing.assert_array_equal(reader[box], vol[box])

@@ -12,7 +12,9 @@ fetching anything and uses an entry only at that same generation, so another han
 process's write is seen by the next read. Data fetched after that question is stored under
 it: if a writer slipped in between, the entry holds newer data under an older token, which
 no later read matches (generations never repeat). Stores that cannot give a generation
-cheaply (HTTP and S3 answer None, as a HEAD per unit would cost a request) are not cached.
+cheaply are asked with ``Store.checked_generation``: HTTP and S3 answer with a HEAD per unit
+and read call (the async runner asks its units concurrently), so a hit costs one small
+request instead of a ranged GET and a decode; stores that cannot tell at all are not cached.
 
 Reads bigger than the budget (a whole-volume read, or more chunks than fit) bypass the
 cache entirely, so they neither evict what smaller reads keep nor pay for lookups.
@@ -36,6 +38,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .._assign import assign
+from ..store.base import MISSING
 
 if TYPE_CHECKING:
     from .indexing import ChunkProjection
@@ -140,8 +143,8 @@ def take_cached(
 ) -> tuple[list[ChunkProjection], Generations]:
     """Place the chunks the cache holds at their unit's current generation into ``out``.
 
-    ``generations``: per projection, its unit's generation asked now (None: unknown, not
-    cached). Returns the projections still to fetch and, for the cacheable ones among them,
+    ``generations``: per projection, its unit's generation asked now (None or ``MISSING``:
+    not cached). Returns the projections still to fetch and, for the cacheable ones among them,
     the generation to store their decoded chunk under.
     """
     cache = layout.chunk_cache
@@ -150,7 +153,9 @@ def take_cached(
     rest: list[ChunkProjection] = []
     gens: Generations = {}
     for p, gen in zip(projections, generations):
-        if gen is None:
+        if gen is None or gen == MISSING:
+            # MISSING: a unit not there has no chunks to keep, and one found anyway lives
+            # elsewhere (legacy uint64 ``.index``/``.data`` pairs) under no token of its own
             rest.append(p)
             continue
         key = layout.chunk_key(p.coords)

@@ -304,7 +304,8 @@ async def read_into(
     if layout.chunk_cache is not None:
         projections = list(projections)
         if not bypassed(layout, projections):
-            generations = await unit_generations_async(layout, projections, layout.store.generation)
+            # (remote stores: a HEAD per unit, so that a hit is never another writer's old data)
+            generations = await unit_generations_async(layout, projections, layout.store.checked_generation)
             projections, gens = take_cached(layout, projections, out, generations)
             if not projections:
                 return

@@ -100,6 +100,9 @@ class GzipChunkFiles(_Wrapper):
     async def generation(self, key: str) -> Hashable | None:
         return _pair(await self.base.generation(key), await self.base.generation(key + GZ))
 
+    async def checked_generation(self, key: str) -> Hashable | None:
+        return _pair(await self.base.checked_generation(key), await self.base.checked_generation(key + GZ))
+
     async def exists(self, key: str) -> bool:
         return await self.base.exists(key) or await self.base.exists(key + GZ)
 
