@@ -70,6 +70,10 @@ class IOConfig:
     io_threads: int = 32
     #: largest per-thread scratch buffer kept between decodes (bytes)
     scratch_max_bytes: int = 8 << 20
+    #: byte budget of the array's decoded-chunk cache (``core/chunk_cache.py``; 0: off, the
+    #: default, as tensorstore's ``cache_pool``: a cache holds memory per handle and a Dask job
+    #: opens many handles; repeated or overlapping box reads gain most from turning it on)
+    chunk_cache_bytes: int = 0
 
     # -- native (C) paths --------------------------------------------------------------------
     #: use the C extension's read/write paths for the chunks they handle (False: always the

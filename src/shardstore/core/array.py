@@ -13,6 +13,7 @@ from .._reopen import NodeRecord, reopen
 from .._sync import _ensure_loop, sync
 from ..config import IOConfig, default_config
 from ..errors import NotPicklableError, ReadOnlyError, UnsupportedFeatureError
+from .chunk_cache import ChunkCache
 from .indexing import Indexer, basic_indexer, orthogonal_indexer
 from .io import UnitLocks, read_into, read_into_now, reshape_chunks, write_from, write_from_now, writes_now
 from .layout import ChunkLayout, FormatDriver, fill_mask
@@ -46,6 +47,34 @@ class AsyncArray:
         self.read_only = read_only
         self.name = name
         self._locks = UnitLocks()
+        self._chunk_cache: ChunkCache | None = None
+        self.chunk_cache_bytes = config.chunk_cache_bytes
+
+    @property
+    def chunk_cache_bytes(self) -> int:
+        """The decoded-chunk cache's byte budget (0: off, the default; ``core/chunk_cache.py``);
+        set from ``IOConfig.chunk_cache_bytes`` at open, and settable on the handle."""
+        return 0 if self._chunk_cache is None else self._chunk_cache.max_bytes
+
+    @chunk_cache_bytes.setter
+    def chunk_cache_bytes(self, nbytes: int) -> None:
+        nbytes = int(nbytes)
+        if nbytes < 0:
+            raise ValueError(f"chunk_cache_bytes must be >= 0, got {nbytes}")
+        self._chunk_cache = ChunkCache(nbytes) if nbytes else None
+
+    @property
+    def chunk_cache(self) -> ChunkCache | None:
+        """The decoded-chunk cache shared by every thread reading through this handle."""
+        return self._chunk_cache
+
+    def _layout(self) -> ChunkLayout:
+        """The driver's current layout, carrying this handle's chunk cache (a resize builds a
+        new layout)."""
+        layout = self.driver.layout
+        if layout.chunk_cache is not self._chunk_cache:
+            layout.chunk_cache = self._chunk_cache
+        return layout
 
     @property
     def config(self) -> IOConfig:
@@ -65,7 +94,7 @@ class AsyncArray:
             raise ReadOnlyError(f"array {self.name or ''} was opened read-only (use mode='r+' or 'a' to write)")
 
     async def read(self, indexer: Indexer, *, strict: bool = False) -> np.ndarray:
-        layout = self.driver.layout
+        layout = self._layout()
         out = np.empty(indexer.shape, dtype=layout.spec.dtype, order=layout.order)
         if out.size:
             await read_into(layout, indexer, out, strict=strict)
@@ -75,7 +104,7 @@ class AsyncArray:
         """``read`` on the calling thread (and the codec pool) without the event loop, for
         stores that declare synchronous reads (``Store.sync_reads``); None, having read
         nothing, for the others."""
-        layout = self.driver.layout
+        layout = self._layout()
         out = np.empty(indexer.shape, dtype=layout.spec.dtype, order=layout.order)
         if out.size == 0 or read_into_now(layout, indexer, out, strict=strict):
             return out
@@ -83,7 +112,7 @@ class AsyncArray:
 
     async def write(self, indexer: Indexer, value: Any) -> None:
         self._check_writable()
-        layout = self.driver.layout
+        layout = self._layout()
         arr = _as_value(value, layout.spec.dtype, indexer.shape)
         if arr.size:
             await write_from(layout, indexer, arr, self._locks)
@@ -93,7 +122,7 @@ class AsyncArray:
         """``write`` on the calling thread (and the I/O pool) without the event loop, where
         ``writes_now`` allows it; False, having written nothing, elsewhere."""
         self._check_writable()
-        layout = self.driver.layout
+        layout = self._layout()
         if not writes_now(layout):
             return False
         arr = _as_value(value, layout.spec.dtype, indexer.shape)
@@ -182,8 +211,10 @@ class AsyncArray:
         (no re-encode at an intermediate shape, no read-merge). Metadata goes last, so an
         interruption leaves the old shape describing readable data.
         """
-        old = self.driver.layout
+        old = self._layout()
         new = old.with_shape(shape)
+        if self._chunk_cache is not None:
+            self._chunk_cache.clear()  # edge chunks change shape (entries are per handle, not per layout)
         n = old.spec.shape[axis]
         start = n - n % old.grid.chunk_shape[axis]  # where the old edge chunk begins
 
@@ -211,8 +242,10 @@ class AsyncArray:
         chunk keys do not depend on it); padded ones (zarr: sharding adapters built for one
         shape) persist the shape before writing the added part.
         """
-        old = self.driver.layout
+        old = self._layout()
         new = old.with_shape(shape)
+        if self._chunk_cache is not None:
+            self._chunk_cache.clear()  # edge chunks change shape (entries are per handle, not per layout)
         shrinking = any(n < o for n, o in zip(shape, old.spec.shape))
         if shrinking:
             await self.driver.set_shape(shape)
@@ -236,11 +269,13 @@ class AsyncArray:
     async def write_chunk_bytes(self, coords: tuple[int, ...], data: bytes | None) -> None:
         """Store already encoded bytes as chunk ``coords`` (None deletes it)."""
         self._check_writable()
-        layout = self.driver.layout
+        layout = self._layout()
         coords = tuple(int(c) for c in coords)
         layout.grid._check_coords(coords)
         async with self._locks(layout.write_unit(coords)):
             await layout.store.set_many([(layout.chunk_key(coords), data)])
+        if self._chunk_cache is not None:
+            self._chunk_cache.discard([layout.chunk_key(coords)])
         await self.driver.after_write()
 
 
@@ -428,6 +463,16 @@ class Array:
     @property
     def read_only(self) -> bool:
         return self._async.read_only
+
+    @property
+    def chunk_cache_bytes(self) -> int:
+        """Byte budget of this handle's decoded-chunk cache (0: off, the default). Worth
+        setting for reads of boxes that overlap; see ``shardstore.core.chunk_cache``."""
+        return self._async.chunk_cache_bytes
+
+    @chunk_cache_bytes.setter
+    def chunk_cache_bytes(self, nbytes: int) -> None:
+        self._async.chunk_cache_bytes = nbytes
 
     def __len__(self) -> int:
         if not self.shape:

@@ -22,6 +22,7 @@ from .._sync import codec_pool, codec_pool_size, io_pool
 from ..errors import ChunkNotFoundError, CodecError
 from ..store.base import RangeBR
 from ..store.sync_protocols import SupportsGetSync, SupportsSetSync
+from .chunk_cache import Generations, bypassed, owned, take_cached, unit_generations, unit_generations_async
 from .indexing import ChunkProjection
 from .layout import ChunkLayout, fill_mask
 from .rawread import raw_reader
@@ -153,6 +154,7 @@ def _scatter(
     out: np.ndarray,
     strict: bool,
     reads: SupportsGetSync | None = None,
+    gens: Generations | None = None,
 ) -> list:
     """The one description of a chunk read after its fetch: decode each chunk of ``batch``
     (``(projection, key, stored bytes or None when missing)``) and place its part in ``out``;
@@ -160,13 +162,16 @@ def _scatter(
 
     With ``reads`` (the blocking runner) the bytes are fetched here, on this thread: a partial
     selection first through the codec's ranged partial decode, then the whole chunk; the
-    async runner fetched them on the event loop and passes them in.
+    async runner fetched them on the event loop and passes them in. Chunks named in ``gens``
+    are decoded whole and kept in the chunk cache at that generation (``take_cached``).
     """
     ranged = reads is not None and layout.pipeline.reads_partially
     into = layout.pipeline.decodes_into
+    cache = layout.chunk_cache if gens else None
     for p, key, data in batch:
+        gen = gens.get(key) if cache is not None and gens is not None else None
         if reads is not None:
-            if ranged and not p.is_complete:
+            if ranged and not p.is_complete and gen is None:
                 part = _selected_from(layout, p, key, reads.get_sync)
                 if part is not None:
                     assign(out, p.out_selection, part)
@@ -176,6 +181,10 @@ def _scatter(
             if strict:
                 raise ChunkNotFoundError(f"{layout.describe_key(key)} is missing")
             out[p.out_selection] = layout.spec.fill_value
+        elif gen is not None and cache is not None:
+            chunk = owned(_decode(layout, key, p.coords, data))
+            cache.put(key, gen, chunk)
+            assign(out, p.out_selection, chunk[p.chunk_selection])
         elif not (into and p.is_complete and _into(layout, p, key, data, out)):
             assign(out, p.out_selection, _selected(layout, p, key, data))
     return []
@@ -195,6 +204,14 @@ def read_into_now(
         return False
     strict = strict or layout.missing_chunks == "error"
     pipeline = layout.pipeline
+    gens: Generations | None = None
+    if layout.chunk_cache is not None:
+        projections = list(projections)
+        if not bypassed(layout, projections):
+            generations = unit_generations(layout, projections, reads.generation_sync)
+            projections, gens = take_cached(layout, projections, out, generations)
+            if not projections:
+                return True
     unit_reads = None if layout.one_chunk_units else layout.store.sync_unit_reads
     if unit_reads is not None:
         # shards: each fetched as one unit (its index once, its chunks in one multi-range
@@ -204,8 +221,8 @@ def read_into_now(
             return list(zip(group, keys, unit_reads.get_many_sync(keys)))
 
         def scatter(fetched: list[tuple[ChunkProjection, str, bytes | None]]) -> None:
-            share_now(_scatter, fetched, layout, out, strict, slow=pipeline.slow_decode, gil=pipeline.holds_gil,
-                      memo=layout.threads_memo)
+            share_now(_scatter, fetched, layout, out, strict, None, gens, slow=pipeline.slow_decode,
+                      gil=pipeline.holds_gil, memo=layout.threads_memo)
 
         groups = _group(layout, projections)
         if sum(map(len, groups)) <= SMALL_READ_CHUNKS:  # (as the async runner: one spread)
@@ -215,11 +232,11 @@ def read_into_now(
                 scatter(fetch(g))
         return True
     items = [(p, layout.chunk_key(p.coords), None) for p in projections]
-    native = raw_reader(layout, out)
+    native = None if gens else raw_reader(layout, out)
     if native is not None:
         share_now(_native_then, items, native, _scatter, layout, out, strict, reads, free=True, memo=layout.threads_memo)
     else:
-        share_now(_scatter, items, layout, out, strict, reads, slow=pipeline.slow_decode, gil=pipeline.holds_gil,
+        share_now(_scatter, items, layout, out, strict, reads, gens, slow=pipeline.slow_decode, gil=pipeline.holds_gil,
                   memo=layout.threads_memo)
     return True
 
@@ -283,6 +300,15 @@ async def read_into(
             io_pool(), lambda: read_into_now(layout, projections, out, strict=strict)
         )
         return
+    gens: Generations | None = None
+    if layout.chunk_cache is not None:
+        projections = list(projections)
+        if not bypassed(layout, projections):
+            # (remote stores: a HEAD per unit, so that a hit is never another writer's old data)
+            generations = await unit_generations_async(layout, projections, layout.store.checked_generation)
+            projections, gens = take_cached(layout, projections, out, generations)
+            if not projections:
+                return
     groups = _group(layout, projections)
 
     async def fetch(group: list[ChunkProjection]) -> list[tuple[ChunkProjection, str, bytes | None]]:
@@ -294,11 +320,12 @@ async def read_into(
         # a small read (a box across a few shards): fetch everything, then decode it all in
         # one spread, so the work is balanced across threads instead of per shard
         fetched = await asyncio.gather(*(fetch(g) for g in groups))
-        await _spread(_scatter, [item for found in fetched for item in found], layout, out, strict, light=layout.pipeline.light)
+        await _spread(_scatter, [item for found in fetched for item in found], layout, out, strict, None, gens,
+                      light=layout.pipeline.light)
         return
 
     async def read_group(group: list[ChunkProjection]) -> None:
-        await _spread(_scatter, await fetch(group), layout, out, strict, light=layout.pipeline.light)
+        await _spread(_scatter, await fetch(group), layout, out, strict, None, gens, light=layout.pipeline.light)
 
     # a large read streams shard by shard: bounded memory, fetching overlaps decoding
     await _bounded(READ_GROUPS_IN_FLIGHT, [lambda g=g: read_group(g) for g in groups])
@@ -388,6 +415,23 @@ def write_from_now(layout: ChunkLayout, projections: Iterable[ChunkProjection], 
     if writes is None or not writes_now(layout):
         return False
     items = [(p, layout.chunk_key(p.coords)) for p in projections]
+    try:
+        _write_items_now(layout, items, value, writes)
+    finally:
+        _forget(layout, (key for _, key in items))
+    return True
+
+
+def _forget(layout: ChunkLayout, keys: Iterable[str]) -> None:
+    """Drop the chunk cache's entries of chunks just written (their generation changed, so
+    they could never be served; this frees their budget at once)."""
+    if layout.chunk_cache is not None:
+        layout.chunk_cache.discard(keys)
+
+
+def _write_items_now(
+    layout: ChunkLayout, items: list[tuple[ChunkProjection, str]], value: np.ndarray, writes: SupportsSetSync
+) -> None:
     native = raw_writer(layout, value)
     if native is not None:
         # ``free``, not ``writes``: the native batches hold no GIL, so one thread per core
@@ -398,7 +442,6 @@ def write_from_now(layout: ChunkLayout, projections: Iterable[ChunkProjection], 
         share_now(_native_then, items, native, _write_now, layout, value, writes, free=True)
     else:
         share_now(_write_now, items, layout, value, writes, writes=True)
-    return True
 
 
 #: one lock per write unit, shared by every write through one array handle
@@ -429,7 +472,10 @@ async def write_from(
         await layout.store.update_many(await _spread(_unit_writes, batch, layout, value))
 
     groups = _group(layout, projections)
-    await _bounded(WRITE_GROUPS_IN_FLIGHT, [lambda g=g: write_group(g) for g in groups])
+    try:
+        await _bounded(WRITE_GROUPS_IN_FLIGHT, [lambda g=g: write_group(g) for g in groups])
+    finally:
+        _forget(layout, (layout.chunk_key(p.coords) for g in groups for p in g))
 
 
 # -- resize ----------------------------------------------------------------------------------

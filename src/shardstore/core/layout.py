@@ -20,6 +20,7 @@ from ..codecs.base import ChunkSpec
 from ..codecs.pipeline import CodecPipeline
 from ..config import IOConfig
 from ..store.base import Store
+from .chunk_cache import ChunkCache
 from .grid import RegularGrid
 
 __all__ = ["ArraySpec", "ChunkLayout", "FormatDriver", "fill_mask"]
@@ -86,6 +87,8 @@ class ChunkLayout:
     _specs: dict[tuple[int, ...], ChunkSpec] = field(default_factory=dict, repr=False)
     #: how the last blocking reads ran their chunks (``core/threads.py`` ``share_now``)
     threads_memo: dict = field(default_factory=dict, repr=False, compare=False)
+    #: the array handle's decoded-chunk cache (``core/chunk_cache.py``); None: off
+    chunk_cache: ChunkCache | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.write_ratio:

@@ -159,6 +159,9 @@ class Uint64ShardedStore(Store):
     async def generation(self, key: str) -> Hashable | None:
         return await self.base.generation(self.shard_file(parse_uint64_key(key)))
 
+    async def checked_generation(self, key: str) -> Hashable | None:
+        return await self.base.checked_generation(self.shard_file(parse_uint64_key(key)))
+
     async def _state(self, stem: str) -> ShardState:
         """The shard's state, from the cache while its generation is unchanged."""
         base = self.base

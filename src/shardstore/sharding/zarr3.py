@@ -294,6 +294,10 @@ class ZarrShardingStore(Store):
         shard, _ = self.layout.locate(parse_inner_key(validate_key(key), self._rank))
         return await self.base.generation(self.layout.shard_key(shard))
 
+    async def checked_generation(self, key: str) -> Hashable | None:
+        shard, _ = self.layout.locate(parse_inner_key(validate_key(key), self._rank))
+        return await self.base.checked_generation(self.layout.shard_key(shard))
+
     def invalidate(self) -> None:
         """Forget cached indexes (e.g. after another process changed the shards)."""
         self._index_cache.clear()

@@ -391,6 +391,11 @@ class Store(abc.ABC):
         validate_key(key)
         return None
 
+    async def checked_generation(self, key: str) -> Hashable | None:
+        """``generation``, asked even where that costs a request (a HEAD on HTTP and S3), for
+        caches of decoded data that must never serve an old value; None: cannot tell."""
+        return await self.generation(key)
+
     async def get_versioned(
         self, key: str, byte_range: ByteRange | None = None
     ) -> tuple[bytes | None, Hashable | None]:

@@ -346,6 +346,11 @@ class ObjectStoreBase(Store):
         validate_key(key)
         return None
 
+    async def checked_generation(self, key: str) -> Hashable | None:
+        """The ETag from a HEAD (``MISSING`` when absent, None when the server sends none)."""
+        head = await self._head(validate_key(key))
+        return MISSING if head is None else head.get("e_tag")
+
     async def exists(self, key: str) -> bool:
         return await self._head(validate_key(key)) is not None
 

@@ -102,6 +102,9 @@ class _Wrapper(Store):
     async def generation(self, key: str) -> Hashable | None:
         return await self.base.generation(self._full(validate_key(key)))
 
+    async def checked_generation(self, key: str) -> Hashable | None:
+        return await self.base.checked_generation(self._full(validate_key(key)))
+
     async def get_versioned(
         self, key: str, byte_range: ByteRange | None = None
     ) -> tuple[bytes | None, Hashable | None]:

@@ -91,10 +91,17 @@ class GzipChunkFiles(_Wrapper):
         return values
 
     def generation_sync(self, key: str) -> Hashable | None:
-        return None  # a value may live in either of two files: no single token
+        # a value may live in either of two files: the pair of their tokens (None: unknown)
+        read = self._gz_reads
+        if read is None:
+            return None
+        return _pair(read.generation_sync(key), read.generation_sync(key + GZ))
 
     async def generation(self, key: str) -> Hashable | None:
-        return None
+        return _pair(await self.base.generation(key), await self.base.generation(key + GZ))
+
+    async def checked_generation(self, key: str) -> Hashable | None:
+        return _pair(await self.base.checked_generation(key), await self.base.checked_generation(key + GZ))
 
     async def exists(self, key: str) -> bool:
         return await self.base.exists(key) or await self.base.exists(key + GZ)
@@ -167,6 +174,11 @@ class GzipChunkFiles(_Wrapper):
                 gz_old.update(zip(keys, await self.base.get_many([(k + GZ, None) for k in keys])))
         if emptied:
             await self.base.set_many([(k + GZ, None) for k in dict.fromkeys(emptied)])
+
+
+def _pair(plain: Hashable | None, gz: Hashable | None) -> Hashable | None:
+    """The generation of a chunk stored as ``<name>`` or ``<name>.gz``: both files' tokens."""
+    return None if plain is None or gz is None else (plain, gz)
 
 
 class _NeedGz(Exception):

@@ -1,0 +1,384 @@
+"""The decoded-chunk cache (``core/chunk_cache.py``): the LRU itself, and the core's use of it
+on both runners: overlapping reads make no fetch and no decode for cached chunks, another
+writer's update is never served stale, whole-volume reads bypass it, the budget holds."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Callable, Hashable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pytest
+
+import shardstore
+from shardstore.core import io
+from shardstore.core.chunk_cache import ChunkCache
+from shardstore.store.base import ByteRange
+from shardstore.testing.runners import RUNNERS, Runner, on_runner
+
+if TYPE_CHECKING:
+    from _servers import SeaweedFS
+
+pytest_plugins = ["_servers"]
+
+MIB = 1 << 20
+METADATA = ("zarr.json", "attributes.json", "info")
+
+
+# -- the LRU ----------------------------------------------------------------------------------
+def _chunk(n: int, value: int = 0) -> np.ndarray:
+    return np.full(n, value, dtype="uint8")
+
+
+def test_lru_evicts_least_recently_used_first() -> None:
+    cache = ChunkCache(300)
+    for key in "abc":
+        cache.put(key, 1, _chunk(100))
+    assert cache.get("a", 1) is not None  # "a" is now the most recent
+    cache.put("d", 1, _chunk(100))
+    assert cache.get("b", 1) is None
+    assert [k for k in "acd" if cache.get(k, 1) is None] == []
+    assert cache.nbytes == 300 and len(cache) == 3
+
+
+def test_budget_is_never_exceeded_and_oversized_chunks_are_not_kept() -> None:
+    cache = ChunkCache(250)
+    cache.put("big", 1, _chunk(251))
+    assert len(cache) == 0 and cache.nbytes == 0
+    for i in range(20):
+        cache.put(str(i), 1, _chunk(60 + i))
+        assert cache.nbytes <= 250
+    assert cache.nbytes == sum(c.nbytes for k in map(str, range(20)) if (c := cache.get(k, 1)) is not None)
+    with pytest.raises(ValueError):
+        ChunkCache(-1)
+
+
+def test_an_entry_serves_only_its_generation() -> None:
+    cache = ChunkCache(1000)
+    cache.put("k", ("v", 1), _chunk(10, 1))
+    assert cache.get("k", ("v", 2)) is None  # the unit was rewritten: the entry goes
+    assert len(cache) == 0 and cache.nbytes == 0
+    cache.put("k", 2, _chunk(10, 2))
+    cache.put("k", 3, _chunk(10, 3))  # replaces, does not add
+    assert cache.nbytes == 10
+    got = cache.get("k", 3)
+    assert got is not None and got[0] == 3
+    cache.discard(["k", "missing"])
+    assert cache.get("k", 3) is None and cache.nbytes == 0
+
+
+def test_results_are_read_only() -> None:
+    cache = ChunkCache(100)
+    cache.put("k", 0, _chunk(10))
+    got = cache.get("k", 0)
+    assert got is not None
+    with pytest.raises(ValueError):
+        got[0] = 1
+
+
+def test_threads_share_one_cache_within_budget() -> None:
+    cache = ChunkCache(64 * 100)
+    errors: list[BaseException] = []
+
+    def work(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        try:
+            for _ in range(2000):
+                key = str(int(rng.integers(0, 200)))
+                got = cache.get(key, 7)
+                if got is None:
+                    cache.put(key, 7, _chunk(100, int(key) % 256))
+                elif got[0] != int(key) % 256:
+                    raise AssertionError(f"entry {key} holds another chunk")
+                assert cache.nbytes <= cache.max_bytes
+        except BaseException as e:  # reported on the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert cache.nbytes == 100 * len(cache) <= cache.max_bytes
+
+
+# -- the core's reads -------------------------------------------------------------------------
+class CountingStore(shardstore.MemoryStore):
+    """A memory store counting the data requests of both runners (metadata not counted)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fetches = 0
+
+    def _count(self, keys: Sequence[str]) -> None:
+        self.fetches += sum(1 for k in keys if not k.endswith(METADATA))
+
+    async def _get(self, key: str, byte_range: ByteRange | None) -> bytes | None:
+        self._count([key])
+        return await super()._get(key, byte_range)
+
+    async def get_many(self, requests: Sequence[tuple[str, ByteRange | None]]) -> list[bytes | None]:
+        self._count([k for k, _ in requests])
+        return await super().get_many(requests)
+
+    def get_sync(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
+        self._count([key])
+        return super().get_sync(key, byte_range)
+
+    def get_ranges_sync(self, key: str, ranges: Sequence[ByteRange | None]) -> list[bytes | None]:
+        self._count([key])
+        return super().get_ranges_sync(key, ranges)
+
+
+VOL_SHAPE = (64, 64, 64)
+UINT64_SHARDING = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "identity", "preshift_bits": 3,
+                   "minishard_bits": 1, "shard_bits": 1, "minishard_index_encoding": "gzip",
+                   "data_encoding": "gzip"}
+
+
+def _make(fmt: str, store: shardstore.Store) -> tuple[Callable[[], shardstore.Array], Callable[[], shardstore.Array]]:
+    """(create the array, open it again read-write) in ``store``; chunks of 16^3."""
+    if fmt == "zarr3-sharded":
+        codecs = [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "zstd", "configuration": {"level": 1}}]
+        return (lambda: shardstore.create(store, shape=VOL_SHAPE, dtype="uint16", chunks=(16, 16, 16),
+                                          shards=(32, 32, 32), codecs=codecs),
+                lambda: shardstore.open(store, mode="r+"))
+    if fmt == "n5":
+        return (lambda: shardstore.n5.create(store, "d", shape=VOL_SHAPE, dtype="uint16", block_size=(16, 16, 16),
+                                             compression={"type": "gzip", "level": 1}),
+                lambda: shardstore.n5.open(store, path="d", mode="r+"))
+    sharding = UINT64_SHARDING if fmt == "precomputed-sharded" else None
+    return (lambda: shardstore.precomputed.create(store, data_type="uint16", scales=[
+                {"size": list(VOL_SHAPE), "chunk_size": [16, 16, 16], "sharding": sharding}]),
+            lambda: shardstore.precomputed.open(store, mode="r+"))
+
+
+def _vol(value: int | None = None) -> np.ndarray:
+    if value is not None:
+        return np.full(VOL_SHAPE, value, dtype="uint16")
+    return np.random.default_rng(5).integers(1, 1000, VOL_SHAPE).astype("uint16")
+
+
+def _view(a: shardstore.Array, vol: np.ndarray) -> np.ndarray:
+    """``vol`` as ``a`` sees it (precomputed arrays have a channel axis)."""
+    return vol[..., None] if a.ndim == 4 else vol
+
+
+def _box(a: shardstore.Array, lo: int, hi: int) -> tuple[slice, ...]:
+    return (slice(lo, hi),) * 3 + ((slice(None),) if a.ndim == 4 else ())
+
+
+FORMATS = ["zarr3-sharded", "n5", "precomputed", "precomputed-sharded"]
+
+
+@pytest.fixture
+def count_decodes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls = [0]
+    real = io._decode
+
+    def counted(*args: object, **kwargs: object) -> np.ndarray:
+        calls[0] += 1
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(io, "_decode", counted)
+    return calls
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_an_overlapping_read_fetches_and_decodes_nothing_cached(fmt: str, runner: Runner, count_decodes: list[int]) -> None:
+    counting = CountingStore()
+    create, _ = _make(fmt, on_runner(counting, runner))
+    a = create()
+    vol = _view(a, _vol())
+    a[...] = vol
+    a.chunk_cache_bytes = 16 * MIB
+    first = _box(a, 5, 40)  # chunks 0..2 per axis
+    np.testing.assert_array_equal(a[first], vol[first])
+    assert counting.fetches > 0 and count_decodes[0] == 27
+    counting.fetches = count_decodes[0] = 0
+    inside = _box(a, 10, 47)  # the same 27 chunks
+    np.testing.assert_array_equal(a[inside], vol[inside])
+    assert (counting.fetches, count_decodes[0]) == (0, 0)
+    wider = (slice(10, 40), slice(10, 50), slice(10, 50), *_box(a, 0, 0)[3:])  # 48 chunks: 27 cached
+    np.testing.assert_array_equal(a[wider], vol[wider])
+    assert count_decodes[0] == 21 and counting.fetches > 0
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_another_handles_write_is_seen_by_the_next_read(fmt: str, runner: Runner) -> None:
+    store = on_runner(shardstore.MemoryStore(), runner)
+    create, reopen = _make(fmt, store)
+    a = create()
+    vol = _view(a, _vol())
+    a[...] = vol
+    a.chunk_cache_bytes = 16 * MIB
+    box = _box(a, 3, 45)
+    np.testing.assert_array_equal(a[box], vol[box])
+    other = reopen()
+    part = _box(other, 20, 30)
+    other[part] = 7
+    vol[part] = 7
+    np.testing.assert_array_equal(a[box], vol[box])
+    # and a write through the same handle drops its entries at once
+    before = len(a._async.chunk_cache or ())
+    a[_box(a, 0, 16)] = 9
+    vol[_box(a, 0, 16)] = 9
+    assert len(a._async.chunk_cache or ()) == before - 1
+    np.testing.assert_array_equal(a[box], vol[box])
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_files_rewritten_by_another_process_are_not_served_stale(fmt: str, tmp_path: Path) -> None:
+    store = shardstore.LocalStore(str(tmp_path / "v"))
+    create, reopen = _make(fmt, store)
+    a = create()
+    vol = _view(a, _vol())
+    a[...] = vol
+    a.chunk_cache_bytes = 16 * MIB
+    box = _box(a, 3, 45)
+    np.testing.assert_array_equal(a[box], vol[box])
+    opener = {"zarr3-sharded": "shardstore.open(s, mode='r+')", "n5": "shardstore.n5.open(s, path='d', mode='r+')"}
+    open_it = opener.get(fmt, "shardstore.precomputed.open(s, mode='r+')")
+    code = (f"import shardstore; s = shardstore.LocalStore({str(tmp_path / 'v')!r}); "
+            f"a = {open_it}; a[(slice(20, 30),) * 3] = 7")
+    subprocess.run([sys.executable, "-c", code], check=True, env={"PYTHONPATH": str(Path(io.__file__).parents[2])})
+    vol[_box(a, 20, 30)] = 7
+    np.testing.assert_array_equal(a[box], vol[box])
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_whole_volume_and_oversized_reads_bypass_the_cache(runner: Runner, count_decodes: list[int]) -> None:
+    create, _ = _make("zarr3-sharded", on_runner(shardstore.MemoryStore(), runner))
+    a = create()
+    vol = _vol()
+    a[...] = vol
+    a.chunk_cache_bytes = 16 * MIB
+    np.testing.assert_array_equal(a[5:40, 5:40, 5:40], vol[5:40, 5:40, 5:40])
+    cache = a._async.chunk_cache
+    assert cache is not None and len(cache) == 27
+    np.testing.assert_array_equal(np.asarray(a), vol)
+    assert len(cache) == 27  # neither filled nor evicted by the whole read
+    a.chunk_cache_bytes = 8 * 8192  # room for 8 chunks of 16^3 uint16
+    cache = a._async.chunk_cache
+    assert cache is not None
+    np.testing.assert_array_equal(a[0:40, 0:40, 0:40], vol[0:40, 0:40, 0:40])  # 27 chunks > 8
+    assert len(cache) == 0
+    np.testing.assert_array_equal(a[0:20, 0:20, 0:20], vol[0:20, 0:20, 0:20])  # 8 chunks: kept
+    assert len(cache) == 8 and cache.nbytes <= cache.max_bytes
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_budget_holds_over_random_reads(runner: Runner) -> None:
+    create, _ = _make("n5", on_runner(shardstore.MemoryStore(), runner))
+    a = create()
+    vol = _vol()
+    a[...] = vol
+    a.chunk_cache_bytes = 20 * 8192
+    cache = a._async.chunk_cache
+    assert cache is not None
+    rng = np.random.default_rng(1)
+    for _ in range(30):
+        lo = rng.integers(0, 48, 3)
+        sel = tuple(slice(int(x), int(x) + 17) for x in lo)
+        np.testing.assert_array_equal(a[sel], vol[sel])
+        assert cache.nbytes <= cache.max_bytes
+    assert len(cache) > 0
+
+
+def test_the_cache_is_off_by_default_and_survives_a_resize() -> None:
+    store = shardstore.MemoryStore()
+    a = shardstore.create(store, shape=(40, 40), dtype="int32", chunks=(16, 16))
+    assert a.chunk_cache_bytes == 0
+    a[...] = np.arange(1600).reshape(40, 40)
+    a.chunk_cache_bytes = MIB
+    assert a.chunk_cache_bytes == MIB
+    np.testing.assert_array_equal(a[:20, :20], np.arange(1600).reshape(40, 40)[:20, :20])
+    a.resize((20, 20))
+    a.resize((40, 40))
+    want = np.zeros((40, 40), "int32")
+    want[:20, :20] = np.arange(1600).reshape(40, 40)[:20, :20]
+    np.testing.assert_array_equal(a[:36, :36], want[:36, :36])
+    a.chunk_cache_bytes = 0
+    assert a._async.chunk_cache is None
+
+
+def test_a_sharded_read_asks_each_shards_generation_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    store = shardstore.MemoryStore()
+    create, _ = _make("zarr3-sharded", store)
+    a = create()
+    a[...] = _vol()
+    a.chunk_cache_bytes = 16 * MIB
+    adapter = a.driver.layout.store
+    asked: list[str] = []
+    real: Callable[[str], Hashable] = adapter.generation_sync  # type: ignore[attr-defined]
+
+    def counted(key: str) -> Hashable:
+        asked.append(key)
+        return real(key)
+
+    monkeypatch.setattr(adapter, "generation_sync", counted)
+    a[5:40, 5:40, 5:40]  # 27 chunks in 8 shards
+    assert len(asked) == 8
+
+
+class NoGenerations(shardstore.MemoryStore):
+    """A store that cannot tell a generation cheaply (as HTTP and S3 answer)."""
+
+    def generation_sync(self, key: str) -> Hashable:
+        return None
+
+    async def generation(self, key: str) -> Hashable | None:
+        return None
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_stores_without_generations_are_not_cached(runner: Runner) -> None:
+    store = on_runner(NoGenerations(), runner)
+    create, _ = _make("zarr3-sharded", store)
+    a = create()
+    vol = _vol()
+    a[...] = vol
+    a.chunk_cache_bytes = 16 * MIB
+    np.testing.assert_array_equal(a[5:40, 5:40, 5:40], vol[5:40, 5:40, 5:40])
+    np.testing.assert_array_equal(a[10:45, 5:40, 5:40], vol[10:45, 5:40, 5:40])
+    assert len(a._async.chunk_cache or ()) == 0
+
+
+@pytest.mark.timeout(180)
+def test_s3_hits_are_checked_against_the_shards_etag(seaweedfs: SeaweedFS) -> None:
+    url, opts = seaweedfs.url(f"cache-{uuid.uuid4().hex[:10]}"), seaweedfs.storage_options()
+    codecs = [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "zstd", "configuration": {"level": 1}}]
+    a = shardstore.create(url, storage_options=opts, shape=VOL_SHAPE, dtype="uint16", chunks=(16, 16, 16),
+                          shards=(32, 32, 32), codecs=codecs)
+    vol = _vol()
+    a[...] = vol
+    reader = shardstore.open(url, storage_options=opts)
+    reader.chunk_cache_bytes = 16 * MIB
+    box = np.s_[3:45, 3:45, 3:45]
+    np.testing.assert_array_equal(reader[box], vol[box])
+    cache = reader._async.chunk_cache
+    assert cache is not None and len(cache) == 27
+    a[20:30, 20:30, 20:30] = 7  # another handle rewrites one shard
+    vol[20:30, 20:30, 20:30] = 7
+    np.testing.assert_array_equal(reader[box], vol[box])
+
+
+def test_the_budget_comes_from_the_config_given_at_open(tmp_path) -> None:
+    import shardstore
+    from shardstore import IOConfig
+
+    a = shardstore.zarr3.create(tmp_path / "a.zarr", shape=(64, 64), dtype="u1", chunks=(16, 16), mode="w")
+    assert a.chunk_cache_bytes == 0 and a._async.chunk_cache is None  # off by default
+    b = shardstore.zarr3.open(tmp_path / "a.zarr", mode="r", config=IOConfig(chunk_cache_bytes=1 << 20))
+    assert b.chunk_cache_bytes == 1 << 20 and b._async.chunk_cache is not None
+    import pickle
+
+    assert pickle.loads(pickle.dumps(b)).chunk_cache_bytes == 1 << 20  # travels with the record
