@@ -199,3 +199,28 @@ def test_memo_path_adds_io_threads_when_the_data_went_cold(monkeypatch) -> None:
     assert sorted(done) == _items(64)
     assert memo[fn] == "io"
     assert len(submitted) == config.io_reads_in_flight - 2 > 0
+
+
+def test_scratch_max_bytes_of_the_config_limits_the_kept_buffer(monkeypatch) -> None:
+    """A thread keeps its scratch buffer only for chunks up to the array's
+    ``IOConfig.scratch_max_bytes``; larger ones decode into a fresh buffer each time."""
+    from shardstore.codecs import base
+    from shardstore.store.memory import MemoryStore
+
+    vol = _volume((16, 16, 16), "uint16")  # 8^3 uint16 chunks: 1 KiB each
+    inline = IOConfig(thread_item_seconds=1e9)  # every chunk decoded on this thread
+    store = MemoryStore()
+    z = shardstore.create(store, shape=vol.shape, dtype=vol.dtype, chunks=(8, 8, 8), config=inline,
+                          codecs=[{"name": "bytes", "configuration": {"endian": "little"}},
+                                  {"name": "gzip", "configuration": {"level": 1}}])
+    z[...] = vol
+    spy = DecodeToSpy(monkeypatch)
+    sel = (slice(1, 7), slice(2, 15), slice(3, 5))  # partial chunks: decoded, then copied out
+    for limit, kept in ((1023, False), (1024, True)):
+        monkeypatch.delattr(base._scratch, "buf", raising=False)
+        a = shardstore.open(store, config=inline.replace(scratch_max_bytes=limit))
+        done = spy.done
+        np.testing.assert_array_equal(a[sel], vol[sel])
+        assert spy.done > done  # decoded in place, into a scratch buffer either way
+        buf = getattr(base._scratch, "buf", None)
+        assert (buf is not None and buf.nbytes == 1024) is kept, limit

@@ -93,7 +93,7 @@ def _decode(layout: ChunkLayout, key: str, coords: tuple[int, ...], data: bytes,
     pipeline = layout.pipeline
     try:
         if transient:
-            return pipeline.decode_transient(data, layout.spec_for(coords))
+            return pipeline.decode_transient(data, layout.spec_for(coords), layout.config.scratch_max_bytes)
         return pipeline.decode(data, layout.spec_for(coords))
     except CodecError as e:
         raise type(e)(f"{layout.describe_key(key)}: {e}") from e
