@@ -14,6 +14,7 @@ import os
 import pickle
 import subprocess
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from shardstore.store import registry
 from shardstore.store.base import ByteRange, Store
 from shardstore.store.local import LocalStore
 from shardstore.store.memory import MemoryStore
+from shardstore.store.wrappers import AsyncOnlyStore
 
 # -- the value ------------------------------------------------------------------------------
 
@@ -324,3 +326,141 @@ def test_a_pickled_config_carries_only_its_changed_fields() -> None:
     assert pickle.loads(pickle.dumps(changed)) == changed
     assert pickle.loads(default) == IOConfig()
     assert len(default) < 100 and len(pickle.dumps(changed)) < len(default) + 80
+
+
+# -- the core reads its limits and thresholds from the layout's config ---------------------------
+
+
+class _InFlightStore(AsyncOnlyStore):
+    """``base`` on the async runner (no synchronous reads or writes declared), counting the
+    ``get_many`` / ``update_many`` batches in flight at once: each waits on the loop before it
+    goes on, so every batch the core lets start is started before the first one ends."""
+
+    def __init__(self, base: Store) -> None:
+        super().__init__(base)
+        self.now = self.most = 0
+
+    async def _counted(self, run: Any) -> Any:
+        self.now += 1
+        self.most = max(self.most, self.now)
+        try:
+            await asyncio.sleep(0.002)
+            return await run
+        finally:
+            self.now -= 1
+
+    async def get_many(self, requests: Sequence[tuple[str, ByteRange | None]]) -> list[bytes | None]:
+        return await self._counted(super().get_many(requests))  # type: ignore[no-any-return]
+
+    async def update_many(self, items: Sequence[tuple[str, Any]]) -> None:
+        await self._counted(super().update_many(items))
+
+
+@pytest.mark.parametrize("limit", [1, 3])
+def test_read_and_write_groups_in_flight_bound_the_async_runner(limit: int) -> None:
+    # one chunk per group (write_batch_chunks=1): 16 groups of an unsharded 64-element array
+    config = IOConfig(write_batch_chunks=1, small_read_chunks=0, read_groups_in_flight=limit, write_groups_in_flight=limit)
+    store = _InFlightStore(MemoryStore())
+    a = shardstore.zarr3.create(store, shape=(64,), dtype="u1", chunks=(4,), config=config)
+    assert a.driver.layout.store.sync_reads is None and a.driver.layout.config is config
+    data = np.arange(1, 65, dtype="u1")
+    a[...] = data
+    assert store.most == limit  # reached, never exceeded
+    store.most = 0
+    np.testing.assert_array_equal(a[...], data)
+    assert store.most == limit
+    # a read of at most small_read_chunks chunks fetches every group at once, unbounded
+    b = shardstore.zarr3.open(store, config=config.replace(small_read_chunks=16))
+    store.most = 0
+    np.testing.assert_array_equal(b[...], data)
+    assert store.most == 16
+
+
+def _scatter_threads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The threads that run the core's chunk decodes (``core.io._scatter``) from now on."""
+    from shardstore.core import io
+
+    seen: list[int] = []
+    real = io._scatter
+
+    def spy(batch: list, *args: Any) -> list:
+        seen.append(threading.get_ident())
+        return real(batch, *args)
+
+    monkeypatch.setattr(io, "_scatter", spy)
+    return seen
+
+
+def _zstd_array(store: Store, config: IOConfig) -> shardstore.Array:
+    a = shardstore.zarr3.create(store, shape=(64, 64), dtype="u2", chunks=(8, 8), config=config,
+                                codecs=[{"name": "bytes", "configuration": {"endian": "little"}},
+                                        {"name": "zstd", "configuration": {"level": 1}}])
+    a[...] = np.arange(64 * 64, dtype="u2").reshape(64, 64)
+    return a
+
+
+def test_thread_thresholds_keep_blocking_reads_inline_or_send_them_to_the_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    expected = np.arange(64 * 64, dtype="u2").reshape(64, 64)
+    inline = _zstd_array(MemoryStore(), IOConfig(thread_item_seconds=1e9))
+    pooled = _zstd_array(MemoryStore(), IOConfig(thread_item_seconds=0.0, thread_work_seconds=0.0,
+                                                 waiting_item_seconds=1e9, codec_threads=2))
+    seen = _scatter_threads(monkeypatch)
+    np.testing.assert_array_equal(inline[...], expected)  # 64 chunks, on the blocking runner
+    assert seen and set(seen) == {threading.get_ident()}  # every batch on the calling thread
+    assert set(inline.driver.layout.threads_memo.values()) == {"inline"}
+    np.testing.assert_array_equal(pooled[...], expected)
+    assert set(pooled.driver.layout.threads_memo.values()) == {"codec"}
+
+
+def test_inline_item_seconds_keeps_async_decodes_on_the_loop_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    expected = np.arange(64 * 64, dtype="u2").reshape(64, 64)
+    inline = _zstd_array(AsyncOnlyStore(MemoryStore()), IOConfig(inline_item_seconds=1e9))
+    spread = _zstd_array(AsyncOnlyStore(MemoryStore()), IOConfig(inline_item_seconds=0.0, codec_threads=2))
+    seen = _scatter_threads(monkeypatch)
+    np.testing.assert_array_equal(inline[...], expected)
+    assert len(set(seen)) == 1  # the event loop's thread alone
+    seen.clear()
+    np.testing.assert_array_equal(spread[...], expected)
+    assert len(set(seen)) == 2  # the loop's thread and one of the two codec threads
+
+
+def test_native_false_makes_reads_and_writes_skip_the_native_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from shardstore.core import rawread, rawwrite
+
+    real = rawread._rawio
+    if real is None or not hasattr(real, "write_boxes"):
+        pytest.skip("the C extension is not built")
+    calls = {"read_boxes": 0, "write_boxes": 0}
+
+    class Module:
+        set_libdeflate = staticmethod(real.set_libdeflate)
+
+        @staticmethod
+        def read_boxes(*args: Any) -> Any:
+            calls["read_boxes"] += 1
+            return real.read_boxes(*args)
+
+        @staticmethod
+        def write_boxes(*args: Any) -> Any:
+            calls["write_boxes"] += 1
+            return real.write_boxes(*args)
+
+    monkeypatch.setattr(rawread, "_rawio", Module)
+    monkeypatch.setattr(rawwrite, "_rawio", Module)
+    data = np.arange(32 * 32, dtype="u2").reshape(32, 32)
+    for native in (True, False):
+        a = shardstore.n5.create(tmp_path / f"{native}.n5", "d", shape=(32, 32), dtype="u2", block_size=(16, 16),
+                                 compression={"type": "raw"}, config=IOConfig(native=native))
+        before = dict(calls)
+        a[...] = data
+        np.testing.assert_array_equal(a[...], data)
+        used = {k: calls[k] - before[k] for k in calls}
+        # (how many native calls a read or write makes depends on how it spreads over threads)
+        assert all(n > 0 for n in used.values()) if native else not any(used.values()), (native, used)
+    # chunks larger than native_max_chunk_bytes (16 x 16 x 2 bytes here) always take the Python path
+    small = shardstore.n5.open(tmp_path / "True.n5", path="d", config=IOConfig(native_max_chunk_bytes=511))
+    before = dict(calls)
+    np.testing.assert_array_equal(small[...], data)
+    assert calls == before
+    assert rawread.raw_reader(dataclasses.replace(small.driver.layout, config=IOConfig(native_max_chunk_bytes=512)),
+                              np.empty((32, 32), "u2")) is not None

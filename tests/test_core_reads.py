@@ -11,40 +11,41 @@ import numpy as np
 import pytest
 
 import shardstore
+from shardstore.config import IOConfig
 from shardstore.core import threads
 from shardstore.errors import ChunkNotFoundError, CodecError, ShardStoreError
 
-# (THREAD_ITEM_SECONDS, WAITING_ITEM_SECONDS): inline only, codec pool, I/O pool
+# (thread_item_seconds, waiting_item_seconds): inline only, codec pool, I/O pool
 MODES = {"inline": (1e9, 1e9), "codec-pool": (0.0, 1e9), "io-pool": (0.0, 0.0)}
+DEFAULTS = IOConfig()
 
 
 @pytest.fixture(params=sorted(MODES))
-def mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+def mode(request: pytest.FixtureRequest) -> IOConfig:
+    """The config that makes every blocking read run its chunks that way."""
     thread, waiting = MODES[request.param]
-    monkeypatch.setattr(threads, "THREAD_ITEM_SECONDS", thread)
-    monkeypatch.setattr(threads, "THREAD_WORK_SECONDS", 0.0)
-    monkeypatch.setattr(threads, "WAITING_ITEM_SECONDS", waiting)
-    return request.param
+    return IOConfig(thread_item_seconds=thread, thread_work_seconds=0.0, waiting_item_seconds=waiting)
 
 
 def _volume(shape: tuple[int, ...]) -> np.ndarray:
     return np.random.default_rng(3).integers(0, 1000, size=shape).astype("uint16")
 
 
-def _arrays(tmp_path: Path, vol: np.ndarray) -> dict[str, shardstore.Array]:
+def _arrays(tmp_path: Path, vol: np.ndarray, config: IOConfig = DEFAULTS) -> dict[str, shardstore.Array]:
     z = shardstore.create(str(tmp_path / "a.zarr"), shape=vol.shape, dtype=vol.dtype, chunks=(8, 8, 8),
-                          codecs=[{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "zstd", "configuration": {"level": 1}}])
+                          codecs=[{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "zstd", "configuration": {"level": 1}}],
+                          config=config)
     n5 = shardstore.n5.create(str(tmp_path / "c.n5"), "d", shape=vol.shape, dtype=vol.dtype,
-                              block_size=(8, 8, 8), compression={"type": "gzip", "level": 1})
+                              block_size=(8, 8, 8), compression={"type": "gzip", "level": 1}, config=config)
     for a in (z, n5):
         a[...] = vol
     return {"zarr3": z, "n5": n5}
 
 
 @pytest.mark.parametrize("fmt", ["zarr3", "n5"])
-def test_reads_match_numpy_in_every_mode(tmp_path: Path, mode: str, fmt: str) -> None:
+def test_reads_match_numpy_in_every_mode(tmp_path: Path, mode: IOConfig, fmt: str) -> None:
     vol = _volume((37, 29, 41))  # clipped / padded edge chunks in every dimension
-    a = _arrays(tmp_path, vol)[fmt]
+    a = _arrays(tmp_path, vol, mode)[fmt]
     rng = np.random.default_rng(7)
     for _ in range(20):
         lo = [int(rng.integers(0, s)) for s in vol.shape]
@@ -56,9 +57,9 @@ def test_reads_match_numpy_in_every_mode(tmp_path: Path, mode: str, fmt: str) ->
     np.testing.assert_array_equal(a.oindex[[0, 9, 36], :, [1, 40]], vol[[0, 9, 36]][:, :, [1, 40]])
 
 
-def test_corrupt_chunk_names_its_key_in_every_mode(tmp_path: Path, mode: str) -> None:
+def test_corrupt_chunk_names_its_key_in_every_mode(tmp_path: Path, mode: IOConfig) -> None:
     vol = _volume((32, 32, 32))
-    a = _arrays(tmp_path, vol)["n5"]
+    a = _arrays(tmp_path, vol, mode)["n5"]
     (tmp_path / "c.n5" / "d" / "2" / "1" / "3").write_bytes(b"\x00\x00\x00\x03" + b"garbage" * 20)
     with pytest.raises(CodecError, match="2/1/3"):
         np.asarray(a)
@@ -66,9 +67,9 @@ def test_corrupt_chunk_names_its_key_in_every_mode(tmp_path: Path, mode: str) ->
     np.testing.assert_array_equal(a[:8], vol[:8])
 
 
-def test_missing_chunks_read_as_fill_or_raise_when_strict(tmp_path: Path, mode: str) -> None:
+def test_missing_chunks_read_as_fill_or_raise_when_strict(tmp_path: Path, mode: IOConfig) -> None:
     vol = _volume((32, 32, 32))
-    a = _arrays(tmp_path, vol)["zarr3"]
+    a = _arrays(tmp_path, vol, mode)["zarr3"]
     a[8:16, 8:16, 8:16] = 0  # an all-fill chunk is deleted
     expected = vol.copy()
     expected[8:16, 8:16, 8:16] = 0
@@ -90,10 +91,9 @@ def test_local_reads_do_not_use_the_event_loop(tmp_path: Path, monkeypatch: pyte
         np.testing.assert_array_equal(np.asarray(a), vol)
 
 
-def test_errors_from_pool_threads_are_shardstore_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(threads, "THREAD_ITEM_SECONDS", 0.0)
+def test_errors_from_pool_threads_are_shardstore_errors(tmp_path: Path) -> None:
     vol = _volume((32, 32, 32))
-    a = _arrays(tmp_path, vol)["zarr3"]
+    a = _arrays(tmp_path, vol, IOConfig(thread_item_seconds=0.0))["zarr3"]
     for key in ("c/3/3/3", "c/0/2/1"):
         (tmp_path / "a.zarr" / key).write_bytes(b"not zstd")
     with pytest.raises(ShardStoreError):
@@ -169,9 +169,9 @@ def test_share_now_threads_only_when_it_pays(n: int, work: str, slow: bool, expe
     chosen: list[str] = []
     real_run_shared = threads.run_shared
 
-    def spy(fn, items, args, how, memo, kinds):  # type: ignore[no-untyped-def]
+    def spy(fn, items, args, how, memo, kinds, config):  # type: ignore[no-untyped-def]
         chosen.append(how)
-        real_run_shared(fn, items, args, how, memo, kinds)
+        real_run_shared(fn, items, args, how, memo, kinds, config)
 
     monkeypatch.setattr(threads, "run_shared", spy)
     here = threading.current_thread()
@@ -186,7 +186,7 @@ def test_share_now_threads_only_when_it_pays(n: int, work: str, slow: bool, expe
             with lock:
                 done.append(item)
 
-    threads.share_now(fn, list(range(n)), slow=slow)
+    threads.share_now(fn, list(range(n)), config=DEFAULTS, slow=slow)
     assert sorted(done) == list(range(n))  # every item ran exactly once, whoever ran it
     assert (chosen or ["inline"]) == [expect]
 
@@ -204,7 +204,7 @@ def test_share_now_threads_only_when_it_pays(n: int, work: str, slow: bool, expe
     ],
 )
 def test_threads_for_cpu_items(took: float, n_rest: int, slow: bool, expect: str) -> None:
-    assert threads.threads_for(took, 0.0, n_rest, writes=False, free=False, slow=slow) == expect
+    assert threads.threads_for(DEFAULTS, took, 0.0, n_rest, writes=False, free=False, slow=slow) == expect
 
 
 def _precomputed(path: Path, encoding: str, size: int = 8):
@@ -228,9 +228,9 @@ def test_decoders_that_hold_the_gil_keep_warm_reads_on_one_thread() -> None:
     """compressed_segmentation's decode holds the GIL: however much work a warm read has, it
     stays inline; a cold one (items waiting on the disk) still gets the I/O threads."""
     for took, n_rest in ((0.5e-3, 16), (0.5e-3, 4000), (20e-3, 100)):
-        assert threads.threads_for(took, 0.0, n_rest, writes=False, free=False, gil=True) == "inline"
-        assert threads.threads_for(took, 0.0, n_rest, writes=False, free=False, gil=False) == "codec"
-    assert threads.threads_for(2e-3, 1.5e-3, 16, writes=False, free=False, gil=True) == "io"
+        assert threads.threads_for(DEFAULTS, took, 0.0, n_rest, writes=False, free=False, gil=True) == "inline"
+        assert threads.threads_for(DEFAULTS, took, 0.0, n_rest, writes=False, free=False, gil=False) == "codec"
+    assert threads.threads_for(DEFAULTS, 2e-3, 1.5e-3, 16, writes=False, free=False, gil=True) == "io"
 
 
 def test_precomputed_compressed_segmentation_holds_the_gil_and_its_reads_stay_inline(tmp_path: Path, monkeypatch) -> None:
@@ -244,9 +244,9 @@ def test_precomputed_compressed_segmentation_holds_the_gil_and_its_reads_stay_in
     kinds_seen = []
     real_for = threads.threads_for
 
-    def spy(took, waited, n_rest, *kinds):
+    def spy(config, took, waited, n_rest, *kinds):
         kinds_seen.append(kinds)
-        return real_for(0.5e-3, 0.0, n_rest, *kinds)  # a warm 0.5 ms chunk
+        return real_for(config, 0.5e-3, 0.0, n_rest, *kinds)  # a warm 0.5 ms chunk
 
     monkeypatch.setattr(threads, "threads_for", spy)
     shared = []
@@ -287,19 +287,21 @@ def test_slow_decoders_are_known_to_the_core(tmp_path: Path, compression: dict, 
 def test_feed_hands_out_shrinking_batches_each_item_once() -> None:
     """Large batches first, single items at the end (a slowed thread holds the others up by
     one item at most); every item exactly once; nothing more after a failure."""
-    from shardstore.core.threads import FEED_TAKES, Feed
+    from shardstore.core.threads import Feed
 
+    takes = DEFAULTS.feed_takes
     items = list(range(500))
-    feed = Feed(items, 2)
+    feed = Feed(items, 2, takes)
     batches = []
     while batch := feed.take():
         batches.append(batch)
     assert [x for b in batches for x in b] == items
     sizes = [len(b) for b in batches]
-    assert sizes[0] == 500 // (FEED_TAKES * 2)
-    assert sizes == sorted(sizes, reverse=True) and sizes[-FEED_TAKES * 2 :] == [1] * FEED_TAKES * 2
+    assert sizes[0] == 500 // (takes * 2)
+    assert sizes == sorted(sizes, reverse=True) and sizes[-takes * 2 :] == [1] * takes * 2
+    assert len(Feed(items, 2, 1).take()) == 500 // 2  # fewer takes: larger first batches
 
-    failing = Feed(items, 2)
+    failing = Feed(items, 2, takes)
 
     def boom(batch: list) -> None:
         raise ValueError("decode failed")

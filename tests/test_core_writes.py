@@ -16,19 +16,19 @@ import pytest
 
 import shardstore
 from shardstore._assign import assign
-from shardstore.core import io, threads
+from shardstore.config import IOConfig
+from shardstore.core import io
 from shardstore.errors import StoreError
 from shardstore.store.memory import MemoryStore
 
-# THREAD_ITEM_SECONDS: every chunk on the calling thread, or spread over the I/O pool
+# thread_item_seconds: every chunk on the calling thread, or spread over the I/O pool
 MODES = {"inline": 1e9, "threads": 0.0}
 
 
 @pytest.fixture(params=sorted(MODES))
-def mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setattr(threads, "THREAD_ITEM_SECONDS", MODES[request.param])
-    monkeypatch.setattr(threads, "THREAD_WORK_SECONDS", 0.0)
-    return request.param
+def mode(request: pytest.FixtureRequest) -> IOConfig:
+    """The config that makes every blocking write run its chunks that way."""
+    return IOConfig(thread_item_seconds=MODES[request.param], thread_work_seconds=0.0)
 
 
 def _no_loop_writes(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -40,22 +40,22 @@ def _no_loop_writes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("shardstore.core.array.write_from", refuse)
 
 
-def _arrays(tmp_path: Path, shape: tuple[int, ...], dtype: str) -> dict[str, shardstore.Array]:
+def _arrays(tmp_path: Path, shape: tuple[int, ...], dtype: str, config: IOConfig) -> dict[str, shardstore.Array]:
     chunks = (8, 8, 8)
     return {
         "n5-gzip": shardstore.n5.create(str(tmp_path / "c.n5"), "g", shape=shape, dtype=dtype,
-                                        block_size=chunks, compression={"type": "gzip", "level": 1}),
+                                        block_size=chunks, compression={"type": "gzip", "level": 1}, config=config),
         "n5-raw": shardstore.n5.create(str(tmp_path / "c.n5"), "r", shape=shape, dtype=dtype,
-                                       block_size=chunks, compression={"type": "raw"}),
-        "zarr3": shardstore.create(str(tmp_path / "a.zarr"), shape=shape, dtype=dtype, chunks=chunks),
-        "zarr3-memory": shardstore.create(MemoryStore(), shape=shape, dtype=dtype, chunks=chunks),
+                                       block_size=chunks, compression={"type": "raw"}, config=config),
+        "zarr3": shardstore.create(str(tmp_path / "a.zarr"), shape=shape, dtype=dtype, chunks=chunks, config=config),
+        "zarr3-memory": shardstore.create(MemoryStore(), shape=shape, dtype=dtype, chunks=chunks, config=config),
     }
 
 
 @pytest.mark.parametrize("fmt", ["n5-gzip", "n5-raw", "zarr3", "zarr3-memory"])
-def test_writes_match_numpy_in_every_mode(tmp_path: Path, mode: str, fmt: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_writes_match_numpy_in_every_mode(tmp_path: Path, mode: IOConfig, fmt: str, monkeypatch: pytest.MonkeyPatch) -> None:
     shape = (37, 29, 41)  # edge chunks in every dimension
-    a = _arrays(tmp_path, shape, "uint16")[fmt]
+    a = _arrays(tmp_path, shape, "uint16", mode)[fmt]
     _no_loop_writes(monkeypatch)
     ref = np.zeros(shape, "uint16")
     rng = np.random.default_rng(11)
@@ -95,12 +95,12 @@ def test_sharded_arrays_keep_the_event_loop_path(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("fmt", ["n5-gzip", "zarr3-memory"])
-def test_concurrent_partial_writes_to_shared_chunks_all_survive(tmp_path: Path, mode: str, fmt: str) -> None:
+def test_concurrent_partial_writes_to_shared_chunks_all_survive(tmp_path: Path, mode: IOConfig, fmt: str) -> None:
     # each thread sets its own elements, spread over the same few chunks: every write is a
     # read-merge-write of a chunk another thread is changing too; without the per-chunk
     # locks some of them are lost
     shape = (16, 16, 16)
-    a = _arrays(tmp_path, shape, "int32")[fmt]
+    a = _arrays(tmp_path, shape, "int32", mode)[fmt]
     rng = np.random.default_rng(5)
     last = int(np.prod(shape)) - 1  # (15, 15, 15): written through the event loop below
     cells = rng.permutation(last)[: 8 * 40].reshape(8, 40)

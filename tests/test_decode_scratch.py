@@ -22,17 +22,19 @@ import shardstore
 from shardstore import n5
 from shardstore.codecs import gzip as gzip_codec
 from shardstore.codecs.n5_block import MODE_DEFAULT, _header_bytes
+from shardstore.config import IOConfig
 from shardstore.core import io, threads
 from shardstore.errors import CodecError
 
+#: the arrays spied on run without the native reader: it takes N5 gzip blocks in local files
+#: before this path sees them (``tests/test_native_read.py``), and this path serves every other store
+GENERIC = IOConfig(native=False)
+
 
 class DecodeToSpy:
-    """Counts ``GzipCodec.decode_to`` calls that decoded in place and those that declined.
-    Switches the native reader off: it takes N5 gzip blocks in local files before this path
-    sees them (``tests/test_native_read.py``), and this path serves every other store."""
+    """Counts ``GzipCodec.decode_to`` calls that decoded in place and those that declined."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setenv("SHARDSTORE_NATIVE", "0")
         self.done = self.declined = 0
         real = gzip_codec.GzipCodec.decode_to
         lock = threading.Lock()
@@ -57,7 +59,7 @@ def _volume(shape: tuple[int, ...], dtype: str) -> np.ndarray:
 def test_n5_gzip_reads_decode_in_place_and_match_numpy(tmp_path: Path, monkeypatch, dtype: str) -> None:
     vol = _volume((40, 33, 50), dtype)
     a = n5.create(str(tmp_path / "c.n5"), "d", shape=vol.shape, dtype=dtype, block_size=(16, 16, 16),
-                  compression={"type": "gzip", "level": 1})
+                  compression={"type": "gzip", "level": 1}, config=GENERIC)
     a[...] = vol
     spy = DecodeToSpy(monkeypatch)
     np.testing.assert_array_equal(np.asarray(a), vol)
@@ -71,7 +73,7 @@ def test_zarr3_gzip_reads_decode_in_place(tmp_path: Path, monkeypatch) -> None:
     vol = _volume((30, 20, 25), "uint16")
     z = shardstore.create(str(tmp_path / "a.zarr"), shape=vol.shape, dtype=vol.dtype, chunks=(8, 8, 8),
                           codecs=[{"name": "bytes", "configuration": {"endian": "big"}},
-                                  {"name": "gzip", "configuration": {"level": 1}}])
+                                  {"name": "gzip", "configuration": {"level": 1}}], config=GENERIC)
     z[...] = vol
     spy = DecodeToSpy(monkeypatch)
     np.testing.assert_array_equal(np.asarray(z), vol)
@@ -89,7 +91,7 @@ def test_streams_the_scratch_path_declines_still_read(tmp_path: Path, monkeypatc
     """Several gzip members, zero padding and a zlib stream go back to ``decode``."""
     root = tmp_path / "c.n5"
     a = n5.create(str(root), "d", shape=(8, 8), dtype="uint8", block_size=(4, 4),
-                  compression={"type": "gzip", "level": 1})
+                  compression={"type": "gzip", "level": 1}, config=GENERIC)
     blocks = {(y, x): np.arange(16, dtype=np.uint8).reshape(4, 4) + 16 * (2 * y + x) for y in range(2) for x in range(2)}
     raw = {k: v.tobytes() for k, v in blocks.items()}
     _write_block(root, "0/0", gzip.compress(raw[0, 0][:7]) + gzip.compress(raw[0, 0][7:]), (4, 4))  # 2 members
@@ -106,7 +108,7 @@ def test_streams_the_scratch_path_declines_still_read(tmp_path: Path, monkeypatc
 def test_corrupt_gzip_still_raises_naming_the_block(tmp_path: Path, monkeypatch) -> None:
     root = tmp_path / "c.n5"
     a = n5.create(str(root), "d", shape=(8, 8), dtype="uint8", block_size=(8, 8),
-                  compression={"type": "gzip", "level": 1})
+                  compression={"type": "gzip", "level": 1}, config=GENERIC)
     a[...] = _volume((8, 8), "uint8")
     path = root / "d" / "0" / "0"
     data = bytearray(path.read_bytes())
@@ -147,17 +149,17 @@ def test_memo_starts_the_codec_threads_at_once_and_updates(monkeypatch) -> None:
         with lock:
             sink.extend(batch)
 
-    monkeypatch.setattr(threads, "WAITING_ITEM_SECONDS", 1.0)  # the sleeps are "CPU work" here
+    config = IOConfig(waiting_item_seconds=1.0)  # the sleeps are "CPU work" here
     memo: dict = {}
-    threads.share_now(fn, _items(40), done, memo=memo)
+    threads.share_now(fn, _items(40), done, config=config, memo=memo)
     assert sorted(done) == _items(40) and memo[fn] == "codec"
     submitted = []
-    pool = io.codec_pool()
+    pool = io.codec_pool(config.codec_threads)
     real_submit = pool.submit
     monkeypatch.setattr(pool, "submit", lambda *a, **k: submitted.append(1) or real_submit(*a, **k))
     slow["on"] = False
     done.clear()
-    threads.share_now(fn, _items(40), done, memo=memo)
+    threads.share_now(fn, _items(40), done, config=config, memo=memo)
     assert sorted(done) == _items(40)
     assert submitted  # started at once, from the memo
     assert memo[fn] == "inline"  # ... and re-measured: the items are cheap now
@@ -171,7 +173,7 @@ def test_memo_path_raises_the_first_error(monkeypatch) -> None:
 
     memo = {fn: "codec"}
     with pytest.raises(ValueError, match="item 17"):
-        threads.share_now(fn, _items(40), memo=memo)
+        threads.share_now(fn, _items(40), config=IOConfig(), memo=memo)
 
 
 def test_memo_path_adds_io_threads_when_the_data_went_cold(monkeypatch) -> None:
@@ -185,16 +187,40 @@ def test_memo_path_adds_io_threads_when_the_data_went_cold(monkeypatch) -> None:
         with lock:
             done.extend(batch)
 
-    monkeypatch.setattr(threads, "WAITING_ITEM_SECONDS", 0.001)
     # the codec threads the read starts with: fixed here, so that the count below does not
-    # depend on the machine's CPU count (with more than IO_READS_IN_FLIGHT cores, none is added)
-    monkeypatch.setattr(threads, "codec_pool_size", lambda: 2)
+    # depend on the machine's CPU count (with more than io_reads_in_flight cores, none is added)
+    config = IOConfig(waiting_item_seconds=0.001, codec_threads=2)
     submitted = []
-    pool = io.io_pool()
+    pool = io.io_pool(config.io_threads)
     real_submit = pool.submit
     monkeypatch.setattr(pool, "submit", lambda *a, **k: submitted.append(1) or real_submit(*a, **k))
     memo = {fn: "codec"}
-    threads.share_now(fn, _items(64), memo=memo)
+    threads.share_now(fn, _items(64), config=config, memo=memo)
     assert sorted(done) == _items(64)
     assert memo[fn] == "io"
-    assert len(submitted) == threads.IO_READS_IN_FLIGHT - 2 > 0
+    assert len(submitted) == config.io_reads_in_flight - 2 > 0
+
+
+def test_scratch_max_bytes_of_the_config_limits_the_kept_buffer(monkeypatch) -> None:
+    """A thread keeps its scratch buffer only for chunks up to the array's
+    ``IOConfig.scratch_max_bytes``; larger ones decode into a fresh buffer each time."""
+    from shardstore.codecs import base
+    from shardstore.store.memory import MemoryStore
+
+    vol = _volume((16, 16, 16), "uint16")  # 8^3 uint16 chunks: 1 KiB each
+    inline = IOConfig(thread_item_seconds=1e9)  # every chunk decoded on this thread
+    store = MemoryStore()
+    z = shardstore.create(store, shape=vol.shape, dtype=vol.dtype, chunks=(8, 8, 8), config=inline,
+                          codecs=[{"name": "bytes", "configuration": {"endian": "little"}},
+                                  {"name": "gzip", "configuration": {"level": 1}}])
+    z[...] = vol
+    spy = DecodeToSpy(monkeypatch)
+    sel = (slice(1, 7), slice(2, 15), slice(3, 5))  # partial chunks: decoded, then copied out
+    for limit, kept in ((1023, False), (1024, True)):
+        monkeypatch.delattr(base._scratch, "buf", raising=False)
+        a = shardstore.open(store, config=inline.replace(scratch_max_bytes=limit))
+        done = spy.done
+        np.testing.assert_array_equal(a[sel], vol[sel])
+        assert spy.done > done  # decoded in place, into a scratch buffer either way
+        buf = getattr(base._scratch, "buf", None)
+        assert (buf is not None and buf.nbytes == 1024) is kept, limit

@@ -1,7 +1,7 @@
 """The native writer of uncompressed chunk files (``shardstore._rawio`` via ``core/rawwrite.py``).
 
 NumPy is the oracle, and every case is also written with native code switched off
-(``SHARDSTORE_NATIVE=0``) into a second container: both containers must then hold the same
+(``IOConfig(native=False)``) into a second container: both containers must then hold the same
 files, byte for byte (all-zero blocks deleted, edge blocks clipped, no temp files left). The spy
 counts what the native writer did, so a test fails when the fast path silently stops being
 used, not only when it writes wrongly.
@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shardstore import n5
+from shardstore.config import IOConfig
 from shardstore.core import rawwrite
 from shardstore.errors import ReadOnlyError, StoreError
 from shardstore.store.wrappers import PrefixStore, ReadOnlyStore
@@ -73,8 +74,13 @@ def _no_temp_files(root: Path) -> None:
     assert not left, f"temp files left behind: {left}"
 
 
-def _create(path: Path, shape, blocks, dtype) -> n5.N5Array:
-    return n5.create(str(path), "d", shape=shape, dtype=dtype, block_size=blocks, compression={"type": "raw"}, mode="w")
+#: the reference arrays: written through the generic path
+GENERIC = IOConfig(native=False)
+
+
+def _create(path: Path, shape, blocks, dtype, config: IOConfig | None = None) -> n5.N5Array:
+    return n5.create(str(path), "d", shape=shape, dtype=dtype, block_size=blocks, compression={"type": "raw"}, mode="w",
+                     config=config)
 
 
 def _full_blocks(shape, blocks) -> int:
@@ -133,7 +139,7 @@ def test_native_writes_match_numpy_and_the_python_path(tmp_path_factory, monkeyp
     shape, blocks, dtype, writes = case
     root = tmp_path_factory.mktemp("nw")
     a = _create(root / "native.n5", shape, blocks, dtype)
-    b = _create(root / "python.n5", shape, blocks, dtype)
+    b = _create(root / "python.n5", shape, blocks, dtype, GENERIC)
     expected = np.zeros(shape, a.dtype)
     spy = Spy(monkeypatch)
     for n, (sel, kind, seed) in enumerate(writes):
@@ -144,11 +150,9 @@ def test_native_writes_match_numpy_and_the_python_path(tmp_path_factory, monkeyp
         if n == 0:  # the whole array: every full-size block goes native (written or deleted)
             assert spy.count(OK) + spy.count(FILL) == _full_blocks(shape, blocks)
             assert spy.count(FALLBACK) == 0
-        with monkeypatch.context() as m:
-            m.setenv("SHARDSTORE_NATIVE", "0")
-            calls = len(spy.calls)
-            b[sel] = value
-            assert len(spy.calls) == calls  # the reference really is the Python path
+        calls = len(spy.calls)
+        b[sel] = value
+        assert len(spy.calls) == calls  # the reference really is the Python path
         got = a[...]
         assert got.dtype == expected.dtype
         assert got.tobytes() == expected.tobytes()  # bit for bit: NaN payloads, -0.0
@@ -157,8 +161,8 @@ def test_native_writes_match_numpy_and_the_python_path(tmp_path_factory, monkeyp
 
 
 # -- which blocks go native --------------------------------------------------------------------
-def _dataset(tmp_path: Path, shape=(40, 30, 20), blocks=(16, 16, 16), dtype="uint16", name="c.n5"):
-    a = _create(tmp_path / name, shape, blocks, dtype)
+def _dataset(tmp_path: Path, shape=(40, 30, 20), blocks=(16, 16, 16), dtype="uint16", name="c.n5", config=None):
+    a = _create(tmp_path / name, shape, blocks, dtype, config)
     data = random_array(shape, dtype, 7)
     return a, data
 
@@ -195,6 +199,7 @@ def test_integer_indices_and_reversed_selections_fall_back(tmp_path, monkeypatch
 def test_all_zero_blocks_delete_existing_files(tmp_path, monkeypatch) -> None:
     a, data = _dataset(tmp_path, shape=(32, 32), blocks=(16, 16), name="a.n5")
     b, _ = _dataset(tmp_path, shape=(32, 32), blocks=(16, 16), name="b.n5")
+    b_python = n5.open(str(tmp_path / "b.n5"), mode="r+", path="d", config=GENERIC)
     a[...] = data
     b[...] = data
     block = tmp_path / "a.n5" / "d" / "0" / "1"  # N5 paths run x first: block (1, 0)
@@ -203,9 +208,7 @@ def test_all_zero_blocks_delete_existing_files(tmp_path, monkeypatch) -> None:
     a[16:32, 0:16] = 0
     assert spy.calls == [bytes([FILL])]
     assert not block.exists()
-    with monkeypatch.context() as m:
-        m.setenv("SHARDSTORE_NATIVE", "0")
-        b[16:32, 0:16] = 0
+    b_python[16:32, 0:16] = 0
     data[16:32, 0:16] = 0
     np.testing.assert_array_equal(a[...], data)
     assert _files(tmp_path / "a.n5") == _files(tmp_path / "b.n5")
@@ -230,14 +233,12 @@ def test_missing_directories_are_made(tmp_path, monkeypatch) -> None:
 def _both_fail(tmp_path: Path, monkeypatch, obstacle) -> tuple[str, str]:
     """Write a whole volume natively and in Python over the same obstacle; the two errors."""
     messages = []
-    for name, native in (("native.n5", "1"), ("python.n5", "0")):
-        a, data = _dataset(tmp_path, shape=(32, 32), blocks=(16, 16), name=name)
+    for name, native in (("native.n5", True), ("python.n5", False)):
+        a, data = _dataset(tmp_path, shape=(32, 32), blocks=(16, 16), name=name, config=IOConfig(native=native))
         obstacle(tmp_path / name / "d")
-        monkeypatch.setenv("SHARDSTORE_NATIVE", native)
         with pytest.raises(StoreError) as e:
             a[...] = data
         messages.append(str(e.value).replace(str(tmp_path / name), "ROOT"))
-    monkeypatch.delenv("SHARDSTORE_NATIVE")
     _no_temp_files(tmp_path)
     return messages[0], messages[1]
 
@@ -311,8 +312,7 @@ def test_layouts_the_native_writer_declines(tmp_path, monkeypatch) -> None:
     g = n5.create(str(tmp_path / "g.n5"), "d", shape=(16, 16), dtype="float32", block_size=(8, 8),
                   compression={"type": "gzip"}, mode="w")
     assert rawwrite.raw_writer(g.driver.layout, value) is None
-    monkeypatch.setenv("SHARDSTORE_NATIVE", "0")
-    assert rawwrite.raw_writer(layout, value) is None
+    assert rawwrite.raw_writer(dataclasses.replace(layout, config=GENERIC), value) is None
 
 
 # -- the kernel itself -------------------------------------------------------------------------

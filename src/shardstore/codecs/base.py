@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Literal, Self
 
 import numpy as np
 
+from ..config import IOConfig
 from ..errors import MetadataError
 
 __all__ = [
@@ -33,17 +34,16 @@ __all__ = [
 
 CodecKind = Literal["array_array", "array_bytes", "bytes_bytes"]
 
-#: largest per-thread scratch buffer kept between decodes (a few dozen threads at most)
-SCRATCH_MAX_BYTES = 8 << 20
 _scratch = threading.local()
 
 
-def scratch_buffer(nbytes: int) -> np.ndarray:
+def scratch_buffer(nbytes: int, max_bytes: int = IOConfig.scratch_max_bytes) -> np.ndarray:
     """``nbytes`` of uint8 owned by the calling thread and reused by its next call, for
     ``decode_transient`` results that are copied out at once. Decompressing into a fresh
     buffer per chunk costs an allocation and, on first touch, a page fault per 4 KiB page,
-    a real share of a read from the page cache; a large buffer is not kept."""
-    if nbytes > SCRATCH_MAX_BYTES:
+    a real share of a read from the page cache; a buffer larger than ``max_bytes`` is not
+    kept (a few dozen threads each keep one)."""
+    if nbytes > max_bytes:
         return np.empty(nbytes, np.uint8)
     buf = getattr(_scratch, "buf", None)
     if buf is None or buf.nbytes < nbytes:
@@ -51,14 +51,16 @@ def scratch_buffer(nbytes: int) -> np.ndarray:
     return buf[:nbytes]
 
 
-def decode_to_scratch(codec: BytesBytesCodec, data: bytes | memoryview, spec: ChunkSpec, nbytes: int) -> np.ndarray | None:
-    """``codec``'s decoding of ``data`` in this thread's ``scratch_buffer`` when it is exactly
-    ``nbytes`` long and the codec decodes in place; None otherwise (the caller then uses
-    ``decode``, which also words any error)."""
+def decode_to_scratch(
+    codec: BytesBytesCodec, data: bytes | memoryview, spec: ChunkSpec, nbytes: int, max_bytes: int = IOConfig.scratch_max_bytes
+) -> np.ndarray | None:
+    """``codec``'s decoding of ``data`` in this thread's ``scratch_buffer`` (kept up to
+    ``max_bytes``) when it is exactly ``nbytes`` long and the codec decodes in place; None
+    otherwise (the caller then uses ``decode``, which also words any error)."""
     ratio = codec.max_ratio
     if ratio is not None and nbytes > len(data) * ratio + 1024:
         return None  # cannot decode to nbytes: no buffer of a size only a corrupt spec claims
-    buf = scratch_buffer(nbytes)
+    buf = scratch_buffer(nbytes, max_bytes)
     return buf if codec.decode_to(data, spec, buf) else None
 
 
@@ -125,7 +127,7 @@ class Codec(abc.ABC):
     light: ClassVar[bool] = False
     #: decoding is one long call without the GIL that costs far more than reading and copying
     #: the chunk (gzip, zstd, bzip2, xz, jpeg): the core then shares even a few such chunks among
-    #: threads (``core/threads.py`` ``SLOW_DECODE_WORK_SECONDS``); per instance where the
+    #: threads (``IOConfig.slow_decode_work_seconds``); per instance where the
     #: codec wraps another (an N5 block's compression)
     slow_decode: bool = False
     #: decoding holds the GIL for most of its time (a C++ decoder called without releasing it:
@@ -232,10 +234,10 @@ class ArrayBytesCodec(Codec):
         (also when it is missing: the caller reports that)."""
         return None
 
-    def decode_transient(self, data: bytes, spec: ChunkSpec) -> np.ndarray:
+    def decode_transient(self, data: bytes, spec: ChunkSpec, scratch_max: int = IOConfig.scratch_max_bytes) -> np.ndarray:
         """``decode`` for a caller that copies the result out before this thread decodes
-        again: it may live in this thread's ``scratch_buffer`` and be of the stored byte
-        order (the values are ``decode``'s)."""
+        again: it may live in this thread's ``scratch_buffer`` (kept up to ``scratch_max``
+        bytes) and be of the stored byte order (the values are ``decode``'s)."""
         return self.decode(data, spec)
 
     def decode_into(self, data: bytes, spec: ChunkSpec, out: np.ndarray) -> bool:

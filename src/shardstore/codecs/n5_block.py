@@ -298,7 +298,7 @@ class N5BlockCodec(ArrayBytesCodec):
         out[common] = block[common]
         return out
 
-    def decode_transient(self, data: bytes, spec: ChunkSpec) -> np.ndarray:
+    def decode_transient(self, data: bytes, spec: ChunkSpec, scratch_max: int = IOConfig.scratch_max_bytes) -> np.ndarray:
         """A full-size block decompressed into this thread's scratch buffer, as the stored
         big-endian dtype (the caller's copy swaps the bytes); anything else via ``decode``."""
         full = self._full_header
@@ -311,7 +311,8 @@ class N5BlockCodec(ArrayBytesCodec):
         ):
             return self.decode(data, spec)
         stored = self._dtype.newbyteorder(">")
-        buf = decode_to_scratch(self.compression, memoryview(data)[full[0].offset :], spec, full[0].num_elements * stored.itemsize)
+        nbytes = full[0].num_elements * stored.itemsize
+        buf = decode_to_scratch(self.compression, memoryview(data)[full[0].offset :], spec, nbytes, scratch_max)
         if buf is None:
             return self.decode(data, spec)  # several gzip members, corrupt data: worded there
         return buf.view(stored).reshape(spec.shape)

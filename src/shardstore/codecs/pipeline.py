@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..config import IOConfig
 from ..errors import CodecError, MetadataError
 from .base import ArrayArrayCodec, ArrayBytesCodec, BytesBytesCodec, ChunkSpec, Codec, decode_to_scratch
 from .registry import codec_from_config
@@ -197,23 +198,24 @@ class CodecPipeline:
         """Whether the last bytes->bytes decoder to run can decode into a scratch buffer."""
         return bool(self.bytes_bytes) and self.bytes_bytes[0].decodes_to
 
-    def _decode_to_scratch(self, data: bytes, ab_spec: ChunkSpec, codec: BytesBytesCodec, limit: int) -> Any:
+    def _decode_to_scratch(self, data: bytes, ab_spec: ChunkSpec, codec: BytesBytesCodec, limit: int, scratch_max: int) -> Any:
         size = self.array_bytes.encoded_size(ab_spec)
-        buf = None if size is None else decode_to_scratch(codec, data, ab_spec, size)
+        buf = None if size is None else decode_to_scratch(codec, data, ab_spec, size, scratch_max)
         return codec.decode(data, ab_spec, limit) if buf is None else buf
 
-    def decode_transient(self, data: bytes, spec: ChunkSpec) -> np.ndarray:
+    def decode_transient(self, data: bytes, spec: ChunkSpec, scratch_max: int = IOConfig.scratch_max_bytes) -> np.ndarray:
         """``decode`` for callers that copy the result out at once (see
         ``ArrayBytesCodec.decode_transient``): the innermost decompression may go into this
-        thread's scratch buffer instead of a fresh one."""
+        thread's scratch buffer (kept up to ``scratch_max`` bytes, the array's
+        ``IOConfig.scratch_max_bytes``) instead of a fresh one."""
         if not self.array_array and not self.bytes_bytes:
-            return self.array_bytes.decode_transient(data, spec)
-        return self._decode(data, spec, self._innermost_decodes_to)
+            return self.array_bytes.decode_transient(data, spec, scratch_max)
+        return self._decode(data, spec, self._innermost_decodes_to, scratch_max)
 
     def decode(self, data: bytes, spec: ChunkSpec) -> np.ndarray:
-        return self._decode(data, spec, False)
+        return self._decode(data, spec, False, 0)
 
-    def _decode(self, data: bytes, spec: ChunkSpec, transient: bool) -> np.ndarray:
+    def _decode(self, data: bytes, spec: ChunkSpec, transient: bool, scratch_max: int) -> np.ndarray:
         specs, caps = self._plan(spec)
         ab_spec = specs[-1]
         steps = list(zip(self.bytes_bytes, caps))[::-1]  # in decoding order
@@ -221,7 +223,7 @@ class CodecPipeline:
         for codec, limit in steps:
             data = codec.decode(data, ab_spec, limit)
         if innermost is not None:
-            data = self._decode_to_scratch(data, ab_spec, *innermost)
+            data = self._decode_to_scratch(data, ab_spec, *innermost, scratch_max)
         array = self.array_bytes.decode(data, ab_spec)
         for aa, s in zip(reversed(self.array_array), reversed(specs[:-1])):
             array = aa.decode(array, s)

@@ -19,6 +19,7 @@ import numpy as np
 from .._assign import assign
 from .._locks import KeyedLocks
 from .._sync import codec_pool, codec_pool_size, io_pool
+from ..config import IOConfig
 from ..errors import ChunkNotFoundError, CodecError
 from ..store.base import RangeBR
 from ..store.sync_protocols import SupportsGetSync, SupportsSetSync
@@ -31,18 +32,9 @@ from .threads import share_now
 
 __all__ = ["UnitLocks", "read_into", "read_into_now", "reshape_chunks", "write_from", "write_from_now", "writes_now"]
 
-#: write groups (shards) in flight; each holds its encoded chunks until written
-WRITE_GROUPS_IN_FLIGHT = 2
-#: chunks per batch when every chunk is its own write unit (unsharded formats)
-WRITE_BATCH_CHUNKS = 16
-#: read groups in flight; each holds its fetched (compressed) bytes until decoded
-READ_GROUPS_IN_FLIGHT = 8
-#: reads of at most this many chunks are fetched whole before decoding starts
-SMALL_READ_CHUNKS = 64
-#: items faster than this stay on the calling thread (a pool hand-off costs about as much)
-INLINE_ITEM_SECONDS = 100e-6
-#: (kept for callers that bounded their ``read_into_now`` reads; any size is fine now)
-INLINE_READ_CHUNKS = 2
+# Concurrency limits and thresholds come from the layout's ``IOConfig`` (``layout.config``),
+# read once per call: ``write_groups_in_flight``, ``write_batch_chunks``,
+# ``read_groups_in_flight``, ``small_read_chunks``, ``inline_item_seconds``, the pool sizes.
 
 
 def _group(layout: ChunkLayout, projections: Iterable[ChunkProjection]) -> list[list[ChunkProjection]]:
@@ -50,7 +42,8 @@ def _group(layout: ChunkLayout, projections: Iterable[ChunkProjection]) -> list[
     that a group's chunks spread over the codec pool and reach the store as one batch."""
     if layout.one_chunk_units:
         flat = list(projections)
-        return [flat[i : i + WRITE_BATCH_CHUNKS] for i in range(0, len(flat), WRITE_BATCH_CHUNKS)]
+        n = layout.config.write_batch_chunks
+        return [flat[i : i + n] for i in range(0, len(flat), n)]
     groups: dict[tuple[int, ...], list[ChunkProjection]] = {}
     for p in projections:
         groups.setdefault(layout.write_unit(p.coords), []).append(p)
@@ -101,7 +94,7 @@ def _decode(layout: ChunkLayout, key: str, coords: tuple[int, ...], data: bytes,
     pipeline = layout.pipeline
     try:
         if transient:
-            return pipeline.decode_transient(data, layout.spec_for(coords))
+            return pipeline.decode_transient(data, layout.spec_for(coords), layout.config.scratch_max_bytes)
         return pipeline.decode(data, layout.spec_for(coords))
     except CodecError as e:
         raise type(e)(f"{layout.describe_key(key)}: {e}") from e
@@ -204,6 +197,7 @@ def read_into_now(
         return False
     strict = strict or layout.missing_chunks == "error"
     pipeline = layout.pipeline
+    config = layout.config
     gens: Generations | None = None
     if layout.chunk_cache is not None:
         projections = list(projections)
@@ -221,11 +215,11 @@ def read_into_now(
             return list(zip(group, keys, unit_reads.get_many_sync(keys)))
 
         def scatter(fetched: list[tuple[ChunkProjection, str, bytes | None]]) -> None:
-            share_now(_scatter, fetched, layout, out, strict, None, gens, slow=pipeline.slow_decode,
+            share_now(_scatter, fetched, layout, out, strict, None, gens, config=config, slow=pipeline.slow_decode,
                       gil=pipeline.holds_gil, memo=layout.threads_memo)
 
         groups = _group(layout, projections)
-        if sum(map(len, groups)) <= SMALL_READ_CHUNKS:  # (as the async runner: one spread)
+        if sum(map(len, groups)) <= config.small_read_chunks:  # (as the async runner: one spread)
             scatter([item for g in groups for item in fetch(g)])
         else:
             for g in groups:
@@ -234,10 +228,11 @@ def read_into_now(
     items = [(p, layout.chunk_key(p.coords), None) for p in projections]
     native = None if gens else raw_reader(layout, out)
     if native is not None:
-        share_now(_native_then, items, native, _scatter, layout, out, strict, reads, free=True, memo=layout.threads_memo)
-    else:
-        share_now(_scatter, items, layout, out, strict, reads, gens, slow=pipeline.slow_decode, gil=pipeline.holds_gil,
+        share_now(_native_then, items, native, _scatter, layout, out, strict, reads, config=config, free=True,
                   memo=layout.threads_memo)
+    else:
+        share_now(_scatter, items, layout, out, strict, reads, gens, config=config, slow=pipeline.slow_decode,
+                  gil=pipeline.holds_gil, memo=layout.threads_memo)
     return True
 
 
@@ -248,7 +243,7 @@ def _native_then(batch: list[tuple[ChunkProjection, str]], native: Callable, gen
     return generic(rest, *args) if rest else []
 
 
-async def _spread(fn: Callable[..., list], items: list, *args: Any, light: bool = False) -> list:
+async def _spread(fn: Callable[..., list], items: list, *args: Any, config: IOConfig, light: bool = False) -> list:
     """``fn(batch, *args)`` over ``items`` split across the codec pool *and* this thread.
 
     One batch per worker, the first run right here: a pool hop costs tens of microseconds
@@ -256,7 +251,7 @@ async def _spread(fn: Callable[..., list], items: list, *args: Any, light: bool 
     Work of about a memory copy per item all runs here, because handing it to threads costs
     more in GIL hand-offs than it saves: ``light`` says so up front (see ``Codec.light``);
     otherwise the first item is timed and cheap items (blosc chunks stored uncompressed, say)
-    stay on this thread too. Returns the concatenated results, in the order of ``items``.
+    stay on this thread too (``config.inline_item_seconds``). Returns the concatenated results, in the order of ``items``.
     """
     if not items:
         return []
@@ -265,15 +260,15 @@ async def _spread(fn: Callable[..., list], items: list, *args: Any, light: bool 
     started = time.perf_counter()
     out = list(fn(items[:1], *args))
     items = items[1:]
-    if time.perf_counter() - started < INLINE_ITEM_SECONDS:
+    if time.perf_counter() - started < config.inline_item_seconds:
         out.extend(fn(items, *args))
         return out
-    n = min(codec_pool_size(), len(items))
+    n = min(codec_pool_size(config.codec_threads), len(items))
     size = -(-len(items) // n)
     batches = [items[i : i + size] for i in range(0, len(items), size)]
     # submitted now (run_in_executor, not a task that would start only after the inline batch)
-    loop = asyncio.get_running_loop()
-    futures = [loop.run_in_executor(codec_pool(), fn, b, *args) for b in batches[1:]]
+    loop, pool = asyncio.get_running_loop(), codec_pool(config.codec_threads)
+    futures = [loop.run_in_executor(pool, fn, b, *args) for b in batches[1:]]
     try:
         out.extend(fn(batches[0], *args))
     finally:
@@ -294,10 +289,11 @@ async def read_into(
     ``ChunkNotFoundError`` naming it.
     """
     strict = strict or layout.missing_chunks == "error"
+    config = layout.config
     if layout.store.sync_reads is not None:
         # files or memory: the loop-free path, off this loop's thread (one mechanism for both)
         await asyncio.get_running_loop().run_in_executor(
-            io_pool(), lambda: read_into_now(layout, projections, out, strict=strict)
+            io_pool(config.io_threads), lambda: read_into_now(layout, projections, out, strict=strict)
         )
         return
     gens: Generations | None = None
@@ -316,19 +312,21 @@ async def read_into(
         datas = await layout.store.get_many([(k, None) for k in keys])
         return list(zip(group, keys, datas))
 
-    if sum(map(len, groups)) <= SMALL_READ_CHUNKS:
+    if sum(map(len, groups)) <= config.small_read_chunks:
         # a small read (a box across a few shards): fetch everything, then decode it all in
         # one spread, so the work is balanced across threads instead of per shard
         fetched = await asyncio.gather(*(fetch(g) for g in groups))
         await _spread(_scatter, [item for found in fetched for item in found], layout, out, strict, None, gens,
+                      config=config,
                       light=layout.pipeline.light)
         return
 
     async def read_group(group: list[ChunkProjection]) -> None:
-        await _spread(_scatter, await fetch(group), layout, out, strict, None, gens, light=layout.pipeline.light)
+        await _spread(_scatter, await fetch(group), layout, out, strict, None, gens, config=config,
+                      light=layout.pipeline.light)
 
     # a large read streams shard by shard: bounded memory, fetching overlaps decoding
-    await _bounded(READ_GROUPS_IN_FLIGHT, [lambda g=g: read_group(g) for g in groups])
+    await _bounded(config.read_groups_in_flight, [lambda g=g: read_group(g) for g in groups])
 
 
 # -- writes ----------------------------------------------------------------------------------
@@ -439,9 +437,9 @@ def _write_items_now(
         # path wants, to hide its GIL hand-offs) only contend (measured on 512^3 raw N5:
         # ~1000 MB/s on 2 threads, ~850 on 8); a first block that waits on the disk still
         # gets the I/O threads (``threads.threads_for``)
-        share_now(_native_then, items, native, _write_now, layout, value, writes, free=True)
+        share_now(_native_then, items, native, _write_now, layout, value, writes, config=layout.config, free=True)
     else:
-        share_now(_write_now, items, layout, value, writes, writes=True)
+        share_now(_write_now, items, layout, value, writes, config=layout.config, writes=True)
 
 
 #: one lock per write unit, shared by every write through one array handle
@@ -469,11 +467,11 @@ async def write_from(
         # ``update_many``: the store's read-modify-write of the unit, retried after a lost race
         batch = [(p, layout.chunk_key(p.coords)) for p in group]
         batch.sort(key=lambda item: not item[0].is_complete)
-        await layout.store.update_many(await _spread(_unit_writes, batch, layout, value))
+        await layout.store.update_many(await _spread(_unit_writes, batch, layout, value, config=layout.config))
 
     groups = _group(layout, projections)
     try:
-        await _bounded(WRITE_GROUPS_IN_FLIGHT, [lambda g=g: write_group(g) for g in groups])
+        await _bounded(layout.config.write_groups_in_flight, [lambda g=g: write_group(g) for g in groups])
     finally:
         _forget(layout, (layout.chunk_key(p.coords) for g in groups for p in g))
 
@@ -550,8 +548,8 @@ async def reshape_chunks(old: ChunkLayout, new: ChunkLayout, locks: UnitLocks | 
             keys = [old.chunk_key(c) for c in cuts]
             datas = await old.store.get_many([(k, None) for k in keys]) if keys else []
             found = [(k, c, d) for k, c, d in zip(keys, cuts, datas) if d is not None]
-            items += await _spread(_rechunk_batch, found, old, new)
+            items += await _spread(_rechunk_batch, found, old, new, config=old.config)
             if items:
                 await old.store.set_many(items)
 
-    await _bounded(WRITE_GROUPS_IN_FLIGHT, [lambda d=d, c=c: unit(d, c) for d, c in by_unit.values()])
+    await _bounded(old.config.write_groups_in_flight, [lambda d=d, c=c: unit(d, c) for d, c in by_unit.values()])

@@ -12,14 +12,15 @@ blocks) go the same way when libdeflate can be found (imagecodecs ships it): the
 then reads each whole file and inflates it with libdeflate, the decoder the generic path uses
 too, so the two paths differ only in the Python around the decode.
 
-Set ``SHARDSTORE_NATIVE=0`` to read everything through the generic path (A/B comparisons).
+An array opened with ``IOConfig(native=False)`` (or ``SHARDSTORE_NATIVE=0`` in the environment,
+which sets the default config) reads everything through the generic path (A/B comparisons);
+chunks larger than ``IOConfig.native_max_chunk_bytes`` always do.
 """
 
 from __future__ import annotations
 
 import ctypes
 import math
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -45,8 +46,9 @@ _libdeflate: ctypes.CDLL | None | bool = None  # the loaded library, False when 
 
 
 def available() -> bool:
-    """Whether the native reader is built and enabled."""
-    return _rawio is not None and os.environ.get("SHARDSTORE_NATIVE", "1") != "0"
+    """Whether the native reader is built (an array uses it unless its ``IOConfig.native``
+    is False)."""
+    return _rawio is not None
 
 
 def _libdeflate_candidates() -> Iterator[str]:
@@ -77,14 +79,14 @@ def inflate_available() -> bool:
     return _libdeflate is not False
 
 
-#: chunks larger than this take the Python path (no real dataset has N5 blocks this large)
-NATIVE_MAX_CHUNK_BYTES = 1 << 30
-
-
 def raw_reader(layout: ChunkLayout, out: np.ndarray) -> Callable[[Items], Items] | None:
     """``read(items) -> items left``: copies what it can of each chunk's box into ``out``
     natively and returns the items the caller must read itself; None when nothing of this
-    read can go native (other compressions, a store of no local files, another dtype)."""
+    read can go native (other compressions, a store of no local files, another dtype, an
+    ``IOConfig`` with ``native=False``)."""
+    config = layout.config
+    if not config.native:
+        return None
     raw, inflate = layout.pipeline.raw_layout, False
     if raw is None and (raw := layout.pipeline.inflate_layout) is not None:
         inflate = True
@@ -98,7 +100,7 @@ def raw_reader(layout: ChunkLayout, out: np.ndarray) -> Callable[[Items], Items]
     if out.dtype != stored.newbyteorder("=") or not out.flags.writeable or out.ndim > len(layout.grid.chunk_shape):
         return None
     chunk_shape = tuple(layout.grid.chunk_shape)
-    if math.prod(chunk_shape) * stored.itemsize > NATIVE_MAX_CHUNK_BYTES:
+    if math.prod(chunk_shape) * stored.itemsize > config.native_max_chunk_bytes:
         # the kernel sizes its buffer by the metadata's chunk, before it sees a file: a
         # corrupt blockSize must not become a multi-GiB allocation (the Python path sizes
         # by the block's own header, capped by the metadata)

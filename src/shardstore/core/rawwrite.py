@@ -14,7 +14,8 @@ I/O error, say) go back to the generic path, which writes them or raises exactly
 A chunk of zero bytes only is deleted through the store, as the generic path deletes chunks
 equal to the fill value; so native writes are used only where the fill value's bits are zero.
 
-Set ``SHARDSTORE_NATIVE=0`` to write (and read) everything through the generic path.
+An array opened with ``IOConfig(native=False)`` (or ``SHARDSTORE_NATIVE=0`` in the environment,
+which sets the default config) writes (and reads) everything through the generic path.
 """
 
 from __future__ import annotations
@@ -47,8 +48,9 @@ ST_OK, ST_FALLBACK, ST_FILL, ST_NODIR = 0, 2, 3, 4
 
 
 def available() -> bool:
-    """Whether the native writer is built and enabled (a module built before it existed
-    has no ``write_boxes``: then the generic path writes, as without a compiler)."""
+    """Whether the native writer is built (a module built before it existed has no
+    ``write_boxes``: then the generic path writes, as without a compiler); an array uses it
+    unless its ``IOConfig.native`` is False."""
     return rawread.available() and hasattr(_rawio, "write_boxes")
 
 
@@ -65,9 +67,10 @@ def raw_writer(layout: ChunkLayout, value: np.ndarray) -> Callable[[Items], Item
     ``(projection, key)`` name, from ``value`` (the write's value, broadcast to the
     selection's shape), and returns the items the caller must write itself; None when
     nothing of this write can go native (compressed chunks, a store of no local files or a
-    read-only one, another dtype, a fill value of nonzero bits, fill chunks kept)."""
+    read-only one, another dtype, a fill value of nonzero bits, fill chunks kept, an
+    ``IOConfig`` with ``native=False``)."""
     raw = layout.pipeline.raw_layout
-    if raw is None or not available() or layout.store_fill_chunks:
+    if raw is None or not layout.config.native or not available() or layout.store_fill_chunks:
         return None
     store = layout.store
     paths, writes = store.file_paths, store.sync_writes

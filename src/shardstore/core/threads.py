@@ -15,44 +15,38 @@ from collections.abc import Callable
 from typing import Any
 
 from .._sync import codec_pool, codec_pool_size, io_pool
+from ..config import IOConfig
 
 __all__ = ["share_now", "Feed", "threads_for"]
 
-#: reads whose chunks take longer than this each (read + decode + copy) use the codec pool
-#: too in ``read_into_now``; cheaper ones stay on the calling thread
-THREAD_ITEM_SECONDS = 150e-6
-#: ... and only when the rest of them adds up to more than this: chunks whose time goes to
-#: many short calls (file syscalls, copies, a fast decoder) hand the GIL back and forth, and
-#: a second thread gains only on large reads (measured: the ~17 partial chunks of a 100^3
-#: read, ~250 us each, ran at 0.7x on two threads; sharded Zarr v3 blosc-lz4 100^3 reads,
-#: 2.1 ms on one thread, took 2.4 ms on two)
-THREAD_WORK_SECONDS = 8e-3
-#: ... or this, when the decode is one long call without the GIL (``Codec.slow_decode``:
-#: gzip, zstd, ...): measured (N5, 64^3 blocks, median ms per unaligned read, 8 ms -> 1 ms):
-#: gzip 64^3 4.7 -> 2.9, 100^3 5.9 -> 4.4; zstd 64^3 1.9 -> 1.3, 100^3 3.2 -> 1.9; sharded
-#: Zarr v3 zstd 100^3 6.1 -> 5.5
-SLOW_DECODE_WORK_SECONDS = 1e-3
-#: an item that waits longer than this (a disk read) makes ``read_into_now`` use ``IO_READS_IN_FLIGHT``
-#: threads; a cold 256 KiB file read on this VM waits well under 1 ms, so with 1 ms cold N5 reads
-#: stayed on two threads (measured: 410 -> 620 MB/s, tensorstore 650)
-WAITING_ITEM_SECONDS = 0.2e-3
-#: reads of at least this much work whose batches run without the GIL (``core/rawread.py``)
-#: use a second thread (measured: 100^3 reads of raw N5, ~0.8 ms, gain from it)
-FREE_THREAD_WORK_SECONDS = 0.3e-3
-IO_READS_IN_FLIGHT = 8
-#: how many takes each thread of a ``read_into_now`` gets (smaller takes balance the end better)
-FEED_TAKES = 4
+# The thresholds below are ``IOConfig`` fields (``thread_item_seconds``, ``thread_work_seconds``,
+# ``slow_decode_work_seconds``, ``waiting_item_seconds``, ``free_thread_work_seconds``,
+# ``io_reads_in_flight``, ``feed_takes``); the measurements behind their defaults:
+# - an item slower than ``thread_item_seconds`` may use the codec pool, and only when the rest
+#   adds up to more than ``thread_work_seconds``: chunks whose time goes to many short calls
+#   (file syscalls, copies, a fast decoder) hand the GIL back and forth, and a second thread
+#   gains only on large reads (the ~17 partial chunks of a 100^3 read, ~250 us each, ran at
+#   0.7x on two threads; sharded Zarr v3 blosc-lz4 100^3 reads, 2.1 ms on one thread, took
+#   2.4 ms on two)
+# - ``slow_decode_work_seconds`` when the decode is one long call without the GIL
+#   (``Codec.slow_decode``: gzip, zstd): N5, 64^3 blocks, median ms per unaligned read with
+#   8 ms -> 1 ms: gzip 64^3 4.7 -> 2.9, 100^3 5.9 -> 4.4; zstd 64^3 1.9 -> 1.3, 100^3 3.2 -> 1.9
+# - an item waiting longer than ``waiting_item_seconds`` (a disk read) gets
+#   ``io_reads_in_flight`` threads; a cold 256 KiB file read waits well under 1 ms, so with
+#   1 ms cold N5 reads stayed on two threads (410 -> 620 MB/s, tensorstore 650)
+# - batches that run without the GIL (``core/rawread.py``) use a second thread from
+#   ``free_thread_work_seconds`` of work on (100^3 reads of raw N5, ~0.8 ms, gain from it)
 
 
 class Feed:
     """Items handed out to the threads of one call, a share of what is left at each take
-    (``FEED_TAKES`` shares per worker): large batches while much is left, single items at
+    (``takes`` shares per worker, ``IOConfig.feed_takes``): large batches while much is left, single items at
     the end, so that a thread slowed down (by another process on this shared machine, say)
     holds up the others by one item at most, not by a fixed eighth of the call. A slow thread,
     or one that starts late, takes fewer. Stops everyone after the first error."""
 
-    def __init__(self, items: list, workers: int) -> None:
-        self._items, self._shares, self._next = items, FEED_TAKES * max(1, workers), 0
+    def __init__(self, items: list, workers: int, takes: int) -> None:
+        self._items, self._shares, self._next = items, takes * max(1, workers), 0
         self._lock = threading.Lock()
         self.failed = False
 
@@ -74,27 +68,29 @@ class Feed:
             raise
 
 
-def threads_for(took: float, waited: float, n_rest: int, writes: bool, free: bool, slow: bool = False, gil: bool = False) -> str:
+def threads_for(
+    config: IOConfig, took: float, waited: float, n_rest: int, writes: bool, free: bool, slow: bool = False, gil: bool = False
+) -> str:
     """How to run ``n_rest`` more items like one that took ``took`` seconds, ``waited`` of
     them off the CPU: "inline" (this thread alone), "codec" (one thread per core) or "io"
-    (``IO_READS_IN_FLIGHT`` threads). ``slow``: the items are mostly a slow decode without
-    the GIL (``SLOW_DECODE_WORK_SECONDS``). ``gil``: the decode holds the GIL
+    (``config.io_reads_in_flight`` threads). ``slow``: the items are mostly a slow decode
+    without the GIL (``config.slow_decode_work_seconds``). ``gil``: the decode holds the GIL
     (``Codec.holds_gil``): threads only pay off while the items wait on the disk."""
     # an item that spent long enough off the CPU to be a disk read (a cold cache) is mostly
     # waiting: more reads in flight then overlap on the device, as tensorstore's file I/O
     # threads do; a slow decoder (gzip) instead gets one thread per core, if there is enough
     # of it: a thread that waits for the GIL behind one running Python can lose whole switch
     # intervals, more than a few milliseconds of work gains
-    waiting = writes or waited > WAITING_ITEM_SECONDS
+    waiting = writes or waited > config.waiting_item_seconds
     if gil and not waiting:
         # measured (precomputed compressed_segmentation, 64^3 uint64 chunks): 100^3 reads
         # 13.5 ms on two threads, 10.3 ms on one; whole 256^3 reads level (79 / 78 ms)
         return "inline"
     if free and not waiting:
-        inline = took * n_rest < FREE_THREAD_WORK_SECONDS
+        inline = took * n_rest < config.free_thread_work_seconds
     else:
-        work = SLOW_DECODE_WORK_SECONDS if slow else THREAD_WORK_SECONDS
-        inline = took < THREAD_ITEM_SECONDS or (not waiting and took * n_rest < work)
+        work = config.slow_decode_work_seconds if slow else config.thread_work_seconds
+        inline = took < config.thread_item_seconds or (not waiting and took * n_rest < work)
     if inline or n_rest < 2:
         return "inline"
     return "io" if waiting else "codec"
@@ -104,6 +100,7 @@ def share_now(
     fn: Callable[..., Any],
     items: list,
     *args: Any,
+    config: IOConfig,
     writes: bool = False,
     free: bool = False,
     slow: bool = False,
@@ -116,11 +113,12 @@ def share_now(
     cost more than a memcpy-sized item. ``writes``: the items write files, which block on
     the file system more than the CPU shows (measured: 8 threads beat 2 on N5 writes).
     ``free``: ``fn`` holds the GIL only to start each batch (native reads): a second thread
-    pays off from ``FREE_THREAD_WORK_SECONDS`` of work on, as it would in C. ``slow``: the
+    pays off from ``config.free_thread_work_seconds`` of work on, as it would in C. ``slow``: the
     items are mostly a slow decode that runs without the GIL (``Codec.slow_decode``): a
-    second thread pays off from ``SLOW_DECODE_WORK_SECONDS`` on. ``gil``: the decode holds
+    second thread pays off from ``config.slow_decode_work_seconds`` on. ``gil``: the decode holds
     the GIL (``Codec.holds_gil``): only a cold disk makes threads worth it.
 
+    ``config``: the array's ``IOConfig`` (thresholds, pool sizes), read once per call.
     ``memo`` (kept per array by the caller) remembers the choice: when the last call chose
     the codec threads, they start at once and the first item is timed while they work (for
     the next call), instead of running alone first (measured: 7 % of a 100^3 gzip read).
@@ -130,29 +128,32 @@ def share_now(
         return
     kinds = (writes, free, slow, gil)
     if memo is not None and memo.get(fn) == "codec" and len(items) > 2:
-        run_shared(fn, items, args, "codec", memo, kinds)
+        run_shared(fn, items, args, "codec", memo, kinds, config)
         return
     started, cpu = time.perf_counter(), time.thread_time()
     fn(items[:1], *args)
     rest = items[1:]
     took = time.perf_counter() - started
-    how = threads_for(took, took - (time.thread_time() - cpu), len(rest), *kinds)
+    how = threads_for(config, took, took - (time.thread_time() - cpu), len(rest), *kinds)
     if memo is not None:
         memo[fn] = how
     if how == "inline":
         fn(rest, *args)
         return
-    run_shared(fn, rest, args, how, None, kinds)
+    run_shared(fn, rest, args, how, None, kinds, config)
 
 
-def run_shared(fn: Callable[..., Any], items: list, args: tuple, how: str, memo: dict | None, kinds: tuple[bool, ...]) -> None:
+def run_shared(
+    fn: Callable[..., Any], items: list, args: tuple, how: str, memo: dict | None, kinds: tuple[bool, ...], config: IOConfig
+) -> None:
     """``fn`` over ``items`` on this thread and pool threads ("codec" or "io", see
     ``threads_for``); with ``memo``, this thread's first batch is timed to update it.
     ``kinds``: ``(writes, free, slow, gil)`` as given to ``share_now``."""
     waiting = how == "io"
-    workers = min(IO_READS_IN_FLIGHT if waiting else codec_pool_size(), len(items))
-    pool = io_pool() if waiting else codec_pool()
-    feed = Feed(items, workers)
+    io_reads = config.io_reads_in_flight
+    workers = min(io_reads if waiting else codec_pool_size(config.codec_threads), len(items))
+    pool = io_pool(config.io_threads) if waiting else codec_pool(config.codec_threads)
+    feed = Feed(items, workers, config.feed_takes)
     futures = [pool.submit(feed.drain, fn, *args) for _ in range(workers - 1)]
     try:
         if memo is not None and (first := feed.take()):
@@ -160,9 +161,9 @@ def run_shared(fn: Callable[..., Any], items: list, args: tuple, how: str, memo:
             fn(first, *args)
             took = (time.perf_counter() - started) / len(first)
             waited = took - (time.thread_time() - cpu) / len(first)
-            memo[fn] = now = threads_for(took, waited, len(items) - 1, *kinds)
+            memo[fn] = now = threads_for(config, took, waited, len(items) - 1, *kinds)
             if now == "io" and not waiting:  # the data went cold since: more reads in flight
-                futures += [io_pool().submit(feed.drain, fn, *args) for _ in range(IO_READS_IN_FLIGHT - workers)]
+                futures += [io_pool(config.io_threads).submit(feed.drain, fn, *args) for _ in range(io_reads - workers)]
         feed.drain(fn, *args)
     finally:
         # a helper that has not started has nothing left to do: cancelled, it cannot keep
