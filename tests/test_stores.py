@@ -23,6 +23,7 @@ from shardstore.store import (
     SuffixBR,
     store_from_url,
 )
+from shardstore.store import _tempfiles as tempfiles
 from shardstore.store import local as local_module
 from shardstore.testing import StoreTests, async_test
 
@@ -398,13 +399,13 @@ def test_declared_sync_support_of_wrappers(tmp_path: Path) -> None:
 
 def test_local_temp_names_are_unique_across_threads() -> None:
     # first use races included: every thread starts at once on a fresh state
-    local_module._temp_state = None
+    tempfiles._temp_state = None
     names: list[list[str]] = [[] for _ in range(8)]
     start = threading.Barrier(8)
 
     def make(out: list[str]) -> None:
         start.wait()
-        out.extend(f".k.{local_module._temp_suffix()}.tmp" for _ in range(2000))
+        out.extend(f".k.{tempfiles._temp_suffix()}.tmp" for _ in range(2000))
 
     threads = [threading.Thread(target=make, args=(out,)) for out in names]
     for t in threads:

@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import itertools
 import os
-import re
 import stat
-import threading
-from collections.abc import AsyncIterator, Hashable, Iterator, Sequence
+from collections.abc import AsyncIterator, Hashable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -25,7 +22,11 @@ from .._sync import io_pool
 from ..config import IOConfig
 from ..errors import ConflictError, StoreError
 from ._fileio import pread
-from ._filelock import Lease, is_lock_name, lock_path, locked, open_making_dirs
+from ._filelock import Lease, lock_path, locked, open_making_dirs
+
+# (re-exported: writers that bypass LocalStore and the repair scanner use these names)
+from ._tempfiles import is_temp_name as is_temp_name
+from ._tempfiles import temp_path as temp_path
 from .base import (
     MISSING,
     ByteRange,
@@ -85,8 +86,6 @@ def remove_tree(directory: str, *, parallel_files: int = IOConfig.local_parallel
         os.rmdir(d)
 
 
-# temporary files of in-flight writes: ".{name}.{32 hex}.tmp", never listed as keys
-_TEMP_RE = re.compile(r"^\..*\.[0-9a-f]{32}\.tmp$", re.DOTALL)
 # directory listings are done in thread calls returning up to this many keys each
 _LIST_BATCH = 4096
 
@@ -104,42 +103,6 @@ def _open_creating(path: str, flag: int) -> int:
     directory is made only when missing (a ``makedirs`` per write costs three system calls and
     takes the parent directory's lock), again if a concurrent delete prunes it meanwhile."""
     return open_making_dirs(path, os.O_WRONLY | flag | getattr(os, "O_BINARY", 0))
-
-
-_temp_state: tuple[int, Iterator[int], str] | None = None  # pid, counter, random prefix
-_temp_lock = threading.Lock()
-
-
-def _temp_suffix() -> str:
-    """32 hex digits unique among this machine's writers: a random per-process prefix and a
-    counter (``uuid4`` per write costs a system call; a forked child picks a new prefix)."""
-    global _temp_state
-    state = _temp_state
-    if state is None or state[0] != os.getpid():
-        with _temp_lock:
-            if _temp_state is None or _temp_state[0] != os.getpid():
-                _temp_state = (os.getpid(), itertools.count(), os.urandom(8).hex())
-            state = _temp_state
-    return f"{state[2]}{next(state[1]) & (1 << 64) - 1:016x}"
-
-
-def temp_path(path: str) -> str:
-    """A fresh temp file path beside ``path`` for an atomic write of it (write it, then
-    ``os.replace`` it onto ``path``). Public for writers that bypass ``LocalStore`` but must
-    leave the same traces (the native writer, ``core/rawwrite.py``): a temp file of this name
-    is never listed as a key."""
-    parent, name = os.path.split(path)
-    # the name is shortened so that a long key still gives a legal temp file name
-    return os.path.join(parent, f".{name[:64]}.{_temp_suffix()}.tmp")
-
-
-def is_temp_name(name: str) -> bool:
-    """Whether a file name is shardstore's own and never a key: a ``temp_path`` name (an
-    in-flight write, or one a killed writer left behind) or a lock sidecar of a unit whose
-    holder died (``shardstore repair`` removes stale ones)."""
-    if name.startswith(".") and name.endswith(".tmp"):
-        return _TEMP_RE.match(name) is not None
-    return is_lock_name(name)
 
 
 _is_temp = is_temp_name

@@ -17,11 +17,10 @@ from .base import (
     Update,
     _check_value,
     joined,
-    run_update_steps_sync,
     slice_range,
-    update_steps,
     validate_key,
 )
+from .read_modify_write import run_update_steps_sync, update_steps
 
 if TYPE_CHECKING:
     from .sync_protocols import SupportsGetSync, SupportsSetSync
