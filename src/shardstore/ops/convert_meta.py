@@ -44,7 +44,7 @@ from .convert_codecs import (
     source_codecs_text,
     zarr_compressor,
 )
-from .downsample_formats import _read_multiscales
+from .downsample_formats import read_ome_base
 
 __all__ = ["Geometry", "Target", "describe_source", "plan_target", "ome_attributes", "FORMATS"]
 
@@ -135,18 +135,15 @@ def describe_source(a: Array, location: str, storage: dict[str, Any]) -> Geometr
     geo = Geometry(names, [1.0] * nd, [None] * nd, [0.0] * nd, attrs=attrs)
     if fmt == "zarr3":
         _from_ng(geo, attrs)
-        ome = _read_multiscales(location, storage) if NG_ATTR not in attrs else None
+        ome = read_ome_base(location, storage) if NG_ATTR not in attrs else None
         if ome is not None:
-            axes, datasets = ome
-            if len(axes) == nd:
-                geo.names = [str(ax.get("name", n)) for ax, n in zip(axes, names)]
-                geo.units = [ax.get("unit") for ax in axes]
-            for t in (datasets[0].get("coordinateTransformations", []) if datasets else []):
-                if t.get("type") == "scale" and len(t.get("scale", [])) == nd:
-                    geo.scale = [float(v) for v in t["scale"]]
-            for t in (datasets[0].get("coordinateTransformations", []) if datasets else []):
-                if t.get("type") == "translation" and len(t.get("translation", [])) == nd:
-                    geo.offset = [float(v) / s if s else 0.0 for v, s in zip(t["translation"], geo.scale)]
+            if len(ome.axes) == nd:
+                geo.names = [str(ax.get("name", n)) for ax, n in zip(ome.axes, names)]
+                geo.units = [ax.get("unit") for ax in ome.axes]
+            if ome.scale is not None and len(ome.scale) == nd:
+                geo.scale = ome.scale
+            if ome.translation is not None and len(ome.translation) == nd:
+                geo.offset = [v / s if s else 0.0 for v, s in zip(ome.translation, geo.scale)]
     return geo
 
 

@@ -139,18 +139,16 @@ def open_target(location: str | Path, **storage: Any) -> PyramidTarget:
             spatial = tuple(names.index(n) for n in _SPATIAL[:min(3, nd)])
         else:
             spatial = tuple(nd - 1 - i for i in range(min(3, nd)))
-        ome = _read_multiscales(location, storage)
+        ome = read_ome_base(location, storage)
         zarr_res = [1.0] * nd
         units: list[str | None] = [None] * nd
         for axis in spatial:
             units[axis] = "nanometer"
         if ome is not None:
-            axes, datasets = ome
-            for i, ax in enumerate(axes[:nd]):
+            for i, ax in enumerate(ome.axes[:nd]):
                 units[i] = ax.get("unit", units[i])
-            for t in datasets[0].get("coordinateTransformations", []):
-                if t.get("type") == "scale":
-                    zarr_res = [float(v) for v in t["scale"]]
+            if ome.scale is not None:
+                zarr_res = ome.scale
         return PyramidTarget(node, location, spatial, "C", tuple(zarr_res), tuple(units), {"storage": storage})
     raise ShardStoreError(f"{location}: cannot build a pyramid for format {fmt!r} (precomputed, Zarr v3, N5 can)")
 
@@ -173,7 +171,19 @@ def _base_of_group(location: str, group: Any, storage: dict[str, Any]) -> tuple[
     raise ShardStoreError(f"{location}: {what} (looked for the array itself and for {candidates} in it)")
 
 
-def _read_multiscales(location: str, storage: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
+@dataclass(frozen=True)
+class OmeBase:
+    """What an OME-Zarr ``multiscales`` says of its base level (dataset 0): the axes, and
+    the ``scale`` / ``translation`` of its coordinate transformations (None: not given)."""
+
+    axes: list[dict[str, Any]]
+    scale: list[float] | None
+    translation: list[float] | None
+
+
+def read_ome_base(location: str, storage: dict[str, Any]) -> OmeBase | None:
+    """The OME-Zarr metadata of the group holding the array at ``location``, or None when
+    there is no such group or it has no ``ome.multiscales`` (downsample and convert read it)."""
     parent, _ = _split(location)
     try:
         group = zarr3.open_group(parent, **storage)
@@ -182,7 +192,14 @@ def _read_multiscales(location: str, storage: dict[str, Any]) -> tuple[list[dict
     ms = (dict(group.attrs).get("ome") or {}).get("multiscales")
     if not ms:
         return None
-    return ms[0].get("axes", []), ms[0].get("datasets", [])
+    datasets = ms[0].get("datasets", [])
+    scale = translation = None
+    for t in (datasets[0].get("coordinateTransformations", []) if datasets else []):
+        if t.get("type") == "scale":
+            scale = [float(v) for v in t.get("scale", [])]
+        elif t.get("type") == "translation":
+            translation = [float(v) for v in t.get("translation", [])]
+    return OmeBase(ms[0].get("axes", []), scale, translation)
 
 
 # --------------------------------------------------------------------------- creating levels
