@@ -136,6 +136,18 @@ class RangeCache:
                 if not self._starts[k]:
                     del self._starts[k]
 
+    def fill(self, key: str, spans: Sequence[tuple[int, int] | None], out: list[Any]) -> list[int]:
+        """Put the cached ``[start, end)`` ranges of ``key`` into ``out`` (same positions);
+        returns the positions still to fetch (a None span is never cached)."""
+        todo = []
+        for i, span in enumerate(spans):
+            hit = None if span is None else self.get(key, *span)
+            if hit is None:
+                todo.append(i)
+            else:
+                out[i] = hit
+        return todo
+
     def drop(self, key: str) -> None:
         """Forget the key's ranges (it was written or deleted)."""
         with self._lock:
@@ -303,13 +315,10 @@ class ObjectStoreBase(Store):
         chunks are sliced out without copies), ranges read before from the cache."""
         cache = self._cache
         out: list[bytes | None] = [None] * len(parts)
-        todo = []
-        for i, br in enumerate(parts):
-            hit = cache.get(key, br.start, br.end) if cache is not None and isinstance(br, RangeBR) else None
-            if hit is None:
-                todo.append(i)
-            else:
-                out[i] = hit
+        if cache is None:
+            todo = list(range(len(parts)))
+        else:
+            todo = cache.fill(key, [(br.start, br.end) if isinstance(br, RangeBR) else None for br in parts], out)
 
         async def one(i: int) -> None:
             br = parts[i]

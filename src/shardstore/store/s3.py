@@ -294,17 +294,9 @@ class S3Store(ObjectStoreBase):
         # the range cache serves ranges of this very version: entries are filed under the key
         # *and* its ETag, so a replaced object's old bytes can never match
         cache, tagged = self._cache, f"{key}\0{generation}"
-        todo = list(range(len(spans)))
-        if cache is not None:
-            todo = []
-            for i, (lo, hi) in enumerate(spans):
-                hit = cache.get(tagged, lo, hi)
-                if hit is None:
-                    todo.append(i)
-                else:
-                    out[i] = bytes(hit)
-            if not todo:
-                return out
+        todo = list(range(len(spans))) if cache is None else cache.fill(tagged, spans, out)
+        if not todo:
+            return out
         wanted = [spans[i] for i in todo]
         groups = [(s, e, [todo[j] for j in m]) for s, e, m in
                   coalesce_ranges(wanted, self.coalesce_max_gap or 0, self.coalesce_max_request)]
