@@ -34,11 +34,8 @@ import numpy as np
 from dask.base import tokenize
 from dask.delayed import Delayed
 
-from ._sync import sync
 from .api import create
 from .core.array import Array
-from .core.grid import RegularGrid
-from .core.indexing import ChunkProjection, Indexer
 from .errors import ReadOnlyError
 from .store.base import Store
 
@@ -84,36 +81,16 @@ def write_units(a: Array) -> list[list[Region]]:
     return list(units.values())
 
 
-class _ChunkBatch(Indexer):
-    """Whole chunks of one write unit as one write (the chunks of a hash-chosen shard are no
-    box): chunk ``i`` is ``value[i]``, a full chunk shape of which an edge chunk uses the
-    in-bounds corner. The core then merges them into their shard in one read-modify-write."""
-
-    def __init__(self, grid: RegularGrid, coords: Sequence[tuple[int, ...]]) -> None:
-        self.shape = (len(coords), *grid.chunk_shape)
-        self.drop_axes = ()
-        self.projections = []
-        for i, c in enumerate(coords):
-            inside = tuple(slice(0, r.stop - r.start) for r in grid.chunk_region(c))
-            self.projections.append(ChunkProjection(tuple(c), inside, (i, *inside), True))
-
-    def __iter__(self) -> Iterator[ChunkProjection]:
-        return iter(self.projections)
-
-
 def _write(a: Array, regions: Sequence[Region], *blocks: np.ndarray) -> int:
     """One task: write the unit made of ``regions`` (one box, or its chunks)."""
     if len(regions) == 1:
         a[regions[0]] = blocks[0]
         return 1
+    # the chunks of a hash-chosen shard (no box): each encoded here, then stored in one
+    # batch, so the shard is read, merged and written once
     grid = a.driver.layout.grid
     coords = [tuple(r.start // c for r, c in zip(region, grid.chunk_shape)) for region in regions]
-    batch = _ChunkBatch(grid, coords)
-    value = np.zeros(batch.shape, dtype=a.dtype)
-    for i, block in enumerate(blocks):
-        value[i][tuple(slice(0, n) for n in block.shape)] = block
-    if not a._async.write_now(batch, value):
-        sync(a._async.write(batch, value))
+    a.write_chunks_bytes([(c, a.encode_chunk(c, block)) for c, block in zip(coords, blocks)])
     return 1
 
 

@@ -297,6 +297,8 @@ class AsyncArray:
             layout.grid._check_coords(c)
         async with self._locks.holding(layout.write_unit(c) for c, _ in items):
             await layout.store.set_many([(layout.chunk_key(c), data) for c, data in items])
+        if self._chunk_cache is not None:
+            self._chunk_cache.discard([layout.chunk_key(c) for c, _ in items])
         await self.driver.after_write()
 
     def encode_chunk(self, coords: tuple[int, ...], value: np.ndarray) -> bytes | None:
