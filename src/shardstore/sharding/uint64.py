@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Hashable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from ..config import IOConfig
@@ -42,10 +42,12 @@ from ..store.base import (
     inherited_retry_conflicts,
     joined,
 )
+from ..store.streamed import Buffer, Streamed
 from ._uint64_format import (
     SHARDING_TYPE,
     UINT64_MAX,
     MinishardIndex,
+    ShardBuilder,
     ShardingSpec,
     assemble_shard,
     gzip_compress,
@@ -64,6 +66,7 @@ from ._uint64_read import (
 )
 
 if TYPE_CHECKING:
+    from ..store.streamed import SupportsUnitStreams
     from ..store.sync_protocols import SupportsGetManySync, SupportsGetSync
 
 # the spec and key helpers are public here: users of the format (formats/precomputed) need
@@ -480,6 +483,65 @@ class Uint64ShardedStore(Store):
         parts = assemble_shard(self.spec, values, minishard_of)
         # one buffer: a single write call (thousands of small parts cost a syscall per few KiB)
         return None if parts is None else b"".join(parts)
+
+    # -- streamed whole-shard writes (``store.streamed``): values go to the base as they are
+    # encoded, laid out by a ``ShardBuilder``, the shard index written last at the start ---
+    @property
+    def unit_streams(self) -> SupportsUnitStreams | None:
+        return None if self.read_only or self._complete_shard is None else self
+
+    @property
+    def streams_sync(self) -> bool:
+        return self.base.sync_writes is not None
+
+    def stream_order(self, keys: Sequence[str]) -> list[str] | None:
+        ids = [parse_uint64_key(k) for k in keys]
+        located = self.spec.locate_many(ids)
+        shards = {shard for shard, _ in located}
+        if len(shards) != 1 or len(set(ids)) != len(ids) or self._complete_shard is None:
+            return None
+        (shard,) = shards
+        if not self._complete_shard(shard, frozenset(ids)):
+            return None  # (not every key of the shard: the stored ones must be merged)
+        return [k for _, _, k in sorted(zip((m for _, m in located), ids, keys))]
+
+    def stream_value(self, data: bytes) -> bytes:
+        return gzip_compress(data) if self.spec.data_encoding == "gzip" else data
+
+    def _stream_target(self, keys: Sequence[str]) -> tuple[str, ShardBuilder, list[tuple[int, int]]]:
+        if keys:
+            self._check_writable(keys[0], more=len(keys) - 1)
+        ids = [parse_uint64_key(k) for k in keys]
+        located = self.spec.locate_many(ids)
+        stem = self.spec.shard_name(located[0][0])
+        return stem, ShardBuilder(self.spec), [(k, m) for k, (_, m) in zip(ids, located)]
+
+    def stream_unit_sync(self, keys: Sequence[str], values: Iterable[Buffer | None]) -> None:
+        stem, builder, order = self._stream_target(keys)
+
+        def body() -> Iterator[Buffer]:
+            for (key, m), data in zip(order, values):
+                yield from builder.add(key, m, data)
+
+        try:
+            self.base.set_streamed_sync(stem + ".shard", Streamed(body(), builder.finish, builder.head_size))
+        finally:
+            self._cache.forget(stem)
+
+    async def stream_unit(self, keys: Sequence[str], values: AsyncIterable[Buffer | None]) -> None:
+        stem, builder, order = self._stream_target(keys)
+
+        async def body() -> AsyncIterator[Buffer]:
+            located = iter(order)
+            async for data in values:
+                key, m = next(located)
+                for part in builder.add(key, m, data):
+                    yield part
+
+        try:
+            await self.base.set_streamed(stem + ".shard", Streamed(body(), builder.finish, builder.head_size))
+        finally:
+            self._cache.forget(stem)
 
     # -- listing ----------------------------------------------------------------------------
     async def _shard_stems(self) -> list[str]:

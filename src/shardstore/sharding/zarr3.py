@@ -30,14 +30,14 @@ import functools
 import itertools
 import math
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Hashable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..codecs.base import ChunkSpec
-from ..codecs.sharding_indexed import EMPTY, ShardingCodec
+from ..codecs.sharding_indexed import EMPTY, ShardBuilder, ShardingCodec
 from ..config import IOConfig
 from ..errors import CodecError, ConflictError, InvalidKeyError, ShardStoreError, UnsupportedFeatureError
 from ..store.base import (
@@ -52,8 +52,10 @@ from ..store.base import (
     joined,
     validate_key,
 )
+from ..store.streamed import Buffer, Streamed
 
 if TYPE_CHECKING:
+    from ..store.streamed import SupportsUnitStreams
     from ..store.sync_protocols import SupportsGetManySync, SupportsGetSync
 
 __all__ = ["ShardLayout", "ZarrShardingStore", "inner_key", "parse_inner_key"]
@@ -562,6 +564,65 @@ class ZarrShardingStore(Store):
                 chunks[i] = joined(value)
         parts = self.layout.codec.assemble(chunks, self.layout.shard_spec)
         return None if parts is None else Parts(parts)
+
+    # -- streamed whole-shard writes (``store.streamed``): the chunks go to the base as they
+    # are encoded, laid out by a ``ShardBuilder``, the index written last -------------------
+    @property
+    def unit_streams(self) -> SupportsUnitStreams | None:
+        return None if self.read_only else self
+
+    @property
+    def streams_sync(self) -> bool:
+        return self.base.sync_writes is not None
+
+    def stream_order(self, keys: Sequence[str]) -> list[str] | None:
+        located = [self.layout.locate(parse_inner_key(k, self._rank)) for k in keys]
+        shards = {shard for shard, _ in located}
+        if len(shards) != 1 or len({i for _, i in located}) != len(keys):
+            return None
+        (shard,) = shards
+        if not self._covers_shard(shard, {i: None for _, i in located}):
+            return None
+        return [k for _, k in sorted(zip((i for _, i in located), keys))]
+
+    def stream_value(self, data: bytes) -> bytes:
+        return data
+
+    def _stream_target(self, keys: Sequence[str]) -> tuple[str, ShardBuilder, list[int]]:
+        if keys:
+            self._check_writable(keys[0], more=len(keys) - 1)
+        located = [self.layout.locate(parse_inner_key(k, self._rank)) for k in keys]
+        shard_key = self.layout.shard_key(located[0][0])
+        return shard_key, ShardBuilder(self.layout.codec, self.layout.shard_spec), [i for _, i in located]
+
+    def stream_unit_sync(self, keys: Sequence[str], values: Iterable[Buffer | None]) -> None:
+        shard_key, builder, order = self._stream_target(keys)
+
+        def body() -> Iterator[Buffer]:
+            for i, data in zip(order, values):
+                builder.add(i, data)
+                if data is not None:
+                    yield data
+
+        try:
+            self.base.set_streamed_sync(shard_key, Streamed(body(), builder.finish, builder.head_size))
+        finally:
+            self._index_cache.pop(shard_key, None)
+
+    async def stream_unit(self, keys: Sequence[str], values: AsyncIterable[Buffer | None]) -> None:
+        shard_key, builder, order = self._stream_target(keys)
+
+        async def body() -> AsyncIterator[Buffer]:
+            chunks = iter(order)
+            async for data in values:
+                builder.add(next(chunks), data)
+                if data is not None:
+                    yield data
+
+        try:
+            await self.base.set_streamed(shard_key, Streamed(body(), builder.finish, builder.head_size))
+        finally:
+            self._index_cache.pop(shard_key, None)
 
     # -- listing ----------------------------------------------------------------------------
     async def _list_prefix(self, prefix: str) -> AsyncIterator[str]:
