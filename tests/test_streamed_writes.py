@@ -23,6 +23,7 @@ import pytest
 
 import shardstore
 from shardstore.config import IOConfig
+from shardstore.core import array as core_array
 from shardstore.core import io as core_io
 from shardstore.errors import CodecError
 from shardstore.ops.integrity import scan
@@ -59,7 +60,8 @@ def streamed_units(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         calls.append(len(unit[1]))
         await real(layout, unit, encode)
 
-    monkeypatch.setattr(core_io, "stream_unit", counted)
+    monkeypatch.setattr(core_io, "stream_unit", counted)  # (region writes)
+    monkeypatch.setattr(core_array, "stream_unit", counted)  # (``Array.write_chunks``)
     return calls
 
 
@@ -102,6 +104,32 @@ def test_precomputed_streamed_shards_are_byte_identical(tmp_path: Path, gz: bool
         a[...] = data
         np.testing.assert_array_equal(a[...], data)
     assert len(streamed_units) == 2  # shard_bits=1: both shards streamed
+    assert _files(tmp_path / "buffered") == _files(tmp_path / "streamed")
+
+
+@pytest.mark.parametrize("kind", ["zarr3", "precomputed-by-hash"])
+def test_dask_writes_stream_whole_shards(tmp_path: Path, kind: str, streamed_units: list[int]) -> None:
+    """``shardstore.dask.store``: a box-shaped shard (a region write) and the scattered chunks
+    of a hash-chosen precomputed shard (``Array.write_chunks``) both stream, same bytes."""
+    da = pytest.importorskip("dask.array")
+    import dask
+
+    from shardstore.dask import store, write_units
+
+    data = _volume()
+    for name, config in (("buffered", BUFFER), ("streamed", STREAM)):
+        if kind == "zarr3":
+            a = _zarr(tmp_path / name, config, "end")
+        else:
+            a = shardstore.precomputed.create(str(tmp_path / name), data_type="uint8", config=config, scales=[
+                {"size": list(data.shape), "chunk_size": [8, 8, 8], "sharding": {
+                    "@type": "neuroglancer_uint64_sharded_v1", "preshift_bits": 1, "hash": "murmurhash3_x86_128",
+                    "minishard_bits": 1, "shard_bits": 2, "minishard_index_encoding": "gzip", "data_encoding": "raw"}}])
+        value = data if kind == "zarr3" else data[..., None]
+        with dask.config.set(scheduler="synchronous"):
+            store(da.from_array(value, chunks=(16, 16, 16) + value.shape[3:]), a)
+        np.testing.assert_array_equal(a[...], value)
+    assert len(streamed_units) == len(write_units(a))
     assert _files(tmp_path / "buffered") == _files(tmp_path / "streamed")
 
 
