@@ -109,7 +109,8 @@ async def _encoded(
 
 def stream_unit_now(layout: ChunkLayout, unit: StreamedUnit, encode: Encode) -> None:
     """Write one shard (``streamed_unit``) on this thread, its chunks encoded in the codec
-    pool as the writer consumes them. The caller holds the shard's lock."""
+    pool as the writer consumes them. The caller holds the shard's lock, and is not itself a
+    codec pool thread (it waits for that pool's jobs)."""
     streams, items = unit
     chunks = _encoded_now(items, encode, streams.stream_value, _window(layout), codec_pool(layout.config.codec_threads))
     try:
