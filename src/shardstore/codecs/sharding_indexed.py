@@ -155,8 +155,7 @@ class ShardingCodec(ArrayBytesCodec):
         builder = ShardBuilder(self, spec)
         parts: list[bytes] = []
         for i in sorted(chunks):
-            builder.add(i, chunks[i])
-            parts.append(chunks[i])
+            parts.extend(builder.add(i, chunks[i]))
         ends = builder.finish()
         if ends is None:
             return None
@@ -198,17 +197,19 @@ class ShardBuilder:
         self._last = -1
         self._count = 0
 
-    def add(self, i: int, data: bytes | memoryview | None) -> None:
-        """Place inner chunk ``i`` (None: absent) after the chunks added before it."""
+    def add(self, i: int, data: Any) -> list[Any]:
+        """Place inner chunk ``i`` (bytes-like; None: absent) after the chunks added before
+        it; returns what to write next (the chunk, or nothing)."""
         if i <= self._last:
             raise ValueError(f"inner chunks must arrive in ascending order: {i} after {self._last}")
         self._last = i
         if data is None:
-            return
+            return []
         n = memoryview(data).nbytes
         self._index[i] = (self._offset, n)
         self._offset += n
         self._count += 1
+        return [data]
 
     def finish(self) -> tuple[bytes, bytes] | None:
         """(head, tail): the encoded index as the bytes of the reserved head, or as the tail

@@ -441,6 +441,10 @@ class ShardBuilder:
         out.append(data)
         return out
 
+    def place(self, position: tuple[int, int], data: bytes | memoryview | None) -> list[bytes | memoryview]:
+        """``add`` with the key and its minishard as one position."""
+        return self.add(position[0], position[1], data)
+
     def _close_minishard(self) -> list[bytes | memoryview]:
         if not self._keys:
             return []

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Hashable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Hashable, Iterable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from ..config import IOConfig
@@ -42,7 +42,6 @@ from ..store.base import (
     inherited_retry_conflicts,
     joined,
 )
-from ..store.streamed import Buffer, Streamed
 from ._uint64_format import (
     SHARDING_TYPE,
     UINT64_MAX,
@@ -64,9 +63,10 @@ from ._uint64_read import (
     shard_generation,
     value_of,
 )
+from ._unit_streams import stream_shard, stream_shard_sync
 
 if TYPE_CHECKING:
-    from ..store.streamed import SupportsUnitStreams
+    from ..store.streamed import Buffer, SupportsUnitStreams
     from ..store.sync_protocols import SupportsGetManySync, SupportsGetSync
 
 # the spec and key helpers are public here: users of the format (formats/precomputed) need
@@ -518,28 +518,15 @@ class Uint64ShardedStore(Store):
 
     def stream_unit_sync(self, keys: Sequence[str], values: Iterable[Buffer | None]) -> None:
         stem, builder, order = self._stream_target(keys)
-
-        def body() -> Iterator[Buffer]:
-            for (key, m), data in zip(order, values):
-                yield from builder.add(key, m, data)
-
         try:
-            self.base.set_streamed_sync(stem + ".shard", Streamed(body(), builder.finish, builder.head_size))
+            stream_shard_sync(self.base, stem + ".shard", builder.head_size, builder.place, builder.finish, order, values)
         finally:
             self._cache.forget(stem)
 
     async def stream_unit(self, keys: Sequence[str], values: AsyncIterable[Buffer | None]) -> None:
         stem, builder, order = self._stream_target(keys)
-
-        async def body() -> AsyncIterator[Buffer]:
-            located = iter(order)
-            async for data in values:
-                key, m = next(located)
-                for part in builder.add(key, m, data):
-                    yield part
-
         try:
-            await self.base.set_streamed(stem + ".shard", Streamed(body(), builder.finish, builder.head_size))
+            await stream_shard(self.base, stem + ".shard", builder.head_size, builder.place, builder.finish, order, values)
         finally:
             self._cache.forget(stem)
 

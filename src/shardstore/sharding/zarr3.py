@@ -30,7 +30,7 @@ import functools
 import itertools
 import math
 from collections import OrderedDict
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Hashable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -52,10 +52,10 @@ from ..store.base import (
     joined,
     validate_key,
 )
-from ..store.streamed import Buffer, Streamed
+from ._unit_streams import stream_shard, stream_shard_sync
 
 if TYPE_CHECKING:
-    from ..store.streamed import SupportsUnitStreams
+    from ..store.streamed import Buffer, SupportsUnitStreams
     from ..store.sync_protocols import SupportsGetManySync, SupportsGetSync
 
 __all__ = ["ShardLayout", "ZarrShardingStore", "inner_key", "parse_inner_key"]
@@ -597,30 +597,15 @@ class ZarrShardingStore(Store):
 
     def stream_unit_sync(self, keys: Sequence[str], values: Iterable[Buffer | None]) -> None:
         shard_key, builder, order = self._stream_target(keys)
-
-        def body() -> Iterator[Buffer]:
-            for i, data in zip(order, values):
-                builder.add(i, data)
-                if data is not None:
-                    yield data
-
         try:
-            self.base.set_streamed_sync(shard_key, Streamed(body(), builder.finish, builder.head_size))
+            stream_shard_sync(self.base, shard_key, builder.head_size, builder.add, builder.finish, order, values)
         finally:
             self._index_cache.pop(shard_key, None)
 
     async def stream_unit(self, keys: Sequence[str], values: AsyncIterable[Buffer | None]) -> None:
         shard_key, builder, order = self._stream_target(keys)
-
-        async def body() -> AsyncIterator[Buffer]:
-            chunks = iter(order)
-            async for data in values:
-                builder.add(next(chunks), data)
-                if data is not None:
-                    yield data
-
         try:
-            await self.base.set_streamed(shard_key, Streamed(body(), builder.finish, builder.head_size))
+            await stream_shard(self.base, shard_key, builder.head_size, builder.add, builder.finish, order, values)
         finally:
             self._index_cache.pop(shard_key, None)
 
