@@ -46,7 +46,7 @@ class IOConfig:
     #: a write covering a whole shard of at least this many bytes (raw) streams it: chunks
     #: are encoded and written to the destination one by one, the index last, instead of
     #: the whole encoded shard being held in memory (``core/streaming.py``)
-    stream_unit_bytes: int = 64 << 20
+    stream_unit_bytes: int = 16 << 20
     #: encoded bytes a streamed shard write keeps in flight (at least two chunks per codec
     #: thread): its memory, beside the input, is about this much per shard in flight
     stream_window_bytes: int = 16 << 20
