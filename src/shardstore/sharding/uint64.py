@@ -15,7 +15,9 @@ legacy ``<hex>.index`` + ``<hex>.data`` pairs, whose concatenation is a ``.shard
   race) merges every key of the batch, values given as ``Update`` functions of the stored
   value included (the core's partial chunks). So concurrent writers in other handles,
   processes or machines never lose each other's keys. When the caller says the batch holds
-  every key a shard can have (``complete_shard``), the shard is written without reading it.
+  every key a shard can have (``complete_shard``), the shard is written without reading it;
+  the core streams a large one (``stream_unit_sync`` / ``stream_unit``), its values laid out
+  by a ``ShardBuilder`` as they are encoded, the shard index written last at the start.
 - Reads take a shard's indexes and values from one version of it: the shard's generation is
   compared again after the values are read (files, memory) or the values are read with
   ``If-Match`` on the ETag the index was read at (S3), and a shard replaced in between is read

@@ -16,7 +16,9 @@ Keys of this store name inner chunks by their coordinates in the array's inner-c
   retried on conflict) merges every inner chunk of the batch, including the core's partial
   chunks, given as ``Update`` functions of the inner chunk's bytes. A shard left with no inner
   chunks is deleted. The new shard replaces the old one atomically, so a failure leaves the
-  old shard readable. Whole-shard writes are one plain write (last writer wins).
+  old shard readable. Whole-shard writes are one plain write (last writer wins); a large one
+  is streamed (``stream_unit_sync`` / ``stream_unit``): the core hands the inner chunks over
+  as they are encoded and a ``ShardBuilder`` lays them out, the index written last.
 
 Nested sharding is this adapter over another one: the base keys are then inner-chunk keys of
 the outer adapter, and byte ranges requested from it are relative to that inner chunk.
