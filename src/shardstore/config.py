@@ -43,6 +43,13 @@ class IOConfig:
     write_groups_in_flight: int = 2
     #: chunks per batch when every chunk is its own write unit (unsharded formats)
     write_batch_chunks: int = 16
+    #: a write covering a whole shard of at least this many bytes (raw) streams it: chunks
+    #: are encoded and written to the destination one by one, the index last, instead of
+    #: the whole encoded shard being held in memory (``core/streaming.py``)
+    stream_unit_bytes: int = 16 << 20
+    #: encoded bytes a streamed shard write keeps in flight (at least two chunks per codec
+    #: thread): its memory, beside the input, is about this much per shard in flight
+    stream_window_bytes: int = 16 << 20
     #: read groups in flight; each holds its fetched (compressed) bytes until decoded
     read_groups_in_flight: int = 8
     #: reads of at most this many chunks are fetched whole before decoding starts

@@ -86,11 +86,11 @@ def _write(a: Array, regions: Sequence[Region], *blocks: np.ndarray) -> int:
     if len(regions) == 1:
         a[regions[0]] = blocks[0]
         return 1
-    # the chunks of a hash-chosen shard (no box): each encoded here, then stored in one
-    # batch, so the shard is read, merged and written once
+    # the chunks of a hash-chosen shard (no box), stored in one batch, so the shard is
+    # written once (a large one streamed, its chunks encoded as they are written)
     grid = a.driver.layout.grid
     coords = [tuple(r.start // c for r, c in zip(region, grid.chunk_shape)) for region in regions]
-    a.write_chunks_bytes([(c, a.encode_chunk(c, block)) for c, block in zip(coords, blocks)])
+    a.write_chunks(list(zip(coords, blocks)))
     return 1
 
 

@@ -19,7 +19,7 @@ from .base import ArrayBytesCodec, ChunkSpec
 from .pipeline import CodecPipeline
 from .registry import register_codec
 
-__all__ = ["ShardingCodec", "EMPTY"]
+__all__ = ["EMPTY", "ShardBuilder", "ShardingCodec"]
 
 #: index value of an absent inner chunk (both offset and nbytes)
 EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -149,27 +149,18 @@ class ShardingCodec(ArrayBytesCodec):
         """Build a shard from encoded inner chunks (by C-order index), as the list of its
         parts in order (the caller joins or writes them); None if it holds none.
 
-        Inner chunks are written in C order without gaps, as tensorstore does.
+        Inner chunks are written in C order without gaps, as tensorstore does. This is
+        ``ShardBuilder`` fed all at once, so a streamed shard is byte-identical.
         """
-        if not chunks:
-            return None
-        n = math.prod(self.chunks_per_shard(spec))
-        isz = self.index_size(spec)
-        assert isz is not None  # validated at open
-        index = np.full((n, 2), EMPTY, dtype=np.uint64)
-        offset = isz if self.index_location == "start" else 0
+        builder = ShardBuilder(self, spec)
         parts: list[bytes] = []
         for i in sorted(chunks):
-            data = chunks[i]
-            index[i] = (offset, len(data))
-            offset += len(data)
-            parts.append(data)
-        encoded_index = self.encode_index(index, spec)
-        if self.index_location == "start":
-            parts.insert(0, encoded_index)
-        else:
-            parts.append(encoded_index)
-        return parts
+            parts.extend(builder.add(i, chunks[i]))
+        ends = builder.finish()
+        if ends is None:
+            return None
+        head, tail = ends
+        return [head, *parts] if head else [*parts, tail]
 
     # -- whole-shard transforms are not how shardstore does I/O ------------------------------
     def encode(self, array: np.ndarray, spec: ChunkSpec) -> bytes:
@@ -181,3 +172,49 @@ class ShardingCodec(ArrayBytesCodec):
         raise UnsupportedFeatureError(
             "sharding_indexed is applied through the sharding store adapter, not as a plain codec"
         )
+
+
+class ShardBuilder:
+    """One shard laid out as its encoded inner chunks arrive, in ascending C-order index: what
+    a streamed shard write needs to know without holding the chunks.
+
+    The chunk data follows ``head_size`` bytes reserved for an index at the start (0 with the
+    index at the end), each chunk right after the previous one; ``finish`` gives the index
+    bytes for the reserved head or for the tail.
+    """
+
+    def __init__(self, codec: ShardingCodec, spec: ChunkSpec) -> None:
+        size = codec.index_size(spec)
+        if size is None:
+            raise MetadataError("sharding_indexed: index_codecs must give a fixed-size index")
+        self._codec = codec
+        self._spec = spec
+        self._index = np.full((math.prod(codec.chunks_per_shard(spec)), 2), EMPTY, dtype=np.uint64)
+        self._index_size = size
+        #: bytes reserved before the first chunk (the index, when it goes at the start)
+        self.head_size = size if codec.index_location == "start" else 0
+        self._offset = self.head_size
+        self._last = -1
+        self._count = 0
+
+    def add(self, i: int, data: Any) -> list[Any]:
+        """Place inner chunk ``i`` (bytes-like; None: absent) after the chunks added before
+        it; returns what to write next (the chunk, or nothing)."""
+        if i <= self._last:
+            raise ValueError(f"inner chunks must arrive in ascending order: {i} after {self._last}")
+        self._last = i
+        if data is None:
+            return []
+        n = memoryview(data).nbytes
+        self._index[i] = (self._offset, n)
+        self._offset += n
+        self._count += 1
+        return [data]
+
+    def finish(self) -> tuple[bytes, bytes] | None:
+        """(head, tail): the encoded index as the bytes of the reserved head, or as the tail
+        after the chunks; None when no chunk was added (the shard is not stored)."""
+        if not self._count:
+            return None
+        index = self._codec.encode_index(self._index, self._spec)
+        return (index, b"") if self.head_size else (b"", index)

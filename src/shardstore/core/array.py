@@ -14,9 +14,10 @@ from .._sync import _ensure_loop, sync
 from ..config import IOConfig, default_config
 from ..errors import NotPicklableError, ReadOnlyError, UnsupportedFeatureError
 from .chunk_cache import ChunkCache
-from .indexing import Indexer, basic_indexer, orthogonal_indexer
+from .indexing import ChunkProjection, Indexer, basic_indexer, orthogonal_indexer
 from .io import UnitLocks, read_into, read_into_now, reshape_chunks, write_from, write_from_now, writes_now
 from .layout import ChunkLayout, FormatDriver, fill_mask
+from .streaming import stream_unit, streamed_unit
 
 __all__ = ["AsyncArray", "Array", "Attributes"]
 
@@ -301,6 +302,25 @@ class AsyncArray:
             self._chunk_cache.discard([layout.chunk_key(c) for c, _ in items])
         await self.driver.after_write()
 
+    async def write_chunks(self, items: list[tuple[tuple[int, ...], np.ndarray]]) -> None:
+        """Store chunks given as arrays (each as ``encode_chunk`` encodes it), each write unit
+        once. The chunks of one whole shard of at least ``stream_unit_bytes`` are encoded as
+        they are written (``core/streaming.py``) instead of all before the shard is."""
+        self._check_writable()
+        layout = self.driver.layout
+        blocks = dict(items)
+        for c in blocks:
+            layout.grid._check_coords(c)
+        unit = streamed_unit(layout, [ChunkProjection(c, (), (), True) for c in blocks])
+        if unit is None:
+            await self.write_chunks_bytes([(c, self.encode_chunk(c, b)) for c, b in blocks.items()])
+            return
+        async with self._locks.holding(layout.write_unit(c) for c in blocks):
+            await stream_unit(layout, unit, lambda p, _key: self.encode_chunk(p.coords, blocks[p.coords]))
+        if self._chunk_cache is not None:
+            self._chunk_cache.discard([key for _, key in unit[1]])
+        await self.driver.after_write()
+
     def encode_chunk(self, coords: tuple[int, ...], value: np.ndarray) -> bytes | None:
         """The stored bytes of chunk ``coords`` holding ``value`` (its in-bounds part, in the
         array's axis order), as a write would store them; None when the chunk would not be
@@ -569,6 +589,12 @@ class Array:
         """Store many already encoded chunks ``[(coords, bytes | None), ...]``, each write
         unit (shard) once; no validation."""
         sync(self._async.write_chunks_bytes([(tuple(int(i) for i in c), d) for c, d in items]))
+
+    def write_chunks(self, items: Any) -> None:
+        """Store many chunks given as arrays ``[(coords, array), ...]`` (their in-bounds
+        part, as ``encode_chunk`` takes them), each write unit (shard) once; a large whole
+        shard is encoded chunk by chunk as it is written."""
+        sync(self._async.write_chunks([(tuple(int(i) for i in c), v) for c, v in items]))
 
     def encode_chunk(self, coords: Any, value: Any) -> bytes | None:
         """What ``write_chunk_bytes`` would need to store ``value`` as chunk ``coords``."""

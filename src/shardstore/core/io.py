@@ -28,6 +28,7 @@ from .indexing import ChunkProjection
 from .layout import ChunkLayout, fill_mask
 from .rawread import raw_reader
 from .rawwrite import raw_writer
+from .streaming import stream_unit, streamed_unit
 from .threads import share_now
 
 __all__ = ["UnitLocks", "read_into", "read_into_now", "reshape_chunks", "write_from", "write_from_now", "writes_now"]
@@ -368,6 +369,11 @@ def _encode(
     return key, layout.pipeline.encode(chunk, spec)
 
 
+def _encoded_whole(layout: ChunkLayout, value: np.ndarray, p: ChunkProjection, key: str) -> bytes | None:
+    """A complete chunk of ``value`` encoded (None: all fill), for a streamed shard write."""
+    return _encode(layout, p, key, None, value)[1]
+
+
 def _merged(layout: ChunkLayout, p: ChunkProjection, key: str, value: np.ndarray, old: bytes | None) -> bytes | None:
     """The chunk ``old`` (as stored; None: missing) with the projection's part of ``value``
     written into it, encoded (None: all fill, delete it)."""
@@ -462,6 +468,10 @@ async def write_from(
             await write_unit(group)
 
     async def write_unit(group: list[ChunkProjection]) -> None:
+        streamed = streamed_unit(layout, group)
+        if streamed is not None:  # a whole large shard: encoded chunk by chunk to its destination
+            await stream_unit(layout, streamed, functools.partial(_encoded_whole, layout, value))
+            return
         # ``_unit_writes`` spread over the codec pool (complete chunks first: ``_spread``
         # times the first item, and making an update function costs nothing), then one
         # ``update_many``: the store's read-modify-write of the unit, retried after a lost race

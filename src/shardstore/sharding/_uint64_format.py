@@ -34,6 +34,7 @@ __all__ = [
     "MinishardIndex",
     "decode_minishard_index",
     "decode_minishard_indexes",
+    "ShardBuilder",
     "assemble_shard",
     "check_index_entry",
     "shard_entries",
@@ -381,37 +382,94 @@ def assemble_shard(
 
     Layout as tensorstore writes it: the shard index, then for each minishard in order its
     values sorted by key followed by its minishard index. None when there is nothing to store.
+    This is ``ShardBuilder`` fed all at once, so a streamed shard is byte-identical.
     """
     if not values:
         return None
-    by_minishard: dict[int, list[int]] = {}
     if minishard_of is None:
         minishard_of = {k: m for k, (_, m) in zip(values, spec.locate_many(list(values)))}
-    for key in values:
-        by_minishard.setdefault(minishard_of[key], []).append(key)
-    index = np.zeros((spec.num_minishards, 2), dtype="<u8")
+    builder = ShardBuilder(spec)
     parts: list[bytes | memoryview] = [b""]  # slot 0: the shard index, filled in at the end
-    pos = 0  # offset after the shard index
-    for m in sorted(by_minishard):
-        keys = sorted(by_minishard[m])
-        sizes = [len(values[k]) for k in keys]
-        start = pos
-        for k in keys:
-            parts.append(values[k])
-        pos += sum(sizes)
+    for key in sorted(values, key=lambda k: (minishard_of[k], k)):
+        parts.extend(builder.add(key, minishard_of[key], values[key]))
+    ends = builder.finish()
+    assert ends is not None  # (values is not empty)
+    parts[0] = ends[0]
+    parts.append(ends[1])
+    return parts
+
+
+class ShardBuilder:
+    """One shard file laid out as its (data-encoded) values arrive in (minishard, key)
+    order: what a streamed shard write needs to know without holding the values.
+
+    The values follow ``head_size`` bytes reserved for the shard index; each minishard's
+    index is written right after its values (when the next minishard starts, or as the tail);
+    ``finish`` gives the shard index for the reserved head.
+    """
+
+    def __init__(self, spec: ShardingSpec) -> None:
+        self._spec = spec
+        self._index = np.zeros((spec.num_minishards, 2), dtype="<u8")
+        #: bytes reserved before the first value: the shard index
+        self.head_size = spec.index_size
+        self._pos = 0  # offset after the shard index
+        self._minishard = -1
+        self._last_key = -1
+        self._keys: list[int] = []  # the open minishard's keys, sizes and first offset
+        self._sizes: list[int] = []
+        self._start = 0
+        self._closed_any = False  # whether some minishard holds a value
+
+    def add(self, key: int, minishard: int, data: bytes | memoryview | None) -> list[bytes | memoryview]:
+        """Place ``key``'s value (None: absent); returns the bytes to write next (the previous
+        minishard's index when this key opens a new minishard, then the value)."""
+        if (minishard, key) <= (self._minishard, self._last_key):
+            raise ValueError(f"values must arrive in (minishard, key) order: {key} in minishard {minishard}")
+        out: list[bytes | memoryview] = []
+        if minishard != self._minishard:
+            out.extend(self._close_minishard())
+            self._minishard = minishard
+            self._start = self._pos
+        self._last_key = key
+        if data is None:
+            return out
+        n = memoryview(data).nbytes
+        self._keys.append(key)
+        self._sizes.append(n)
+        self._pos += n
+        out.append(data)
+        return out
+
+    def place(self, position: tuple[int, int], data: bytes | memoryview | None) -> list[bytes | memoryview]:
+        """``add`` with the key and its minishard as one position."""
+        return self.add(position[0], position[1], data)
+
+    def _close_minishard(self) -> list[bytes | memoryview]:
+        if not self._keys:
+            return []
+        keys = self._keys
         table = np.empty((3, len(keys)), dtype="<u8")
         table[0] = np.diff(np.asarray(keys, dtype=np.uint64), prepend=np.uint64(0))
         table[1] = 0
-        table[1, 0] = start
-        table[2] = sizes
+        table[1, 0] = self._start
+        table[2] = self._sizes
         encoded = table.tobytes()
-        if spec.minishard_index_encoding == "gzip":
+        if self._spec.minishard_index_encoding == "gzip":
             encoded = gzip_compress(encoded)
-        index[m] = (pos, pos + len(encoded))
-        parts.append(encoded)
-        pos += len(encoded)
-    parts[0] = index.tobytes()
-    return parts
+        self._index[self._minishard] = (self._pos, self._pos + len(encoded))
+        self._pos += len(encoded)
+        self._keys, self._sizes = [], []
+        self._closed_any = True
+        return [encoded]
+
+    def finish(self) -> tuple[bytes, bytes] | None:
+        """(head, tail): the shard index for the reserved head and the last minishard's index
+        as the tail; None when no value was added (the shard is not stored)."""
+        tail = self._close_minishard()
+        if not self._closed_any:
+            return None
+        return self._index.tobytes(), tail[0] if tail else b""
 
 
 def check_index_entry(start: int, end: int, spec: ShardingSpec, shard_file: str, minishard: int) -> None:

@@ -15,7 +15,9 @@ legacy ``<hex>.index`` + ``<hex>.data`` pairs, whose concatenation is a ``.shard
   race) merges every key of the batch, values given as ``Update`` functions of the stored
   value included (the core's partial chunks). So concurrent writers in other handles,
   processes or machines never lose each other's keys. When the caller says the batch holds
-  every key a shard can have (``complete_shard``), the shard is written without reading it.
+  every key a shard can have (``complete_shard``), the shard is written without reading it;
+  the core streams a large one (``stream_unit_sync`` / ``stream_unit``), its values laid out
+  by a ``ShardBuilder`` as they are encoded, the shard index written last at the start.
 - Reads take a shard's indexes and values from one version of it: the shard's generation is
   compared again after the values are read (files, memory) or the values are read with
   ``If-Match`` on the ETag the index was read at (S3), and a shard replaced in between is read
@@ -27,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Hashable, Iterable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from ..config import IOConfig
@@ -46,6 +48,7 @@ from ._uint64_format import (
     SHARDING_TYPE,
     UINT64_MAX,
     MinishardIndex,
+    ShardBuilder,
     ShardingSpec,
     assemble_shard,
     gzip_compress,
@@ -62,8 +65,10 @@ from ._uint64_read import (
     shard_generation,
     value_of,
 )
+from ._unit_streams import stream_shard, stream_shard_sync
 
 if TYPE_CHECKING:
+    from ..store.streamed import Buffer, SupportsUnitStreams
     from ..store.sync_protocols import SupportsGetManySync, SupportsGetSync
 
 # the spec and key helpers are public here: users of the format (formats/precomputed) need
@@ -480,6 +485,52 @@ class Uint64ShardedStore(Store):
         parts = assemble_shard(self.spec, values, minishard_of)
         # one buffer: a single write call (thousands of small parts cost a syscall per few KiB)
         return None if parts is None else b"".join(parts)
+
+    # -- streamed whole-shard writes (``store.streamed``): values go to the base as they are
+    # encoded, laid out by a ``ShardBuilder``, the shard index written last at the start ---
+    @property
+    def unit_streams(self) -> SupportsUnitStreams | None:
+        return None if self.read_only or self._complete_shard is None else self
+
+    @property
+    def streams_sync(self) -> bool:
+        return self.base.sync_writes is not None
+
+    def stream_order(self, keys: Sequence[str]) -> list[str] | None:
+        ids = [parse_uint64_key(k) for k in keys]
+        located = self.spec.locate_many(ids)
+        shards = {shard for shard, _ in located}
+        if len(shards) != 1 or len(set(ids)) != len(ids) or self._complete_shard is None:
+            return None
+        (shard,) = shards
+        if not self._complete_shard(shard, frozenset(ids)):
+            return None  # (not every key of the shard: the stored ones must be merged)
+        return [k for _, _, k in sorted(zip((m for _, m in located), ids, keys))]
+
+    def stream_value(self, data: bytes) -> bytes:
+        return gzip_compress(data) if self.spec.data_encoding == "gzip" else data
+
+    def _stream_target(self, keys: Sequence[str]) -> tuple[str, ShardBuilder, list[tuple[int, int]]]:
+        if keys:
+            self._check_writable(keys[0], more=len(keys) - 1)
+        ids = [parse_uint64_key(k) for k in keys]
+        located = self.spec.locate_many(ids)
+        stem = self.spec.shard_name(located[0][0])
+        return stem, ShardBuilder(self.spec), [(k, m) for k, (_, m) in zip(ids, located)]
+
+    def stream_unit_sync(self, keys: Sequence[str], values: Iterable[Buffer | None]) -> None:
+        stem, builder, order = self._stream_target(keys)
+        try:
+            stream_shard_sync(self.base, stem + ".shard", builder.head_size, builder.place, builder.finish, order, values)
+        finally:
+            self._cache.forget(stem)
+
+    async def stream_unit(self, keys: Sequence[str], values: AsyncIterable[Buffer | None]) -> None:
+        stem, builder, order = self._stream_target(keys)
+        try:
+            await stream_shard(self.base, stem + ".shard", builder.head_size, builder.place, builder.finish, order, values)
+        finally:
+            self._cache.forget(stem)
 
     # -- listing ----------------------------------------------------------------------------
     async def _shard_stems(self) -> list[str]:

@@ -16,7 +16,9 @@ Keys of this store name inner chunks by their coordinates in the array's inner-c
   retried on conflict) merges every inner chunk of the batch, including the core's partial
   chunks, given as ``Update`` functions of the inner chunk's bytes. A shard left with no inner
   chunks is deleted. The new shard replaces the old one atomically, so a failure leaves the
-  old shard readable. Whole-shard writes are one plain write (last writer wins).
+  old shard readable. Whole-shard writes are one plain write (last writer wins); a large one
+  is streamed (``stream_unit_sync`` / ``stream_unit``): the core hands the inner chunks over
+  as they are encoded and a ``ShardBuilder`` lays them out, the index written last.
 
 Nested sharding is this adapter over another one: the base keys are then inner-chunk keys of
 the outer adapter, and byte ranges requested from it are relative to that inner chunk.
@@ -30,14 +32,14 @@ import functools
 import itertools
 import math
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Hashable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..codecs.base import ChunkSpec
-from ..codecs.sharding_indexed import EMPTY, ShardingCodec
+from ..codecs.sharding_indexed import EMPTY, ShardBuilder, ShardingCodec
 from ..config import IOConfig
 from ..errors import CodecError, ConflictError, InvalidKeyError, ShardStoreError, UnsupportedFeatureError
 from ..store.base import (
@@ -52,8 +54,10 @@ from ..store.base import (
     joined,
     validate_key,
 )
+from ._unit_streams import stream_shard, stream_shard_sync
 
 if TYPE_CHECKING:
+    from ..store.streamed import Buffer, SupportsUnitStreams
     from ..store.sync_protocols import SupportsGetManySync, SupportsGetSync
 
 __all__ = ["ShardLayout", "ZarrShardingStore", "inner_key", "parse_inner_key"]
@@ -562,6 +566,50 @@ class ZarrShardingStore(Store):
                 chunks[i] = joined(value)
         parts = self.layout.codec.assemble(chunks, self.layout.shard_spec)
         return None if parts is None else Parts(parts)
+
+    # -- streamed whole-shard writes (``store.streamed``): the chunks go to the base as they
+    # are encoded, laid out by a ``ShardBuilder``, the index written last -------------------
+    @property
+    def unit_streams(self) -> SupportsUnitStreams | None:
+        return None if self.read_only else self
+
+    @property
+    def streams_sync(self) -> bool:
+        return self.base.sync_writes is not None
+
+    def stream_order(self, keys: Sequence[str]) -> list[str] | None:
+        located = [self.layout.locate(parse_inner_key(k, self._rank)) for k in keys]
+        shards = {shard for shard, _ in located}
+        if len(shards) != 1 or len({i for _, i in located}) != len(keys):
+            return None
+        (shard,) = shards
+        if not self._covers_shard(shard, {i: None for _, i in located}):
+            return None
+        return [k for _, k in sorted(zip((i for _, i in located), keys))]
+
+    def stream_value(self, data: bytes) -> bytes:
+        return data
+
+    def _stream_target(self, keys: Sequence[str]) -> tuple[str, ShardBuilder, list[int]]:
+        if keys:
+            self._check_writable(keys[0], more=len(keys) - 1)
+        located = [self.layout.locate(parse_inner_key(k, self._rank)) for k in keys]
+        shard_key = self.layout.shard_key(located[0][0])
+        return shard_key, ShardBuilder(self.layout.codec, self.layout.shard_spec), [i for _, i in located]
+
+    def stream_unit_sync(self, keys: Sequence[str], values: Iterable[Buffer | None]) -> None:
+        shard_key, builder, order = self._stream_target(keys)
+        try:
+            stream_shard_sync(self.base, shard_key, builder.head_size, builder.add, builder.finish, order, values)
+        finally:
+            self._index_cache.pop(shard_key, None)
+
+    async def stream_unit(self, keys: Sequence[str], values: AsyncIterable[Buffer | None]) -> None:
+        shard_key, builder, order = self._stream_target(keys)
+        try:
+            await stream_shard(self.base, shard_key, builder.head_size, builder.add, builder.finish, order, values)
+        finally:
+            self._index_cache.pop(shard_key, None)
 
     # -- listing ----------------------------------------------------------------------------
     async def _list_prefix(self, prefix: str) -> AsyncIterator[str]:

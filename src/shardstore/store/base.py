@@ -31,6 +31,7 @@ from .read_modify_write import (
 
 if TYPE_CHECKING:
     from ._filelock import Lease
+    from .streamed import Streamed, SupportsUnitStreams
     from .sync_protocols import SupportsFilePath, SupportsGetManySync, SupportsGetSync, SupportsSetSync
 
 #: ``generation`` of a key that does not exist
@@ -313,6 +314,13 @@ class Store(abc.ABC):
         plain file store)."""
         return None
 
+    @property
+    def unit_streams(self) -> SupportsUnitStreams | None:
+        """Writes of a whole unit from a stream of its values (``streamed``), or None:
+        declared by sharding adapters, so the core can encode a shard chunk by chunk straight
+        into its destination instead of holding the whole shard."""
+        return None
+
     async def generation(self, key: str) -> Hashable | None:
         """A cheap token that changes whenever the value at ``key`` changes, or None.
 
@@ -390,6 +398,31 @@ class Store(abc.ABC):
         validate_key(key)
         _check_value(key, value)
         await self._set(key, value if self.accepts_parts else joined(value))
+
+    async def set_streamed(self, key: str, value: Streamed) -> None:
+        """Store a value given as a stream of parts (``streamed.Streamed``; nothing stored:
+        the key is deleted), as atomically as ``set``. The default collects the parts and
+        writes them with one ``set``; local files and S3 write them as they arrive."""
+        from .streamed import collect_async
+
+        self._check_writable(key)
+        validate_key(key)
+        parts = await collect_async(key, value)
+        if parts is None:
+            await self._delete(key)
+        else:
+            await self._set(key, Parts(parts) if self.accepts_parts else b"".join(parts))  # type: ignore[arg-type]
+
+    def set_streamed_sync(self, key: str, value: Streamed) -> None:
+        """``set_streamed`` from any thread, for stores that declare ``sync_writes``: the
+        default collects the parts and writes them with one ``set_sync``."""
+        from .streamed import collect
+
+        writes = self.sync_writes
+        if writes is None:
+            raise TypeError(f"{self!r} declares no synchronous writes")
+        parts = collect(key, value)
+        writes.set_sync(key, None if parts is None else Parts(parts))
 
     def _checked_batch(self, items: Sequence[tuple[str, bytes | None]]) -> dict[str, bytes | None]:
         """A ``set_many`` batch checked (writable, keys, values) and reduced to the last item

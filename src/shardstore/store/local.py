@@ -14,7 +14,7 @@ import asyncio
 import concurrent.futures
 import os
 import stat
-from collections.abc import AsyncIterator, Hashable, Sequence
+from collections.abc import AsyncIterator, Hashable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -41,8 +41,10 @@ from .base import (
     validate_key,
     validate_prefix,
 )
+from .streamed import checked_ends
 
 if TYPE_CHECKING:
+    from .streamed import Streamed
     from .sync_protocols import SupportsFilePath, SupportsGetSync, SupportsSetSync
 
 __all__ = ["LocalStore", "is_temp_name", "temp_path"]
@@ -96,6 +98,14 @@ def _write_all(fd: int, value: bytes | Parts) -> None:
         view = memoryview(part).cast("B")
         while view.nbytes:
             view = view[os.write(fd, view) :]
+
+
+def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    """Write all of ``data`` at ``offset`` (the file position is left alone)."""
+    view = memoryview(data).cast("B")
+    while view.nbytes:
+        n = os.pwrite(fd, view, offset)
+        view, offset = view[n:], offset + n
 
 
 def _open_creating(path: str, flag: int) -> int:
@@ -393,6 +403,50 @@ class LocalStore(Store):
 
     async def _set(self, key: str, value: bytes) -> None:
         await asyncio.to_thread(self._write, key, value)
+
+    def set_streamed_sync(self, key: str, value: Streamed) -> None:
+        """Blocking: stream ``value`` into a temp file beside the target (the head's bytes
+        left as a hole, written at offset 0 once known), then rename it into place: as with
+        ``_write``, a reader or a crash sees the old value or the new one, never a part."""
+        self._check_writable(key)
+        validate_key(key)
+        if not isinstance(value.body, Iterable):
+            raise TypeError(f"streamed value of {key!r}: a local file takes a synchronous body")
+        path = self._path(key)
+        tmp = temp_path(path)
+        try:
+            fd = _open_creating(tmp, os.O_EXCL)
+            try:
+                try:
+                    if value.head_size:
+                        os.lseek(fd, value.head_size, os.SEEK_SET)
+                    for part in value.body:
+                        _write_all(fd, part)
+                    ends = checked_ends(key, value)
+                    if ends is not None:
+                        _pwrite_all(fd, ends[0], 0)
+                        _write_all(fd, ends[1])
+                finally:
+                    os.close(fd)
+                if ends is None:  # nothing to store: the key goes
+                    os.unlink(tmp)
+                    self._remove(key)
+                    return
+                os.replace(tmp, path)
+            except BaseException:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+                raise
+        except OSError as e:
+            raise StoreError(f"cannot write key {key!r} to {path!r}: {_describe(e)}") from e
+
+    async def set_streamed(self, key: str, value: Streamed) -> None:
+        if isinstance(value.body, Iterable):
+            await asyncio.to_thread(self.set_streamed_sync, key, value)
+        else:
+            await super().set_streamed(key, value)
 
     def _update_locked(self, key: str, update: Update) -> None:
         """Blocking: one read-modify-write of ``key`` under its lock across processes.

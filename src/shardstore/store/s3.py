@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
-from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -42,6 +42,7 @@ from .http import (
     make_client_options,
     retry_config,
 )
+from .streamed import Buffer, Streamed, checked_ends
 
 __all__ = ["S3Store", "s3_credentials", "s3_store_from_url"]
 
@@ -55,6 +56,11 @@ def _env(*names: str) -> str | None:
         if value:
             return value
     return None
+
+
+async def _as_async(parts: Iterable[Buffer]) -> AsyncIterator[Buffer]:
+    for part in parts:
+        yield part
 
 
 class S3Store(ObjectStoreBase):
@@ -210,6 +216,55 @@ class S3Store(ObjectStoreBase):
 
     async def _set(self, key: str, value: bytes) -> None:
         await self._put(key, value)
+
+    async def set_streamed(self, key: str, value: Streamed) -> None:
+        """A value without a head streams as a multipart upload (parts of
+        ``multipart_chunk_size``, at least the S3 minimum of 5 MiB; the object appears only
+        when the upload completes, so readers see the old value until then). Unconditional,
+        like every whole-value write here; a value with a head (an index at the start) cannot
+        be written before its head is known, so it is collected and put at once."""
+        if value.head_size:
+            await super().set_streamed(key, value)
+            return
+        self._check_writable(key)
+        validate_key(key)
+        body = value.body
+        parts = body.__aiter__() if isinstance(body, AsyncIterable) else _as_async(body)
+        try:
+            first = await parts.__anext__()
+        except StopAsyncIteration:  # no part: finish says whether an empty value is stored
+            ends = checked_ends(key, value)
+            if ends is None:
+                await self._delete_many([key])
+            else:
+                await self._put(key, ends[1])
+            return
+
+        failed: list[BaseException] = []  # the body's own error (an encoder's), raised as it is
+
+        async def stream() -> AsyncIterator[Buffer]:
+            try:
+                yield first
+                async for part in parts:
+                    yield part
+                ends = checked_ends(key, value)
+            except BaseException as e:
+                failed.append(e)
+                raise
+            if ends is not None and ends[1]:
+                yield ends[1]
+
+        obs = import_obstore()
+        if self._cache is not None:
+            self._cache.drop(key)
+        try:
+            async with self._limit():
+                await obs.put_async(self._client, self._path(key), stream(), use_multipart=True,
+                                    chunk_size=self.multipart_chunk_size, max_concurrency=8)
+        except Exception as e:
+            if failed:
+                raise failed[0] from None
+            raise self._error("write", key, e) from e
 
     async def _delete(self, key: str) -> None:
         await self._delete_many([key])

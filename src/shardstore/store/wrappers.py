@@ -18,6 +18,7 @@ from .base import (
 
 if TYPE_CHECKING:
     from ._filelock import Lease
+    from .streamed import Streamed
     from .sync_protocols import SupportsFilePath, SupportsGetSync, SupportsSetSync
 
 __all__ = ["AsyncOnlyStore", "PrefixStore", "ReadOnlyStore", "RecordingStore", "Request", "SyncRecordingStore"]
@@ -90,6 +91,17 @@ class _Wrapper(Store):
         if items:
             self._check_writable(items[0][0], more=len(items) - 1)
         writes.update_many_sync([(self._full(validate_key(k)), v) for k, v in items])
+
+    def set_streamed_sync(self, key: str, value: Streamed) -> None:
+        if self._base_writes is None:
+            raise TypeError(f"{self!r} declares no synchronous writes")
+        self._check_writable(key)
+        self.base.set_streamed_sync(self._full(validate_key(key)), value)
+
+    async def set_streamed(self, key: str, value: Streamed) -> None:
+        # the base streams it (a local temp file, an S3 multipart upload) as it can
+        self._check_writable(key)
+        await self.base.set_streamed(self._full(validate_key(key)), value)
 
     @property
     def read_only(self) -> bool:
@@ -303,6 +315,10 @@ class RecordingStore(_Wrapper):
         self.requests.append(Request("set", key, None))
         await self.base.set(key, value)
 
+    async def set_streamed(self, key: str, value: Streamed) -> None:
+        self.requests.append(Request("set", validate_key(key), None))  # (one put, streamed)
+        await super().set_streamed(key, value)
+
     async def get_ranges_at(
         self, key: str, ranges: Sequence[ByteRange | None], generation: Hashable | None
     ) -> list[bytes | None] | None:
@@ -374,6 +390,10 @@ class SyncRecordingStore(RecordingStore):
     def set_sync(self, key: str, value: bytes | Parts | None, atomic: bool = True) -> None:
         self.requests.append(Request("set" if value is not None else "delete", validate_key(key), None))
         super().set_sync(key, value, atomic)
+
+    def set_streamed_sync(self, key: str, value: Streamed) -> None:
+        self.requests.append(Request("set", validate_key(key), None))
+        super().set_streamed_sync(key, value)
 
     def update_many_sync(self, items: Sequence[tuple[str, bytes | Parts | Update | None]]) -> None:
         super().update_many_sync(self._recorded_items(items))

@@ -44,13 +44,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import random
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 import pytest
 
 from ..errors import ConflictError, InvalidKeyError, ReadOnlyError, StoreError
 from ..store.base import MISSING, ByteRange, OffsetBR, RangeBR, Store, SuffixBR, slice_range
+from ..store.streamed import Streamed
 from ..store.wrappers import ReadOnlyStore
 
 __all__ = ["StoreTests", "async_test", "BYTE_RANGES", "INVALID_KEYS"]
@@ -434,6 +435,33 @@ class StoreTests:
         writes.update_many_sync([(keys[0], append), (keys[1], append), (keys[2], b"plain")])
         assert seen == [b"second", None]
         assert [await store.get(k) for k in keys[:3]] == [b"second+", b"+", b"plain"]
+
+    @async_test
+    async def test_set_streamed(self, store: Store) -> None:
+        """A value given as a stream (``store.streamed``): head written last into its
+        reserved bytes, the body's parts, the tail; ``finish`` None deletes the key."""
+        keys = self.sample_keys()
+
+        def streamed(body: Any, head: bytes = b"HEAD", tail: bytes = b"|tail") -> Streamed:
+            return Streamed(body, lambda: (head, tail), len(head))
+
+        async def parts() -> AsyncIterator[bytes]:
+            for part in (b"as", b"", b"ync"):
+                yield part
+
+        await store.set_streamed(keys[0], streamed(iter([b"one", b"-", b"two"])))
+        await store.set_streamed(keys[1], streamed(parts(), b"", b""))
+        assert await store.get(keys[0]) == b"HEADone-two|tail"
+        assert await store.get(keys[1]) == b"async"
+        await store.set_streamed(keys[0], Streamed(iter([]), lambda: None))  # nothing: deleted
+        assert await store.get(keys[0]) is None
+        with pytest.raises(StoreError, match="reserved"):  # a head of another size than reserved
+            await store.set_streamed(keys[1], Streamed(iter([b"x"]), lambda: (b"12", b""), 3))
+        assert await store.get(keys[1]) == b"async"  # (the old value stays)
+        writes = store.sync_writes
+        if writes is not None:
+            await asyncio.to_thread(store.set_streamed_sync, keys[2], streamed(iter([b"s", b"ync"])))
+            assert await store.get(keys[2]) == b"HEADsync|tail"
 
     @async_test
     async def test_get_versioned_and_set_if(self, store: Store) -> None:

@@ -1,0 +1,134 @@
+"""Whole-shard writes streamed chunk by chunk: bounded memory for shards of any size.
+
+A write that covers every chunk of a shard does not need the stored shard, so nothing has to
+be merged: its chunks are encoded in the codec pool a bounded window at a time (at least two
+per codec thread, and ``IOConfig.stream_window_bytes`` of raw chunks), handed in the shard's
+layout order to the sharding adapter as they complete, and written by it to the destination
+as they arrive (``store.streamed``: a local temp file renamed into place at the end, an S3
+multipart upload); the index is written last. Memory beside the input is the window, not
+the shard (a 2 GiB shard would otherwise be held encoded, whole, before one ``set``).
+
+The chunks and their order are described once (``streamed_unit``, ``_encoded_now`` /
+``_encoded``); the blocking runner (a thread consuming a plain iterator, for stores that
+write from any thread) and the async one (an async iterator, for S3) differ only in how they
+wait for the next encoded chunk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections import deque
+from collections.abc import AsyncGenerator, Callable, Generator, Sequence
+from concurrent.futures import Executor, Future
+from typing import TYPE_CHECKING
+
+from .._sync import codec_pool, codec_pool_size, io_pool
+from .indexing import ChunkProjection
+from .layout import ChunkLayout
+
+if TYPE_CHECKING:
+    from ..store.streamed import Buffer, SupportsUnitStreams
+
+__all__ = ["StreamedUnit", "stream_unit", "stream_unit_now", "streamed_unit"]
+
+#: the encoded chunk of one projection of the write (None: all fill, absent from the shard)
+Encode = Callable[[ChunkProjection, str], "bytes | None"]
+
+#: a shard's writer and its chunks, in the order its layout takes them
+StreamedUnit = tuple["SupportsUnitStreams", list[tuple[ChunkProjection, str]]]
+
+
+def streamed_unit(layout: ChunkLayout, group: Sequence[ChunkProjection]) -> StreamedUnit | None:
+    """The group's shard writer and its chunks in layout order, when the group writes every
+    chunk of one shard whole, the shard is at least ``stream_unit_bytes`` and its adapter
+    streams (``Store.unit_streams``); else None (write it the usual way)."""
+    streams = layout.store.unit_streams
+    if streams is None or not group or not all(p.is_complete for p in group):
+        return None
+    if len(group) * _chunk_nbytes(layout) < layout.config.stream_unit_bytes:
+        return None
+    keys = [layout.chunk_key(p.coords) for p in group]
+    order = streams.stream_order(keys)
+    if order is None:
+        return None
+    by_key = dict(zip(keys, group))
+    return streams, [(by_key[key], key) for key in order]
+
+
+def _chunk_nbytes(layout: ChunkLayout) -> int:
+    return math.prod(layout.grid.chunk_shape) * layout.spec.dtype.itemsize
+
+
+def _window(layout: ChunkLayout) -> int:
+    """Chunks in flight: the window's bytes' worth, at least two per codec thread."""
+    config = layout.config
+    return max(2 * codec_pool_size(config.codec_threads), config.stream_window_bytes // max(_chunk_nbytes(layout), 1))
+
+
+def _prepared(encode: Encode, prepare: Callable[[bytes], Buffer], p: ChunkProjection, key: str) -> Buffer | None:
+    """One chunk as the shard stores it (run in the codec pool)."""
+    data = encode(p, key)
+    return None if data is None else prepare(data)
+
+
+def _encoded_now(
+    items: list[tuple[ChunkProjection, str]], encode: Encode, prepare: Callable[[bytes], Buffer], window: int, pool: Executor
+) -> Generator[Buffer | None, None, None]:
+    """The chunks encoded in ``pool``, ``window`` at a time, yielded in order as they finish."""
+    pending: deque[Future] = deque()
+    try:
+        for p, key in items:
+            pending.append(pool.submit(_prepared, encode, prepare, p, key))
+            if len(pending) >= window:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:  # (stopped early by an error: the queued encodes are dropped)
+        for f in pending:
+            f.cancel()
+
+
+async def _encoded(
+    items: list[tuple[ChunkProjection, str]], encode: Encode, prepare: Callable[[bytes], Buffer], window: int, pool: Executor
+) -> AsyncGenerator[Buffer | None, None]:
+    """``_encoded_now`` awaited on the event loop."""
+    loop = asyncio.get_running_loop()
+    pending: deque[asyncio.Future] = deque()
+    try:
+        for p, key in items:
+            pending.append(loop.run_in_executor(pool, _prepared, encode, prepare, p, key))
+            if len(pending) >= window:
+                yield await pending.popleft()
+        while pending:
+            yield await pending.popleft()
+    finally:
+        for f in pending:
+            f.cancel()
+
+
+def stream_unit_now(layout: ChunkLayout, unit: StreamedUnit, encode: Encode) -> None:
+    """Write one shard (``streamed_unit``) on this thread, its chunks encoded in the codec
+    pool as the writer consumes them. The caller holds the shard's lock, and is not itself a
+    codec pool thread (it waits for that pool's jobs)."""
+    streams, items = unit
+    chunks = _encoded_now(items, encode, streams.stream_value, _window(layout), codec_pool(layout.config.codec_threads))
+    try:
+        streams.stream_unit_sync([key for _, key in items], chunks)
+    finally:
+        chunks.close()
+
+
+async def stream_unit(layout: ChunkLayout, unit: StreamedUnit, encode: Encode) -> None:
+    """``stream_unit_now`` from the event loop: on an I/O thread when the adapter's base
+    writes from any thread (files, memory), else with the chunks awaited here (S3)."""
+    streams, items = unit
+    config = layout.config
+    if streams.streams_sync:
+        await asyncio.get_running_loop().run_in_executor(io_pool(config.io_threads), stream_unit_now, layout, unit, encode)
+        return
+    chunks = _encoded(items, encode, streams.stream_value, _window(layout), codec_pool(config.codec_threads))
+    try:
+        await streams.stream_unit([key for _, key in items], chunks)
+    finally:
+        await chunks.aclose()
