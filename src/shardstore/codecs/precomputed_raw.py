@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import CodecError, MetadataError
 from .._assign import assign
+from ..errors import CodecError, MetadataError
 from .base import ArrayBytesCodec, ChunkSpec
 from .registry import register_codec
 
