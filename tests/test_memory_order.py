@@ -20,9 +20,10 @@ import pytest
 
 import shardstore
 from shardstore import bcolz as sbz
-from shardstore.codecs import precomputed_raw
+from shardstore.codecs import bytes_, memory_order, n5_block, precomputed_raw
 from shardstore.codecs.base import ArrayBytesCodec
 from shardstore.codecs.bytes_ import BytesCodec
+from shardstore.codecs.memory_order import copy_to_c_order, first_axis_fastest
 from shardstore.codecs.n5_block import N5BlockCodec
 from shardstore.codecs.precomputed_raw import PrecomputedRawCodec
 from shardstore.store import LocalStore
@@ -183,4 +184,45 @@ def test_zarr_and_n5_codecs_receive_views_of_the_input(
     chunks = [c for c in spy.arrays if c.shape == CHUNK]  # (not a shard's index)
     assert len(chunks) == 8
     assert all(np.shares_memory(c, x) for c in chunks)
+    np.testing.assert_array_equal(a[...], x)
+
+
+@pytest.mark.parametrize("shape", [(5, 7), (4, 6, 8), (3, 1, 5, 2), (8, 8, 8), (1, 9)])
+@pytest.mark.parametrize("out_dtype", ["<u2", ">u2", "<f8"])
+def test_copy_to_c_order_lays_out_fortran_boxes(shape: tuple[int, ...], out_dtype: str) -> None:
+    x = np.random.default_rng(7).integers(0, 60000, shape).astype(np.uint16)
+    for name, value in _layouts(x):
+        out = np.empty(shape, dtype=out_dtype)
+        if first_axis_fastest(value):
+            copy_to_c_order(value, out)
+        else:
+            assert name not in ("F", "strided F") or sum(n > 1 for n in shape) < 2, name
+            out[...] = value
+        np.testing.assert_array_equal(out, x, err_msg=name)
+
+
+def test_broadcast_and_c_ordered_values_are_not_fortran() -> None:
+    assert not first_axis_fastest(np.zeros((4, 5)))
+    assert not first_axis_fastest(np.broadcast_to(np.arange(5.0), (4, 5)).T)
+    assert not first_axis_fastest(np.zeros(7))
+    assert first_axis_fastest(np.zeros((4, 5), order="F")[::-1, ::2])
+
+
+@pytest.mark.parametrize("fmt", ["zarr3", "n5-raw", "n5-gzip"])
+def test_fortran_input_takes_the_two_pass_copy(fmt: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Zarr v3 and N5 lay a Fortran-ordered chunk out by ``copy_to_c_order`` (not NumPy's
+    element-by-element transposing copy, nor the native raw writer's)."""
+    calls: list[tuple[int, ...]] = []
+    real = memory_order.copy_to_c_order
+
+    def counted(a: np.ndarray, out: np.ndarray) -> None:
+        calls.append(a.shape)
+        real(a, out)
+
+    for module in (bytes_, n5_block):
+        monkeypatch.setattr(module, "copy_to_c_order", counted)
+    a = FORMATS[fmt][0](LocalStore(tmp_path), (16, 16, 16))
+    x = np.asfortranarray(_values((16, 16, 16), 8))
+    a[...] = x
+    assert calls == [CHUNK] * 8
     np.testing.assert_array_equal(a[...], x)
