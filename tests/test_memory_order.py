@@ -3,7 +3,7 @@ stored order are encoded without an intermediate transpose.
 
 Every format is written from C-ordered, Fortran-ordered, strided and negatively stepped
 inputs on both runners and compared with NumPy; reads return the order each format stores
-its chunks in (the documented table in docs/precomputed.md). The spies below check the *how*:
+its chunks in (the table under "Memory order" in README.md). The spies below check the *how*:
 an array->bytes codec receives a view of the caller's data (no copy by the core or the
 pipeline before the codec's own single layout copy), and a Fortran-ordered write to
 precomputed never goes through the transposing path.
