@@ -3,7 +3,8 @@
 No needless copies: encoding a native-order, C-contiguous array returns a read-only
 ``memoryview`` over the array's memory; decoding native-order data returns a view of the input
 buffer (read-only when the input is ``bytes``). Only a byte swap, a layout change or bool
-normalisation costs a copy, and then exactly one.
+normalisation costs a copy, and then exactly one; a box of a Fortran-ordered input is laid
+out by ``memory_order.copy_to_c_order`` (a cache-friendly transpose in three passes).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 from .._assign import assign
 from ..errors import CodecError, MetadataError
 from .base import ArrayBytesCodec, ChunkSpec
+from .memory_order import copy_to_c_order, first_axis_fastest
 from .registry import register_codec
 
 __all__ = ["BytesCodec"]
@@ -91,7 +93,11 @@ class BytesCodec(ArrayBytesCodec):
         stored = self._stored_dtype(np.dtype(spec.dtype))
         if array.dtype.kind == "b":
             array = array.view(np.uint8) if array.flags.c_contiguous else array.astype(np.uint8)
-        if not array.flags.c_contiguous and array.dtype == stored:
+        if first_axis_fastest(array):  # a box of a Fortran-ordered input (see memory_order)
+            laid = np.empty(array.shape, dtype=stored)
+            copy_to_c_order(array, laid)
+            array = laid
+        elif not array.flags.c_contiguous and array.dtype == stored:
             laid = np.empty(array.shape, dtype=stored)
             assign(laid, ..., array)  # row-wise: about twice as fast as NumPy's own copy
             array = laid

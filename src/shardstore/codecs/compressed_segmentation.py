@@ -105,6 +105,8 @@ class CompressedSegmentationCodec(ArrayBytesCodec):
     """``compressed_segmentation`` with ``block_size`` ``[bx, by, bz]`` (from the ``info``)."""
 
     name = "compressed_segmentation"
+    #: the per-channel ``np.asfortranarray`` lays any strides out in one copy (a row copy for Fortran-ordered input)
+    accepts_strided = True
     # compressed_segmentation.decompress holds the GIL for the whole decode: threads would
     # only take turns (and pay the hand-offs), so the core decodes these on one thread
     holds_gil = True

@@ -36,6 +36,7 @@ from . import lz4 as _lz4  # noqa: F401
 from . import xz as _xz  # noqa: F401
 from . import zstd as _zstd  # noqa: F401
 from .base import ArrayBytesCodec, BytesBytesCodec, ChunkSpec, N5Compression, decode_to_scratch
+from .memory_order import copy_to_c_order, first_axis_fastest
 from .registry import get_codec_class, register_codec
 
 __all__ = [
@@ -224,12 +225,22 @@ class N5BlockCodec(ArrayBytesCodec):
     def _block(self, header: bytes, values: np.ndarray, spec: ChunkSpec) -> bytes | bytearray:
         """``header`` + the compressed big-endian C-order elements of ``values``."""
         stored = np.dtype(spec.dtype).newbyteorder(">")
+        fortran = first_axis_fastest(values)  # a box of a Fortran-ordered input (see memory_order)
         if self._raw:  # one copy: swap bytes and lay out straight into the block buffer
             out = bytearray(len(header) + values.size * stored.itemsize)
             out[: len(header)] = header
-            assign(np.frombuffer(out, dtype=stored, offset=len(header)).reshape(values.shape), ..., values)
+            laid = np.frombuffer(out, dtype=stored, offset=len(header)).reshape(values.shape)
+            if fortran:
+                copy_to_c_order(values, laid)
+            else:
+                assign(laid, ..., values)
             return out
-        flat = np.asarray(values, dtype=stored, order="C").reshape(-1)  # one pass: swap + layout
+        if fortran:
+            flat = np.empty(values.shape, dtype=stored)
+            copy_to_c_order(values, flat)
+            flat = flat.reshape(-1)
+        else:
+            flat = np.asarray(values, dtype=stored, order="C").reshape(-1)  # one pass: swap + layout
         payload = self.compression.encode(flat.view(np.uint8).data.toreadonly(), spec)
         return b"".join((header, payload))
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -17,6 +17,7 @@ from ..config import IOConfig
 from ..errors import CodecError, MetadataError
 from .base import ArrayArrayCodec, ArrayBytesCodec, BytesBytesCodec, ChunkSpec, Codec, decode_to_scratch
 from .registry import codec_from_config
+from .transpose import TransposeCodec
 
 __all__ = ["CodecPipeline"]
 
@@ -124,11 +125,33 @@ class CodecPipeline:
         self._last = (spec, plan)
         return plan
 
+    @functools.cached_property
+    def stored_order(self) -> Literal["C", "F"]:
+        """The memory order a chunk's elements are stored in: "F" when the array->array codecs
+        reverse the axes (Zarr v3 ``transpose`` with order ``[n-1, ..., 0]``, as arrays
+        converted from Zarr v2 ``order: "F"`` have), so that a Fortran-ordered result receives
+        a decoded chunk by a plain copy and a Fortran-ordered input is encoded without a
+        transpose; else "C" (another permutation: neither order is free)."""
+        perm: tuple[int, ...] | None = None
+        for codec in self.array_array:
+            if not isinstance(codec, TransposeCodec):
+                return "C"
+            perm = codec.order if perm is None else tuple(perm[i] for i in codec.order)
+        if perm is not None and len(perm) > 1 and perm == tuple(range(len(perm)))[::-1]:
+            return "F"
+        return "C"
+
+    @functools.cached_property
+    def _takes_strided(self) -> bool:
+        """Whether the chain lays out an array of any strides itself: every array codec up to
+        the array->bytes one does (a transpose codec's view reaches that one's single copy)."""
+        return all(c.accepts_strided for c in (*self.array_array, self.array_bytes))
+
     def encode(self, array: np.ndarray, spec: ChunkSpec) -> bytes:
-        """Encode ``array`` (any memory layout: made C-contiguous here unless the first codec
-        lays it out itself, see ``Codec.accepts_strided``)."""
+        """Encode ``array`` (any memory layout: made C-contiguous here unless the chain lays
+        it out itself, see ``Codec.accepts_strided``)."""
         specs, _ = self._plan(spec)
-        if not array.flags.c_contiguous and not self.codecs[0].accepts_strided:
+        if not array.flags.c_contiguous and not self._takes_strided:
             array = array.copy(order="C")  # (np.ascontiguousarray would turn 0-d into 1-d)
         for codec, s in zip(self.array_array, specs):
             array = codec.encode(array, s)

@@ -41,6 +41,8 @@ class PngCodec(ArrayBytesCodec):
     """``png``: ``level`` 0-9 is the zlib effort (writer option; None = the library default)."""
 
     name = "png"
+    #: ``to_image`` lays any strides out in one copy (a row copy for Fortran-ordered input)
+    accepts_strided = True
 
     def __init__(self, level: int | None = None) -> None:
         if level is not None and (not isinstance(level, int) or isinstance(level, bool) or not 0 <= level <= 9):

@@ -8,6 +8,12 @@ does the transposition in the same pass that places the chunk. Read straight fro
 bytes, that copy would walk z with a stride of a power of two (4096 bytes for 64^3 uint8
 chunks), which maps every step to the same cache set: the one strided copy then costs
 several times the two copies through the padded buffer.
+
+Encoding takes the chunk in any memory layout (``accepts_strided``): a chunk cut out of an
+``[x, y, z, c]`` array in Fortran order (what CloudVolume and tensorstore hand their users,
+and what precomputed reads return) already runs x fastest, so it is laid out with one copy of
+whole x rows (``fortran_copy``), no transposition; other layouts go through
+``xyzc_to_fortran``.
 """
 
 from __future__ import annotations
@@ -16,11 +22,12 @@ from typing import Any
 
 import numpy as np
 
+from .._assign import assign
 from ..errors import CodecError, MetadataError
 from .base import ArrayBytesCodec, ChunkSpec
 from .registry import register_codec
 
-__all__ = ["PrecomputedRawCodec", "fortran_to_xyzc", "xyzc_to_fortran"]
+__all__ = ["PrecomputedRawCodec", "fortran_copy", "fortran_to_xyzc", "runs_x_fastest", "xyzc_to_fortran"]
 
 
 def fortran_to_xyzc(a: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -39,6 +46,27 @@ def fortran_to_xyzc(a: np.ndarray, dtype: np.dtype) -> np.ndarray:
     out = np.empty((sx, sy, sz, nc), dtype=dtype)
     for c in range(nc):
         out[..., c] = czyx[c].transpose(2, 1, 0)
+    return out
+
+
+def runs_x_fastest(a: np.ndarray) -> bool:
+    """Whether x is the innermost axis of ``a``'s memory (``[x, y, z, c]`` in Fortran order, or
+    a box cut out of such an array): then the stored layout is a copy of whole x rows."""
+    if a.shape[0] < 2:
+        return False
+    step = abs(a.strides[0])
+    return all(n < 2 or abs(s) > step for n, s in zip(a.shape[1:], a.strides[1:]))
+
+
+def fortran_copy(a: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``[x, y, z, c]`` whose x runs fastest (``runs_x_fastest``) -> a C-contiguous
+    ``[c, z, y, x]`` of ``dtype``: one copy of whole x rows, converting the byte order on the
+    way; none when ``a`` is that array already (a whole Fortran-contiguous chunk)."""
+    czyx = a.transpose(3, 2, 1, 0)
+    if czyx.flags.c_contiguous and czyx.dtype == dtype:
+        return czyx
+    out = np.empty(czyx.shape, dtype=dtype)
+    assign(out, ..., czyx)
     return out
 
 
@@ -68,6 +96,8 @@ class PrecomputedRawCodec(ArrayBytesCodec):
     """``raw``: no options."""
 
     name = "raw"
+    #: ``encode`` lays out any strides itself, in one copy for inputs that run x fastest
+    accepts_strided = True
 
     @classmethod
     def _from_configuration(cls, configuration: dict[str, Any]) -> PrecomputedRawCodec:
@@ -89,7 +119,15 @@ class PrecomputedRawCodec(ArrayBytesCodec):
     def encode(self, array: np.ndarray, spec: ChunkSpec) -> memoryview:
         if array.shape != spec.shape:
             raise CodecError(f"codec 'raw': array of shape {array.shape}, expected {spec.shape}")
-        out = xyzc_to_fortran(array, np.dtype(spec.dtype).newbyteorder("<"))
+        stored = np.dtype(spec.dtype).newbyteorder("<")
+        if runs_x_fastest(array):
+            out = fortran_copy(array, stored)
+        else:
+            if not array.flags.c_contiguous:
+                # a box of a C-ordered array: gathered first, so that the transposing copies
+                # below walk one compact chunk instead of the large array's strides
+                array = array.copy(order="C")
+            out = xyzc_to_fortran(array, stored)
         return out.reshape(-1).view(np.uint8).data
 
     def _stored(self, data: bytes, spec: ChunkSpec) -> np.ndarray:

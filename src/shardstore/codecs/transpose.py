@@ -38,6 +38,9 @@ class TransposeCodec(ArrayArrayCodec):
     """``transpose``: ``order[i]`` is the input axis that becomes output axis ``i``."""
 
     light = True
+    #: ``encode`` returns a view of any input; the array->bytes codec after it lays it out
+    #: (the pipeline copies first only if that one does not take strides either)
+    accepts_strided = True
 
     name = "transpose"
 

@@ -331,7 +331,7 @@ class AsyncArray:
         fill = layout.spec.fill_value
         value = np.asarray(value, dtype=layout.spec.dtype)
         if value.shape != spec.shape:  # a padded edge chunk: fill outside the array
-            chunk = np.full(spec.shape, fill, dtype=spec.dtype)
+            chunk = np.full(spec.shape, fill, dtype=spec.dtype, order=layout.order)
             chunk[tuple(slice(0, n) for n in value.shape)] = value
             value = chunk
         if not layout.store_fill_chunks and fill_mask(value, fill):

@@ -355,12 +355,13 @@ def _encode(
     if p.is_complete and _whole_chunk(p, spec.shape):
         chunk = value[p.out_selection]  # a view: the pipeline lays it out (one copy, not two)
     else:
+        # merged in the stored memory order (``layout.order``), so that encoding it is no transpose
         if p.is_complete or old is None:
-            chunk = np.full(spec.shape, fill, dtype=spec.dtype)
+            chunk = np.full(spec.shape, fill, dtype=spec.dtype, order=layout.order)
         else:
             chunk = _decode(layout, key, p.coords, old)
             if not chunk.flags.writeable:
-                chunk = chunk.copy()
+                chunk = chunk.copy(order="K")
         assign(chunk, p.chunk_selection, value[p.out_selection])
         if layout.edge_chunks == "padded" and layout.grid.chunk_is_edge(p.coords):
             _reset_outside(layout, chunk, p.coords, layout.spec.shape)
@@ -496,10 +497,10 @@ def _rechunk(
     fill = new.spec.fill_value
     if new.edge_chunks == "padded":
         if not chunk.flags.writeable:
-            chunk = chunk.copy()
+            chunk = chunk.copy(order="K")
         _reset_outside(new, chunk, coords, new.spec.shape)
     else:  # clipped: the chunk's stored shape changes with the array's
-        grown = np.full(spec.shape, fill, dtype=spec.dtype)
+        grown = np.full(spec.shape, fill, dtype=spec.dtype, order=new.order)
         overlap = tuple(slice(0, min(a, b)) for a, b in zip(chunk.shape, spec.shape))
         grown[overlap] = chunk[overlap]
         chunk = grown

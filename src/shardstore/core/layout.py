@@ -49,7 +49,8 @@ def fill_mask(chunk: np.ndarray, fill_value: Any) -> bool:
         width = chunk.dtype.itemsize // (2 if chunk.dtype.kind == "c" else 1)
         as_uint = np.dtype(f"u{width}")
         fill = np.array([fill_value], dtype=chunk.dtype).view(as_uint)
-        bits = np.ascontiguousarray(chunk).reshape(-1).view(as_uint).reshape(-1, len(fill))
+        # (memory order: a chunk of a Fortran-ordered input is read along its rows, not transposed)
+        bits = chunk.ravel(order="K").view(as_uint).reshape(-1, len(fill))
         return bool((bits == fill).all())
     return bool((chunk == fill_value).all())
 

@@ -114,6 +114,8 @@ class Zarr3Driver(FormatDriver):
             chunk_key=key_fn,
             write_ratio=tuple(s // c for s, c in zip(meta.chunk_shape, read_chunk)),
             describe_key=self._describer(levels),
+            # results in the order chunks are stored in: C, or F behind a reversing transpose
+            order=pipeline.stored_order,
         )
 
     def _describer(self, levels: list[ShardLayout]) -> Callable[[str], str]:
