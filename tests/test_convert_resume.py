@@ -54,11 +54,11 @@ def test_sigkill_then_rerun_gives_the_bytes_of_an_uninterrupted_run(tmp_path: Pa
         import os, signal
         import shardstore.ops.convert as conv
         original, calls = conv.copy_box, [0]
-        def copy_then_die(arrays, item):
+        def copy_then_die(arrays, item, *rest):
             calls[0] += 1
             if calls[0] == 6:
                 os.kill(os.getpid(), signal.SIGKILL)
-            return original(arrays, item)
+            return original(arrays, item, *rest)
         conv.copy_box = copy_then_die
         conv.convert({str(src)!r}, {str(killed)!r}, **{ARGS!r})
     """)
