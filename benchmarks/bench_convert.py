@@ -194,7 +194,9 @@ def child(args: list[str]) -> None:
     cpu_s = cpu() - c0  # worker processes have been joined: RUSAGE_CHILDREN holds them
     # worker processes (shardstore x2) count too: the largest of this process and its children
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    print(json.dumps({"seconds": seconds, "cpu_s": cpu_s, "rss_mib": max(peak_rss_mib(), children), **extra}))
+    load = os.getloadavg()[0]  # the shared machine's runnable threads over the last minute, ours included
+    print(json.dumps({"seconds": seconds, "cpu_s": cpu_s, "rss_mib": max(peak_rss_mib(), children), "load": load,
+                      **extra}))
 
 
 # --------------------------------------------------------------------------- table (parent)
@@ -214,10 +216,11 @@ RATIOS = [("shardstore x1", "tensorstore"), ("shardstore x1", "dask+zarr"), ("sh
 
 
 def _markdown(results: dict[str, dict[str, list[dict[str, Any]]]], rows: list[str]) -> str:
-    """One line per case and row: median seconds, CPU s, utilisation, largest RSS, and the
-    ratios (median seconds of the other row / this row's)."""
-    lines = ["| case | row | runs | s (median) | CPU s | CPU s / s | peak RSS MiB | ratio |",
-             "|---|---|---|---|---|---|---|---|"]
+    """One line per case and row: median seconds, CPU s, utilisation, largest RSS, the machine's
+    load average at the end of the runs, and the ratios (median seconds of the other row / this
+    row's)."""
+    lines = ["| case | row | runs | s (median) | CPU s | CPU s / s | peak RSS MiB | load | ratio |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for case, by_row in results.items():
         med = {r: statistics.median(x["seconds"] for x in runs) for r, runs in by_row.items()}
         for row in rows:
@@ -226,9 +229,11 @@ def _markdown(results: dict[str, dict[str, list[dict[str, Any]]]], rows: list[st
                 continue
             cpu = statistics.median(x["cpu_s"] for x in runs)
             rss = max(x["rss_mib"] for x in runs)
+            loads = [x["load"] for x in runs if "load" in x]
+            load = f"{statistics.median(loads):.1f}" if loads else "-"
             ratios = [f"{med[den] / med[num]:.2f} vs {den}" for num, den in RATIOS if num == row and den in med]
             lines.append(f"| ({case}) | {row} | {len(runs)} | {med[row]:.2f} | {cpu:.2f} | {cpu / med[row]:.2f} | "
-                         f"{rss:,.0f} | {'; '.join(ratios) or '-'} |")
+                         f"{rss:,.0f} | {load} | {'; '.join(ratios) or '-'} |")
     return "\n".join(lines)
 
 
