@@ -79,7 +79,9 @@ def add_parser(add: AddCommand, name: str = "convert") -> None:
     p.add_argument("--overwrite", action="store_true", help="replace DST if it exists")
     p.add_argument("--max-memory", type=parse_size, default=None, metavar="SIZE",
                    help="memory budget, e.g. 2G (default: a quarter of RAM, at most 16G)")
-    p.add_argument("--workers", type=int, default=1, metavar="N", help="local worker processes (default 1)")
+    p.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="local worker processes, each owning whole destination shards and taking its share of "
+                        "the CPUs as codec threads (default 1: one process, whose threads use every CPU)")
     p.add_argument("--scheduler", metavar="ADDRESS", help="run the tasks on this dask.distributed scheduler")
     p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
                    help="continue an interrupted conversion with the same arguments (default on)")

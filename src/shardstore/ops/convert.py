@@ -14,18 +14,20 @@ re-encoded. ``DST/.shardstore-convert.json`` records finished tasks, so a killed
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import functools
 import json
 import math
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .._sync import sync
+from ..config import IOConfig
 from ..core.array import Array
 from ..errors import ContainsNodeError, NodeTypeError, ShardStoreError
 from ..store.base import Store
@@ -33,13 +35,16 @@ from ..store.registry import store_from_url
 from .convert_meta import Target, describe_source, ome_attributes, plan_target
 from .convert_plan import DEFAULT_TASK_BYTES, MEMORY_FACTOR, Box, Endpoint, Job, plan_boxes
 from .convert_resume import MANIFEST_KEY, Manifest, digest, load_manifest
-from .convert_task import Arrays, TaskStats, compare_box, copy_box
+from .convert_task import Arrays, SourceData, TaskStats, compare_box, copy_box, read_box
 from .downsample import parse_size
-from .scaleout import run_tasks
+from .scaleout import run_tasks, threads_per_worker
 from .verbatim import verbatim_mode
 
 __all__ = ["ConvertResult", "convert", "default_max_memory", "MANIFEST_KEY"]
 
+#: a box read ahead (``_run_read_ahead``) holds about this multiple of its uncompressed bytes
+#: (the block, the decode buffers in flight) beside the ``MEMORY_FACTOR`` of the box being written
+READ_AHEAD_FACTOR = 2
 #: the default memory budget: this fraction of the machine's RAM, at most ``_MAX_DEFAULT``
 _RAM_FRACTION = 4
 _MAX_DEFAULT = 16 << 30
@@ -70,6 +75,10 @@ class _RunOptions:
 
     budget: int
     workers: int
+    #: how this process opens the arrays (every CPU it may use)
+    config: IOConfig
+    #: how worker processes open the arrays (their share of the codec threads)
+    worker_config: IOConfig | None
     scheduler: str | None
     resume: bool
     overwrite: bool
@@ -127,10 +136,20 @@ def _same_place(src: Any, dst: Any) -> bool:
     return a == b or a in b.parents or b in a.parents
 
 
-def _open_source(src: Any, storage: dict[str, Any] | None) -> Any:
+def _open_source(src: Any, storage: dict[str, Any] | None, config: IOConfig) -> Any:
     from ..api import open as open_node
 
-    return open_node(src, mode="r", storage_options=_options(src, storage))
+    return open_node(src, mode="r", storage_options=_options(src, storage), config=config)
+
+
+def _process_config(workers: int) -> IOConfig:
+    """The configuration one of ``workers`` local processes opens the arrays with: the defaults
+    (and ``SHARDSTORE_*`` overrides), with the process's share of the CPUs as codec threads
+    unless ``SHARDSTORE_CODEC_THREADS`` says otherwise."""
+    config = IOConfig.from_env()
+    if config.codec_threads is None:
+        config = config.replace(codec_threads=threads_per_worker(workers))
+    return config
 
 
 def _options(where: Any, storage: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -185,7 +204,8 @@ def convert(  # noqa: C901 - the steps of one conversion, in order
     chunk_arg, shard_arg = _shape_arg(chunks, "--chunks"), _shape_arg(shards, "--shards")
     if isinstance(chunk_arg, str):
         raise ShardStoreError("--chunks none: give a chunk shape")
-    node = _open_source(src, storage)
+    here = _process_config(1)  # this process: every CPU it may use
+    node = _open_source(src, storage, here)
     sources = _sources(node, src)
     targets: list[tuple[str, str, Array, Target]] = []  # (src path, dst path, source, target)
     for sub, a in sources:
@@ -201,7 +221,9 @@ def convert(  # noqa: C901 - the steps of one conversion, in order
     fresh = local is not None and (not local.exists() or (local.is_dir() and not any(local.iterdir())))
     try:
         dst_store = store_from_url(dst, mode="w", storage_options=_options(dst, storage))
-        run = _RunOptions(budget, workers, scheduler, resume, overwrite, verify, progress)
+        # worker processes share the CPUs; Dask workers keep their own defaults
+        worker_config = _process_config(workers) if scheduler is None else None
+        run = _RunOptions(budget, workers, here, worker_config, scheduler, resume, overwrite, verify, progress)
         return _convert_into(dst_store, src, dst, to, targets, group_attrs, args, storage, run, t0)
     except BaseException:
         if fresh and local is not None and not _made_progress(local):
@@ -227,21 +249,25 @@ def _convert_into(dst_store: Store, src: Any, dst: Any, to: str, targets: list[t
         if overwrite:
             sync(dst_store.delete_prefix(""))
         _create(dst_store, to, targets, group_attrs, storage)
-    dsts = [_open_dst(dst_store, d) for _, d, _, _ in targets]
-    jobs, items, blocks, oversize, parallel = _jobs(src, dst, dst_store, targets, dsts, storage, run.budget,
-                                                    workers, old[1] if resuming and old else None)
+    dsts = [_open_dst(dst_store, d, run.config) for _, d, _, _ in targets]
+    jobs, items, blocks, oversize, parallel = _jobs(src, dst, dst_store, targets, dsts, storage, run,
+                                                    old[1] if resuming and old else None)
     manifest = Manifest(dst_store, args, blocks, set(done))
     if not resuming:
         manifest.save()
     arrays = Arrays(jobs, {(i, "src"): a for i, (_, _, a, _) in enumerate(targets)}
                     | {(i, "dst"): d for i, d in enumerate(dsts)})
     todo = [it for it in items if it[2] not in done]
-    stats = _run(arrays, todo, manifest, workers if parallel else 1, scheduler if parallel else None, run.progress,
-                 sum(_box_bytes(it[1], dsts[it[0]]) for it in items))
+    if not parallel:  # boxes share write units: one process
+        workers, scheduler = 1, None
+    # in this process, read the next box while this one is encoded, where the budget holds both
+    read_ahead = workers == 1 and scheduler is None and len(todo) > 1 and (
+        (MEMORY_FACTOR + READ_AHEAD_FACTOR) * max(_box_bytes(it[1], dsts[it[0]]) for it in todo) <= run.budget)
+    stats = _run(arrays, todo, manifest, workers, scheduler, run.progress,
+                 sum(_box_bytes(it[1], dsts[it[0]]) for it in items), read_ahead)
     mismatches = 0
     if run.verify:
-        mismatches = sum(run_tasks(functools.partial(compare_box, arrays), items,
-                                   workers=workers if parallel else 1, scheduler=scheduler if parallel else None))
+        mismatches = sum(run_tasks(functools.partial(compare_box, arrays), items, workers=workers, scheduler=scheduler))
         if mismatches:
             raise ShardStoreError(f"verify: {mismatches} element(s) of {str(dst)!r} differ from the source "
                                   "(the progress manifest is kept; rerun with --overwrite)")
@@ -295,18 +321,19 @@ def _create(store: Store, to: str, targets: list[tuple[str, str, Array, Target]]
             precomputed.create(store, path=path, mode="w-", **kw)
 
 
-def _open_dst(store: Store, path: str) -> Array:
+def _open_dst(store: Store, path: str, config: IOConfig) -> Array:
     from ..api import open as open_node
 
-    a = open_node(store, mode="r+", path=path or None)
+    a = open_node(store, mode="r+", path=path or None, config=config)
     if not isinstance(a, Array):
         raise NodeTypeError(f"convert: expected an array at {path!r} of the destination")
     return a
 
 
 def _jobs(src: Any, dst: Any, dst_store: Store, targets: list[tuple[str, str, Array, Target]], dsts: list[Array],
-          storage: dict[str, Any], budget: int, workers: int, blocks: list[list[int]] | None,
+          storage: dict[str, Any], run: _RunOptions, blocks: list[list[int]] | None,
           ) -> tuple[list[Job], list[tuple[int, Box, int]], list[list[int]], bool, bool]:
+    budget, workers = run.budget, run.workers
     src_opts = tuple(sorted((_options(src, storage) or {}).items()))
     dst_opts = tuple(sorted((_options(dst, storage) or {}).items()))
     per_task = max(1, min(DEFAULT_TASK_BYTES, budget // (MEMORY_FACTOR * workers)))
@@ -316,8 +343,8 @@ def _jobs(src: Any, dst: Any, dst_store: Store, targets: list[tuple[str, str, Ar
     oversize = False
     parallel = True
     for i, ((sub, path, a, t), d) in enumerate(zip(targets, dsts)):
-        src_ep = Endpoint(src, sub, src_opts)
-        dst_ep = Endpoint(dst if isinstance(dst, (str, os.PathLike)) else dst_store, path, dst_opts)
+        src_ep = Endpoint(src, sub, src_opts, run.worker_config)
+        dst_ep = Endpoint(dst if isinstance(dst, (str, os.PathLike)) else dst_store, path, dst_opts, run.worker_config)
         jobs.append(Job(src_ep, dst_ep, t.axis_map, verbatim_mode(a, d, t.axis_map)))
         src_chunks = tuple(a.chunks[m] if m is not None else 1 for m in t.axis_map)
         reuse = blocks[i] if blocks and i < len(blocks) and blocks[i] else None
@@ -335,7 +362,7 @@ def _box_bytes(box: Box, a: Array) -> int:
 
 
 def _run(arrays: Arrays, items: list[tuple[int, Box, int]], manifest: Manifest, workers: int, scheduler: str | None,
-         progress: bool, total: int) -> TaskStats:
+         progress: bool, total: int, read_ahead: bool) -> TaskStats:
     from tqdm.auto import tqdm
 
     stats = TaskStats()
@@ -352,10 +379,34 @@ def _run(arrays: Arrays, items: list[tuple[int, Box, int]], manifest: Manifest, 
         bar.update(_box_bytes(item[1], arrays.get(item[0], "dst")))
 
     try:
-        run_tasks(functools.partial(copy_box, arrays), items, workers=workers, scheduler=scheduler, on_done=done)
+        if read_ahead:
+            _run_read_ahead(arrays, items, done)
+        else:
+            run_tasks(functools.partial(copy_box, arrays), items, workers=workers, scheduler=scheduler, on_done=done)
     finally:
         bar.close()
     return stats
+
+
+def _run_read_ahead(arrays: Arrays, items: list[tuple[int, Box, int]],
+                    done: Callable[[tuple[int, Box, int], TaskStats], None]) -> None:
+    """The tasks in order, in this process, each box's source read on a helper thread while the
+    box before it is encoded and written. A task's read and write each leave CPU time unused
+    (a decoder that is fast next to the file reads, shard assembly and writes between encode
+    batches, a store adapter that decodes on its calling thread); overlapped, they fill it."""
+    with cf.ThreadPoolExecutor(1, thread_name_prefix="shardstore-convert-read") as reader:
+        ahead: cf.Future[SourceData] = reader.submit(read_box, arrays, items[0])
+        try:
+            for k, item in enumerate(items):
+                data = ahead.result()
+                if k + 1 < len(items):
+                    ahead = reader.submit(read_box, arrays, items[k + 1])
+                r = copy_box(arrays, item, data)
+                del data  # the block is not held while the next one is read
+                done(item, r)
+        except BaseException:
+            ahead.cancel()
+            raise
 
 
 def _has_keys(store: Store) -> bool:

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ..config import IOConfig
 from ..core.array import Array
 
 __all__ = ["Box", "Endpoint", "Job", "Plan", "plan_boxes", "chunks_in_box", "DEFAULT_TASK_BYTES"]
@@ -42,12 +43,14 @@ class Endpoint:
     url: Any
     path: str = ""
     storage_options: tuple[tuple[str, Any], ...] = ()
+    #: the I/O configuration of the process that opens it (None: the defaults)
+    config: IOConfig | None = None
 
     def open(self, mode: str) -> Array:
         from ..api import open as open_node
 
         return open_node(self.url, mode=mode, path=self.path or None,
-                         storage_options=dict(self.storage_options) or None)
+                         storage_options=dict(self.storage_options) or None, config=self.config)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ arrays itself, once per task. In this process the arrays opened by ``convert`` a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -16,7 +16,7 @@ from ..errors import ShardStoreError
 from .convert_plan import Box, Job, chunks_in_box
 from .verbatim import is_interior, src_coords
 
-__all__ = ["Arrays", "TaskStats", "copy_box", "compare_box", "read_as_dst"]
+__all__ = ["Arrays", "SourceData", "TaskStats", "copy_box", "compare_box", "read_as_dst", "read_box"]
 
 
 @dataclass
@@ -64,31 +64,56 @@ def read_as_dst(src: Array, box: Box, axis_map: tuple[int | None, ...]) -> np.nd
     return block
 
 
-def copy_box(arrays: Arrays, item: tuple[Any, ...]) -> TaskStats:
-    """Write destination box ``item[1]`` of job ``item[0]``: chunk bytes where they can be
-    copied verbatim, else read, reorder and write (the core encodes each shard once)."""
+@dataclass
+class SourceData:
+    """What one task read from the source, ready to be written: the whole box (``block``), or
+    stored chunk bytes copied as they are plus the edge chunks to re-encode (``edges``)."""
+
+    block: np.ndarray | None = None
+    chunk_bytes: list[tuple[tuple[int, ...], bytes | None]] = field(default_factory=list)
+    edges: list[tuple[tuple[int, ...], np.ndarray]] = field(default_factory=list)
+
+
+def read_box(arrays: Arrays, item: tuple[Any, ...]) -> SourceData:
+    """The read half of ``copy_box``: everything box ``item[1]`` of job ``item[0]`` needs from
+    the source. Separate so that a runner can read the next box while this one is encoded."""
     job_index, box = item[0], item[1]
     job = arrays.jobs[job_index]
     src, dst = arrays.get(job_index, "src"), arrays.get(job_index, "dst")
-    stats = TaskStats()
     if job.verbatim is None:
-        block = read_as_dst(src, box, job.axis_map)
-        stats.bytes_in = block.nbytes
-        stats.chunks_reencoded = len(chunks_in_box(box, dst.chunks))
-        dst[tuple(slice(a, b) for a, b in box)] = block
-        return stats
+        return SourceData(block=read_as_dst(src, box, job.axis_map))
     coords = chunks_in_box(box, dst.chunks)
     direct = [c for c in coords if job.verbatim == "all" or is_interior(dst, c)]
     found = src.read_chunks_bytes([src_coords(c, job.axis_map, src.ndim) for c in direct])
-    items: list[tuple[tuple[int, ...], bytes | None]] = list(zip(direct, found))
-    stats.chunks_verbatim = sum(d is not None for d in found)
-    stats.bytes_verbatim = sum(len(d) for d in found if d is not None)
-    stats.bytes_in = len(direct) * int(np.prod(dst.chunks)) * dst.dtype.itemsize
+    data = SourceData(chunk_bytes=list(zip(direct, found)))
     for c in coords:
         if job.verbatim == "all" or is_interior(dst, c):
             continue
         cbox = tuple((i * n, min((i + 1) * n, s)) for i, n, s in zip(c, dst.chunks, dst.shape))
-        block = read_as_dst(src, cbox, job.axis_map)
+        data.edges.append((c, read_as_dst(src, cbox, job.axis_map)))
+    return data
+
+
+def copy_box(arrays: Arrays, item: tuple[Any, ...], data: SourceData | None = None) -> TaskStats:
+    """Write destination box ``item[1]`` of job ``item[0]``: chunk bytes where they can be
+    copied verbatim, else read, reorder and write (the core encodes each shard once).
+    ``data``: the box's source data when a runner read it ahead (``read_box``)."""
+    job_index, box = item[0], item[1]
+    dst = arrays.get(job_index, "dst")
+    if data is None:
+        data = read_box(arrays, item)
+    stats = TaskStats()
+    if data.block is not None:
+        stats.bytes_in = data.block.nbytes
+        stats.chunks_reencoded = len(chunks_in_box(box, dst.chunks))
+        dst[tuple(slice(a, b) for a, b in box)] = data.block
+        return stats
+    found = [d for _, d in data.chunk_bytes]
+    items = list(data.chunk_bytes)
+    stats.chunks_verbatim = sum(d is not None for d in found)
+    stats.bytes_verbatim = sum(len(d) for d in found if d is not None)
+    stats.bytes_in = len(found) * int(np.prod(dst.chunks)) * dst.dtype.itemsize
+    for c, block in data.edges:
         stats.bytes_in += block.nbytes
         items.append((c, dst.encode_chunk(c, block)))
         stats.chunks_reencoded += 1

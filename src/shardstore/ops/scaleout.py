@@ -7,6 +7,10 @@ unit and can run anywhere. This module only runs them: ``workers=1`` runs them h
 loop that a fork would copy half-way); ``scheduler=ADDRESS`` on an existing dask.distributed
 scheduler, which is how one operation uses many machines. Dask is imported only then.
 
+Each of N local workers gets ``cpus // N`` codec threads (``threads_per_worker``): a process
+defaults to one codec thread per CPU, and N processes each starting that many would put N
+threads on every core, which costs switches and memory and gains nothing.
+
 Tasks and their arguments travel by pickle, so ``fn`` must be a module-level function (or a
 ``functools.partial`` of one) and items plain data such as paths, URLs and box tuples.
 """
@@ -15,15 +19,29 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import multiprocessing
+import os
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from ..errors import ShardStoreError
 
-__all__ = ["check_scheduler", "run_tasks"]
+__all__ = ["available_cpus", "check_scheduler", "run_tasks", "threads_per_worker"]
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, e.g. under ``taskset``), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def threads_per_worker(workers: int) -> int:
+    """Codec threads for each of ``workers`` local processes: an equal share of the CPUs."""
+    return max(1, available_cpus() // max(1, workers))
 
 
 def run_tasks(
