@@ -196,3 +196,23 @@ def test_uint64_point_reads_of_local_shards_ask_no_generation(tmp_path: Path, mo
     empty = Uint64ShardedStore(shardstore.LocalStore(tmp_path / "none"), SPEC)
     assert empty.get_sync("5") is None
     assert base.generation_sync("0.index") is MISSING
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_uint64_one_key_reads_see_one_version(kind: str, tmp_path: Path) -> None:
+    """A one-chunk read takes the short path; it holds the shard open just the same."""
+    base = _store(kind, tmp_path)
+    kv = Uint64ShardedStore(base, SPEC)
+    asyncio.run(kv.set_many_ids([(k, b"old %d" % k) for k in range(20)]))
+    present, absent = kv.open_units_sync(["3"]), kv.open_units_sync(["33"])
+    try:
+        asyncio.run(Uint64ShardedStore(base, SPEC).set_many_ids([(k, b"new %d" % k) for k in range(40)]))
+        assert present.get_sync("3") == b"old 3"
+        assert bytes(present.get_transient_sync("3", 1 << 20) or b"") == b"old 3"
+        assert absent.get_sync("33") is None  # absent from the version opened
+    finally:
+        present.close()
+        absent.close()
+    missing = Uint64ShardedStore(_store(kind, tmp_path / "other"), SPEC).open_units_sync(["3"])
+    assert missing.get_sync("3") is None  # no shard at all (read through the store)
+    missing.close()
