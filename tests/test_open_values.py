@@ -157,13 +157,19 @@ SPEC = ShardingSpec.from_json({"@type": "neuroglancer_uint64_sharded_v1", "hash"
                                "data_encoding": "raw"})
 
 
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
 @pytest.mark.parametrize("kind", KINDS)
-def test_uint64_reads_of_an_open_shard_see_one_version(kind: str, tmp_path: Path) -> None:
+def test_uint64_reads_of_an_open_shard_see_one_version(kind: str, warm: bool, tmp_path: Path) -> None:
+    """Cold, minishard indexes are read by the threads that read the values (``lazy``);
+    warm, every value is located when the shard is opened (``found``)."""
     base = _store(kind, tmp_path)
     kv = Uint64ShardedStore(base, SPEC)
     asyncio.run(kv.set_many_ids([(k, b"old %d" % k) for k in range(20)]))
     keys = [str(k) for k in range(25)]
+    if warm:
+        assert kv.get_many_sync(keys)[:2] == [b"old 0", b"old 1"]  # (indexes cached)
     opened = kv.open_units_sync(keys)
+    assert bool(opened.found) == warm and bool(opened.lazy) != warm
     try:
         other = Uint64ShardedStore(base, SPEC)  # another handle replaces the shard
         asyncio.run(other.set_many_ids([(k, b"a longer new value %d" % k) for k in range(20)]))

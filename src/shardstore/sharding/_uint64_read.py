@@ -569,10 +569,19 @@ class SyncReads:
                     through_store.append((stem, reqs))
                     continue
                 units.values.append(value)
-                located = self._spans(_OpenIO(self._cache, stem, value), stem, reqs)
-                if located is not None:
-                    for pos, s, e in located[1]:
-                        units.found[keys[pos]] = (value, located[0], s, e, ids[pos])
+                io = _OpenIO(self._cache, stem, value)
+                if {m for _, _, m in reqs}.issubset(io.st.minis):  # all cached: locate them now
+                    located = self._spans(io, stem, reqs)
+                    if located is not None:
+                        for pos, s, e in located[1]:
+                            units.found[keys[pos]] = (value, located[0], s, e, ids[pos])
+                else:
+                    # the shard index now (one read); each minishard index is read by the
+                    # thread that first reads one of its values, so that on a cold disk those
+                    # scattered small reads run in parallel as the values' reads do
+                    self._load_index(io, stem, io.st, {m for _, _, m in reqs})
+                    for pos, k, _ in reqs:
+                        units.lazy[keys[pos]] = (io, stem, k)
             if through_store:
                 out: list[bytes | None] = [None] * len(ids)
 
@@ -601,9 +610,24 @@ class OpenUnits:
         #: key -> (open shard, data key, start, end, uint64 key)
         self.found: dict[str, tuple[OpenValue, str, int, int, int]] = {}
         self.read: dict[str, bytes | None] = {}  # values already read (shards read through the store)
+        #: key -> (its open shard's I/O, shard stem, uint64 key): located when first read
+        self.lazy: dict[str, tuple[_OpenIO, str, int]] = {}
+
+    def _hit(self, key: str) -> tuple[OpenValue, str, int, int, int] | None:
+        hit = self.found.get(key)
+        if hit is not None:
+            return hit
+        lazy = self.lazy.get(key)
+        if lazy is None:
+            return None
+        io, stem, k = lazy
+        at = self._reads._locate_in(io, stem, k)
+        if at is None:
+            return None
+        return io.value, at[0], at[1], at[1] + at[2], k
 
     def get_sync(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
-        hit = self.found.get(key)
+        hit = self._hit(key)
         if hit is None:
             if key in self.read:
                 data = self.read[key]
@@ -619,7 +643,7 @@ class OpenUnits:
         return value_of(k, data_key, r.start, r.end, shard.read(r.start, r.end), self._gz, byte_range)
 
     def get_transient_sync(self, key: str, max_bytes: int) -> bytes | memoryview | None:
-        hit = self.found.get(key)
+        hit = self._hit(key)
         if hit is None:
             return self.get_sync(key)
         shard, data_key, start, end, k = hit
