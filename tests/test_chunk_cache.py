@@ -19,6 +19,7 @@ import shardstore
 from shardstore.core import io
 from shardstore.core.chunk_cache import ChunkCache
 from shardstore.store.base import ByteRange
+from shardstore.store.open_values import BytesVersion
 from shardstore.testing.runners import RUNNERS, Runner, on_runner
 
 if TYPE_CHECKING:
@@ -134,6 +135,10 @@ class CountingStore(shardstore.MemoryStore):
     def get_ranges_sync(self, key: str, ranges: Sequence[ByteRange | None]) -> list[bytes | None]:
         self._count([key])
         return super().get_ranges_sync(key, ranges)
+
+    def open_sync(self, key: str) -> BytesVersion | None:  # (a shard held open for a read)
+        self._count([key])
+        return super().open_sync(key)
 
 
 VOL_SHAPE = (64, 64, 64)

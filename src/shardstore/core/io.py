@@ -22,7 +22,7 @@ from .._sync import codec_pool, codec_pool_size, io_pool
 from ..config import IOConfig
 from ..errors import ChunkNotFoundError, CodecError
 from ..store.base import RangeBR
-from ..store.sync_protocols import SupportsGetSync, SupportsSetSync
+from ..store.sync_protocols import SupportsGetSync, SupportsSetSync, UnitReads
 from .chunk_cache import Generations, bypassed, owned, take_cached, unit_generations, unit_generations_async
 from .indexing import ChunkProjection
 from .layout import ChunkLayout, fill_mask
@@ -147,19 +147,21 @@ def _scatter(
     layout: ChunkLayout,
     out: np.ndarray,
     strict: bool,
-    reads: SupportsGetSync | None = None,
+    reads: UnitReads | None = None,
     gens: Generations | None = None,
 ) -> list:
     """The one description of a chunk read after its fetch: decode each chunk of ``batch``
     (``(projection, key, stored bytes or None when missing)``) and place its part in ``out``;
     a missing chunk gives the fill value, or with ``strict`` raises ``ChunkNotFoundError``.
 
-    With ``reads`` (the blocking runner) the bytes are fetched here, on this thread: a partial
-    selection first through the codec's ranged partial decode, then the whole chunk; the
-    async runner fetched them on the event loop and passes them in. Chunks named in ``gens``
+    With ``reads`` (the blocking runner: the store, or the shards opened for this read) the
+    bytes are fetched here, on this thread: a partial selection first through the codec's
+    ranged partial decode, then the whole chunk; the async runner fetched them on the event
+    loop and passes them in. Chunks named in ``gens``
     are decoded whole and kept in the chunk cache at that generation (``take_cached``).
     """
     ranged = reads is not None and layout.pipeline.reads_partially
+    scratch = layout.config.scratch_max_bytes
     into = layout.pipeline.decodes_into
     cache = layout.chunk_cache if gens else None
     for p, key, data in batch:
@@ -170,7 +172,8 @@ def _scatter(
                 if part is not None:
                     assign(out, p.out_selection, part)
                     continue
-            data = reads.get_sync(key)
+            # (decoded and copied out before this thread reads again: its reusable buffer)
+            data = reads.get_transient_sync(key, scratch)
         if data is None:
             if strict:
                 raise ChunkNotFoundError(f"{layout.describe_key(key)} is missing")
@@ -209,32 +212,51 @@ def read_into_now(
                 return True
     unit_reads = None if layout.one_chunk_units else layout.store.sync_unit_reads
     if unit_reads is not None:
-        # shards: each fetched as one unit (its index once, its chunks in one multi-range
-        # read: the requests of the async runner), then decoded and scattered in the pool
-        def fetch(group: list[ChunkProjection]) -> list[tuple[ChunkProjection, str, bytes | None]]:
-            keys = [layout.chunk_key(p.coords) for p in group]
-            return list(zip(group, keys, unit_reads.get_many_sync(keys)))
-
-        def scatter(fetched: list[tuple[ChunkProjection, str, bytes | None]]) -> None:
-            share_now(_scatter, fetched, layout, out, strict, None, gens, config=config, slow=pipeline.slow_decode,
-                      gil=pipeline.holds_gil, memo=layout.threads_memo)
+        # shards: each opened once at one version (its index read once), then the threads
+        # read the chunks they decode from it, so reading overlaps decoding
+        def read_units(group: list[ChunkProjection]) -> None:
+            items = [(p, layout.chunk_key(p.coords), None) for p in group]
+            units = unit_reads.open_units_sync([key for _, key, _ in items])
+            try:
+                share_now(_scatter, items, layout, out, strict, units, gens, config=config, slow=pipeline.slow_decode,
+                          gil=pipeline.holds_gil, memo=layout.threads_memo)
+            finally:
+                units.close()
 
         groups = _group(layout, projections)
         if sum(map(len, groups)) <= config.small_read_chunks:  # (as the async runner: one spread)
-            scatter([item for g in groups for item in fetch(g)])
+            read_units([p for g in groups for p in g])
         else:
             for g in groups:
-                scatter(fetch(g))
+                read_units(g)
         return True
+
     items = [(p, layout.chunk_key(p.coords), None) for p in projections]
     native = None if gens else raw_reader(layout, out)
+    chunks = _StoreReads(reads)
     if native is not None:
-        share_now(_native_then, items, native, _scatter, layout, out, strict, reads, config=config, free=True,
+        share_now(_native_then, items, native, _scatter, layout, out, strict, chunks, config=config, free=True,
                   memo=layout.threads_memo)
     else:
-        share_now(_scatter, items, layout, out, strict, reads, gens, config=config, slow=pipeline.slow_decode,
+        share_now(_scatter, items, layout, out, strict, chunks, gens, config=config, slow=pipeline.slow_decode,
                   gil=pipeline.holds_gil, memo=layout.threads_memo)
     return True
+
+
+class _StoreReads:
+    """A store's chunk values (one per key: chunk files, memory) as the ``UnitReads`` that
+    ``_scatter`` reads through."""
+
+    __slots__ = ("get_sync",)
+
+    def __init__(self, reads: SupportsGetSync) -> None:
+        self.get_sync = reads.get_sync
+
+    def get_transient_sync(self, key: str, max_bytes: int) -> bytes | None:
+        return self.get_sync(key)
+
+    def close(self) -> None:
+        pass
 
 
 def _native_then(batch: list[tuple[ChunkProjection, str]], native: Callable, generic: Callable, *args: Any) -> Any:

@@ -3,8 +3,9 @@
 ``ShardCache`` holds what is known of each shard (the generation it was read at, its shard
 index, decoded minishard indexes; LRU bounded by shards and by minishard entries) and turns
 bytes read from the base store into those. It does no I/O: the adapter's async reads
-(``uint64.py``) and ``SyncReads`` (reads through the base store's ``SupportsGetSync``, from
-any thread, without an event loop) fetch what it asks for, so both paths validate, decode and
+(``uint64.py``) and ``SyncReads`` (from any thread, without an event loop: of a shard file
+held open, ``Store.sync_opens``, else through the base store's ``SupportsGetSync``) fetch
+what it asks for, so both paths validate, decode and
 report corrupt shards identically. A lock makes it safe to share between threads.
 """
 
@@ -24,14 +25,15 @@ from ._uint64_format import (
     check_index_entry,
     decode_minishard_indexes,
     gzip_decompress,
+    parse_uint64_key,
     sub_range,
 )
 
 if TYPE_CHECKING:
-    from ..store.sync_protocols import SupportsGetSync
+    from ..store.sync_protocols import OpenValue, SupportsGetSync, SupportsOpenSync
     from .uint64 import Uint64ShardedStore
 
-__all__ = ["ShardReplaced", "SyncReads", "ShardCache", "ShardState", "value_of"]
+__all__ = ["OpenUnits", "ShardReplaced", "SyncReads", "ShardCache", "ShardState", "value_of"]
 
 T = TypeVar("T")
 _REPLACED = object()
@@ -296,25 +298,68 @@ class ShardCache:
                 st.n_entries = 0
 
 
-class SyncReads:
-    """Reads of a ``Uint64ShardedStore`` through its base store's synchronous protocol
-    (``SupportsGetSync``): no event loop, from any thread. As on the async path, a shard's
-    cached indexes are used while its generation is unchanged: checked on every ``get_id`` /
-    ``locate`` and once per ``get_many_ids`` batch, which reads many ranges of one shard file
-    in one ``get_ranges_sync`` call (one open per file instead of one per value)."""
+class _StoreIO:
+    """A read's I/O through the base store's ``SupportsGetSync``: nothing pins a version, so
+    ``SyncReads._consistent`` compares generations around the read."""
 
-    def __init__(self, store: Uint64ShardedStore, base: SupportsGetSync) -> None:
+    __slots__ = ("gen", "read_ranges", "state")
+
+    def __init__(self, reads: SyncReads, base: SupportsGetSync) -> None:
+        self.state = reads._state_seen
+        self.read_ranges = base.get_ranges_sync
+        self.gen = None  # (index reads carry no generation: checked around the whole read)
+
+
+class _OpenIO:
+    """A read's I/O of one shard file held open (``OpenValue``): every index and value comes
+    from that one version, so nothing needs checking afterwards."""
+
+    __slots__ = ("gen", "st", "value")
+
+    def __init__(self, cache: ShardCache, stem: str, value: OpenValue) -> None:
+        self.value = value
+        self.gen = value.generation
+        self.st = cache.state_for(stem, (value.generation, None))
+
+    def state(self, stem: str) -> ShardState:
+        return self.st
+
+    def read_ranges(self, key: str, ranges: Sequence[ByteRange | None]) -> list[bytes | None]:
+        read = self.value.read
+        return [read(r.start, r.end) for r in ranges]  # type: ignore[union-attr]  # (RangeBR only)
+
+
+_IO = _StoreIO | _OpenIO
+#: a value found in a shard: (position in the request, start, end in the data key)
+_Span = tuple[int, int, int]
+
+
+class SyncReads:
+    """Reads of a ``Uint64ShardedStore`` from any thread, without an event loop, as on the
+    async path: a shard's cached indexes are used while its generation is unchanged. Over a
+    base that holds values open (``Store.sync_opens``: files, memory) each shard file is
+    opened once per read and its generation, indexes and values all come from that open
+    version; otherwise (and for legacy ``.index`` + ``.data`` pairs) through the base's
+    ``SupportsGetSync``, the generations compared around the read (``_consistent``). A batch
+    reads each shard's values with one multi-range read of it."""
+
+    def __init__(self, store: Uint64ShardedStore, base: SupportsGetSync, opens: SupportsOpenSync | None) -> None:
         self._cache: ShardCache = store._cache
         self._spec = store.spec
         self._attempts = store.read_attempts
-        self._read = base.get_sync
         self._generation = base.generation_sync
-        self._read_ranges = base.get_ranges_sync
+        self._open = None if opens is None else opens.open_sync
+        self._store_io = _StoreIO(self, base)
         self._seen = threading.local()  # generations seen by the read in progress (per thread)
 
     def _state(self, stem: str, shard_gen: Hashable | None) -> ShardState:
         gen = self._generation
         return self._cache.state_for(stem, shard_generation(shard_gen, lambda: gen(stem + ".index")))
+
+    def _opened(self, stem: str) -> OpenValue | None:
+        """The stem's ``.shard`` file held open, or None (no ``sync_opens``, or no such file:
+        missing, or a legacy pair; those are read through the store)."""
+        return None if self._open is None else self._open(stem + ".shard")
 
     def _consistent(self, read: Callable[[], T]) -> T:
         """``read()``, redone until the shards it read (with the generations noted by
@@ -350,37 +395,46 @@ class SyncReads:
             seen.setdefault(stem, g)
         return self._state(stem, g)
 
-    def _load_index(self, stem: str, st: ShardState, minishards: set[int]) -> None:
-        """``ShardCache.index_steps`` run on this thread (generations: see ``_consistent``)."""
+    def _load_index(self, io: _IO, stem: str, st: ShardState, minishards: set[int]) -> None:
+        """``ShardCache.index_steps`` run on this thread."""
         steps = self._cache.index_steps(stem, st, minishards)
         try:
             key, ranges = next(steps)
             while True:
-                key, ranges = steps.send((self._read_ranges(key, ranges), None))
+                key, ranges = steps.send((io.read_ranges(key, ranges), io.gen))
         except StopIteration:
             return
 
-    def _minishards(self, stem: str, st: ShardState, wanted: set[int]) -> dict[int, MinishardIndex]:
+    def _minishards(self, io: _IO, stem: str, st: ShardState, wanted: set[int]) -> dict[int, MinishardIndex]:
         found, fetch = self._cache.minis_request(stem, st, wanted)
         if fetch:
             data_key = self._cache.keys(stem, st)[1]
-            datas = [self._read(data_key, RangeBR(s, e)) for _, s, e in fetch]
+            datas = io.read_ranges(data_key, [RangeBR(s, e) for _, s, e in fetch])
             self._cache.minis_loaded(stem, st, fetch, datas, found)
         return found
 
     def locate(self, key: int) -> Located | None:
         """``(data key, start, size)`` of a stored key, or None when it is absent."""
-        shard, m = self._spec.locate(key)
-        stem = self._spec.shard_name(shard)
-        st = self._state_seen(stem)
+        stem = self._spec.shard_name(self._spec.locate(key)[0])
+        value = self._opened(stem)
+        if value is None:
+            return self._locate_in(self._store_io, stem, key)
+        try:
+            return self._locate_in(_OpenIO(self._cache, stem, value), stem, key)
+        finally:
+            value.close()
+
+    def _locate_in(self, io: _IO, stem: str, key: int) -> Located | None:
+        m = self._spec.locate(key)[1]
+        st = io.state(stem)
         if st.kind == "missing":
             return None
         mi = st.minis.get(m)
         if mi is None:
-            self._load_index(stem, st, {m})
+            self._load_index(io, stem, st, {m})
             if st.kind == "missing":
                 return None
-            mi = self._minishards(stem, st, {m}).get(m)
+            mi = self._minishards(io, stem, st, {m}).get(m)
             if mi is None:
                 return None
         hit = mi.lookup(key)
@@ -391,67 +445,210 @@ class SyncReads:
 
     def get_id(self, key: int, byte_range: ByteRange | None = None) -> bytes | None:
         """The value of uint64 ``key`` (an already validated int), or None."""
-        return self._consistent(lambda: self._get_id(key, byte_range))
+        stem = self._spec.shard_name(self._spec.locate(key)[0])
+        value = self._opened(stem)
+        if value is None:
+            return self._consistent(lambda: self._get_id(self._store_io, stem, key, byte_range))
+        try:
+            return self._get_id(_OpenIO(self._cache, stem, value), stem, key, byte_range)
+        finally:
+            value.close()
 
-    def _get_id(self, key: int, byte_range: ByteRange | None) -> bytes | None:
-        hit = self.locate(key)
+    def _get_id(self, io: _IO, stem: str, key: int, byte_range: ByteRange | None) -> bytes | None:
+        hit = self._locate_in(io, stem, key)
         if hit is None:
             return None
         data_key, start, size = hit
         gz = self._spec.data_encoding == "gzip"
         r = RangeBR(start, start + size) if gz or byte_range is None else sub_range(start, size, byte_range)
-        return value_of(key, data_key, r.start, r.end, self._read(data_key, r), gz, byte_range)
+        return value_of(key, data_key, r.start, r.end, io.read_ranges(data_key, [r])[0], gz, byte_range)
 
-    def get_many_ids(self, keys: Sequence[int]) -> list[bytes | None]:
-        """Values of many keys: per shard the indexes it lacks, then its values in file
-        order, each step one multi-range read of the shard file."""
-        return self._consistent(lambda: self._get_many_ids(keys))
-
-    def _get_many_ids(self, keys: Sequence[int]) -> list[bytes | None]:
-        read_ranges = self._read_ranges
-        spec, cache = self._spec, self._cache
+    def _by_shard(self, keys: Sequence[int]) -> dict[int, list[tuple[int, int, int]]]:
+        """``(position, key, minishard)`` of each key, by shard number."""
         by_shard: dict[int, list[tuple[int, int, int]]] = {}
-        for pos, (k, (shard, m)) in enumerate(zip(keys, spec.locate_many(keys))):
+        for pos, (k, (shard, m)) in enumerate(zip(keys, self._spec.locate_many(keys))):
             reqs = by_shard.get(shard)
             if reqs is None:
                 reqs = by_shard[shard] = []
             reqs.append((pos, k, m))
-        fetch: list[tuple[str, int, int, int]] = []  # (data key, start, end, position)
-        for shard, reqs in by_shard.items():
-            stem = spec.shard_name(shard)
-            st = self._state_seen(stem)
+        return by_shard
+
+    def _spans(self, io: _IO, stem: str, reqs: list[tuple[int, int, int]]) -> tuple[str, list[_Span]] | None:
+        """Where the values of ``reqs`` (as ``_by_shard`` gives them) lie in the shard: its data
+        key and ``(position, start, end)`` per value found, in file order; None: no shard."""
+        cache = self._cache
+        st = io.state(stem)
+        if st.kind == "missing":
+            return None
+        wanted = {m for _, _, m in reqs}
+        if not wanted.issubset(st.minis):
+            self._load_index(io, stem, st, wanted)
             if st.kind == "missing":
-                continue
-            wanted = {m for _, _, m in reqs}
-            if not wanted.issubset(st.minis):
-                self._load_index(stem, st, wanted)
-                if st.kind == "missing":
-                    continue
-            found, missing = cache.minis_request(stem, st, wanted)
-            _, data_key, delta = cache.keys(stem, st)
-            if missing:
-                datas = read_ranges(data_key, [RangeBR(s, e) for _, s, e in missing])
-                cache.minis_loaded(stem, st, missing, datas, found)
-            by_m: dict[int, list[tuple[int, int]]] = {}
-            for pos, key, m in reqs:
-                if m in found:
-                    by_m.setdefault(m, []).append((pos, key))
-            for m, group in by_m.items():
-                for (pos, _), hit in zip(group, found[m].lookup_many([key for _, key in group])):
-                    if hit is not None:
-                        start = hit[0] + delta
-                        fetch.append((data_key, start, start + hit[1], pos))
-        fetch.sort()
+                return None
+        found = self._minishards(io, stem, st, wanted)
+        _, data_key, delta = cache.keys(stem, st)
+        by_m: dict[int, list[tuple[int, int]]] = {}
+        for pos, key, m in reqs:
+            if m in found:
+                by_m.setdefault(m, []).append((pos, key))
+        spans: list[_Span] = []
+        for m, group in by_m.items():
+            mi = found[m]
+            # (one key: a plain bisect, several times cheaper than the vectorized lookup)
+            hits = [mi.lookup(group[0][1])] if len(group) == 1 else mi.lookup_many([key for _, key in group])
+            for (pos, _), hit in zip(group, hits):
+                if hit is not None:
+                    start = hit[0] + delta
+                    spans.append((pos, start, start + hit[1]))
+        spans.sort(key=lambda span: span[1])
+        return data_key, spans
+
+    def _shard_values(
+        self, io: _IO, stem: str, reqs: list[tuple[int, int, int]], keys: Sequence[int], out: list[bytes | None]
+    ) -> None:
+        """The values of one shard's ``reqs`` into ``out``: one multi-range read of the shard."""
+        located = self._spans(io, stem, reqs)
+        if located is None or not located[1]:
+            return
+        data_key, spans = located
+        gz = self._spec.data_encoding == "gzip"
+        datas = io.read_ranges(data_key, [RangeBR(s, e) for _, s, e in spans])
+        for (pos, s, e), data in zip(spans, datas):
+            out[pos] = value_of(keys[pos], data_key, s, e, data, gz, None)
+
+    def get_many_ids(self, keys: Sequence[int]) -> list[bytes | None]:
+        """Values of many keys: per shard the indexes it lacks, then its values in file
+        order, each step one multi-range read of the shard file."""
         out: list[bytes | None] = [None] * len(keys)
-        gz = spec.data_encoding == "gzip"
-        i = 0
-        while i < len(fetch):  # one read call per data file
-            data_key = fetch[i][0]
-            j = i + 1
-            while j < len(fetch) and fetch[j][0] == data_key:
-                j += 1
-            part = fetch[i:j]
-            for (_, s, e, pos), data in zip(part, read_ranges(data_key, [RangeBR(s, e) for _, s, e, _ in part])):
-                out[pos] = value_of(keys[pos], data_key, s, e, data, gz, None)
-            i = j
+        through_store: list[tuple[str, list[tuple[int, int, int]]]] = []
+        for shard, reqs in self._by_shard(keys).items():
+            stem = self._spec.shard_name(shard)
+            value = self._opened(stem)
+            if value is None:
+                through_store.append((stem, reqs))
+                continue
+            try:
+                self._shard_values(_OpenIO(self._cache, stem, value), stem, reqs, keys, out)
+            finally:
+                value.close()
+        if through_store:
+
+            def read() -> None:
+                for stem, reqs in through_store:
+                    self._shard_values(self._store_io, stem, reqs, keys, out)
+
+            self._consistent(read)
         return out
+
+    def open_units(self, keys: Sequence[str]) -> OpenUnits:
+        """``UnitReads`` of the values of ``keys`` (decimal keys, validated here): each shard
+        opened once and its indexes loaded now, its values read later by whichever thread
+        asks (positioned reads of the open file). Shards without a ``.shard`` file to hold
+        open are read now, through the store."""
+        ids = [parse_uint64_key(k) for k in keys]
+        units = OpenUnits(self, keys, ids)
+        if len(ids) == 1:  # (a one-chunk read: the batch planning costs more than it saves)
+            stem = self._spec.shard_name(self._spec.locate(ids[0])[0])
+            value = self._opened(stem)
+            if value is not None:
+                units.values.append(value)
+                try:
+                    hit = self._locate_in(_OpenIO(self._cache, stem, value), stem, ids[0])
+                except BaseException:
+                    units.close()
+                    raise
+                if hit is not None:
+                    units.found[keys[0]] = (value, hit[0], hit[1], hit[1] + hit[2], ids[0])
+                return units
+        try:
+            through_store: list[tuple[str, list[tuple[int, int, int]]]] = []
+            for shard, reqs in self._by_shard(ids).items():
+                stem = self._spec.shard_name(shard)
+                value = self._opened(stem)
+                if value is None:
+                    through_store.append((stem, reqs))
+                    continue
+                units.values.append(value)
+                io = _OpenIO(self._cache, stem, value)
+                if {m for _, _, m in reqs}.issubset(io.st.minis):  # all cached: locate them now
+                    located = self._spans(io, stem, reqs)
+                    if located is not None:
+                        for pos, s, e in located[1]:
+                            units.found[keys[pos]] = (value, located[0], s, e, ids[pos])
+                else:
+                    # the shard index now (one read); each minishard index is read by the
+                    # thread that first reads one of its values, so that on a cold disk those
+                    # scattered small reads run in parallel as the values' reads do
+                    self._load_index(io, stem, io.st, {m for _, _, m in reqs})
+                    for pos, k, _ in reqs:
+                        units.lazy[keys[pos]] = (io, stem, k)
+            if through_store:
+                out: list[bytes | None] = [None] * len(ids)
+
+                def read() -> None:
+                    for stem, reqs in through_store:
+                        self._shard_values(self._store_io, stem, reqs, ids, out)
+
+                self._consistent(read)
+                for _, reqs in through_store:
+                    for pos, _, _ in reqs:
+                        units.read[keys[pos]] = out[pos]
+        except BaseException:
+            units.close()
+            raise
+        return units
+
+
+class OpenUnits:
+    """The values of keys in shards held open (``UnitReads``; see ``SyncReads.open_units``)."""
+
+    def __init__(self, reads: SyncReads, keys: Sequence[str], ids: Sequence[int]) -> None:
+        self._reads = reads
+        self._gz = reads._spec.data_encoding == "gzip"
+        self._opened = set(keys)
+        self.values: list[OpenValue] = []  # the open shard files
+        #: key -> (open shard, data key, start, end, uint64 key)
+        self.found: dict[str, tuple[OpenValue, str, int, int, int]] = {}
+        self.read: dict[str, bytes | None] = {}  # values already read (shards read through the store)
+        #: key -> (its open shard's I/O, shard stem, uint64 key): located when first read
+        self.lazy: dict[str, tuple[_OpenIO, str, int]] = {}
+
+    def _hit(self, key: str) -> tuple[OpenValue, str, int, int, int] | None:
+        hit = self.found.get(key)
+        if hit is not None:
+            return hit
+        lazy = self.lazy.get(key)
+        if lazy is None:
+            return None
+        io, stem, k = lazy
+        at = self._reads._locate_in(io, stem, k)
+        if at is None:
+            return None
+        return io.value, at[0], at[1], at[1] + at[2], k
+
+    def get_sync(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
+        hit = self._hit(key)
+        if hit is None:
+            if key in self.read:
+                data = self.read[key]
+                return data if data is None or byte_range is None else slice_range(data, byte_range)
+            if key in self._opened:
+                return None  # (absent from its shard)
+            return self._reads.get_id(parse_uint64_key(key), byte_range)
+        shard, data_key, start, end, k = hit
+        if self._gz or byte_range is None:
+            r = RangeBR(start, end)
+        else:
+            r = sub_range(start, end - start, byte_range)
+        return value_of(k, data_key, r.start, r.end, shard.read(r.start, r.end), self._gz, byte_range)
+
+    def get_transient_sync(self, key: str, max_bytes: int) -> bytes | memoryview | None:
+        hit = self._hit(key)
+        if hit is None:
+            return self.get_sync(key)
+        shard, data_key, start, end, k = hit
+        return value_of(k, data_key, start, end, shard.read_transient(start, end, max_bytes), self._gz, None)
+
+    def close(self) -> None:
+        for value in self.values:
+            value.close()

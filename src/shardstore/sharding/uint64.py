@@ -18,10 +18,11 @@ legacy ``<hex>.index`` + ``<hex>.data`` pairs, whose concatenation is a ``.shard
   every key a shard can have (``complete_shard``), the shard is written without reading it;
   the core streams a large one (``stream_unit_sync`` / ``stream_unit``), its values laid out
   by a ``ShardBuilder`` as they are encoded, the shard index written last at the start.
-- Reads take a shard's indexes and values from one version of it: the shard's generation is
-  compared again after the values are read (files, memory) or the values are read with
-  ``If-Match`` on the ETag the index was read at (S3), and a shard replaced in between is read
-  again.
+- Reads take a shard's indexes and values from one version of it: the synchronous reads
+  (``SyncReads``) open the shard file once and read everything from that open version
+  (``Store.sync_opens``: files, memory); otherwise the shard's generation is compared again
+  after the values are read, or the values are read with ``If-Match`` on the ETag the index
+  was read at (S3), and a shard replaced in between is read again.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ from ._unit_streams import stream_shard, stream_shard_sync
 
 if TYPE_CHECKING:
     from ..store.streamed import Buffer, SupportsUnitStreams
-    from ..store.sync_protocols import SupportsGetManySync, SupportsGetSync
+    from ..store.sync_protocols import SupportsGetManySync, SupportsGetSync, UnitReads
 
 # the spec and key helpers are public here: users of the format (formats/precomputed) need
 # not import the private modules that implement it
@@ -132,7 +133,7 @@ class Uint64ShardedStore(Store):
         base_reads = base.sync_reads
         #: reads by uint64 key from any thread (``get_id``, ``get_many_ids``, ``locate``), when
         #: the base reads synchronously; it shares this adapter's shard cache
-        self.sync_ids: SyncReads | None = None if base_reads is None else SyncReads(self, base_reads)
+        self.sync_ids: SyncReads | None = None if base_reads is None else SyncReads(self, base_reads, base.sync_opens)
         self._index_loads: dict[str, asyncio.Future] = {}  # stem -> index fetch in flight
 
     @property
@@ -375,6 +376,11 @@ class Uint64ShardedStore(Store):
         if len(keys) == 1:  # (the batch planning costs more than it saves for one value)
             return [ids.get_id(parse_uint64_key(keys[0]))]
         return ids.get_many_ids([parse_uint64_key(k) for k in keys])
+
+    def open_units_sync(self, keys: Sequence[str]) -> UnitReads:
+        ids = self.sync_ids
+        assert ids is not None, "called only when sync_reads is declared"
+        return ids.open_units(keys)
 
     def generation_sync(self, key: str) -> Hashable | None:
         base = self.base.sync_reads

@@ -7,8 +7,10 @@ Keys of this store name inner chunks by their coordinates in the array's inner-c
   ranges of the wanted inner chunks, which the base store coalesces; a request for every inner
   chunk of a shard fetches the shard whole in one request;
 - reads take the index and the data from one version of the shard: the data ranges are read
-  with ``get_ranges_at`` the generation the index was read at (``If-Match`` on S3; a second
-  ``stat`` on files), and a shard replaced in between is read again, index first;
+  with ``get_ranges_at`` the generation the index was read at (``If-Match`` on S3), and a
+  shard replaced in between is read again, index first; the blocking runner reads both from
+  the shard held open once (``Store.sync_opens``: one open file, see ``_zarr3_open``), its
+  threads each reading the inner chunks they decode;
 - ``update_many`` / ``set_many`` write each touched shard once per batch: a batch of plain
   values for every inner chunk of the shard that lies inside the array writes without
   reading; otherwise the shard becomes one ``Update`` of the base store, whose single
@@ -54,16 +56,18 @@ from ..store.base import (
     joined,
     validate_key,
 )
+from ..store.open_values import PrefetchedReads
 from ._unit_streams import stream_shard, stream_shard_sync
+from ._zarr3_open import NOT_FOUND, OpenShards
 
 if TYPE_CHECKING:
     from ..store.streamed import Buffer, SupportsUnitStreams
-    from ..store.sync_protocols import SupportsGetManySync, SupportsGetSync
+    from ..store.sync_protocols import SupportsGetManySync, SupportsGetSync, UnitReads
 
 __all__ = ["ShardLayout", "ZarrShardingStore", "inner_key", "parse_inner_key"]
 
 
-_MISSING = object()
+_MISSING = NOT_FOUND
 _EMPTY = int(EMPTY)
 
 
@@ -157,6 +161,7 @@ class ZarrShardingStore(Store):
         # fetch its index once
         self._index_fetches: dict[str, asyncio.Future] = {}
         self._base_reads = base.sync_reads
+        self._base_opens = base.sync_opens
         # with the index at the end, a ranged read cannot see an entry that runs into the
         # index (the shard size is unknown): reading the index's length past a whole chunk
         # proves that the bytes after it exist, i.e. that it ends before the index
@@ -408,12 +413,35 @@ class ZarrShardingStore(Store):
     def get_many_sync(self, keys: Sequence[str]) -> list[bytes | None]:
         return self._get_now([(key, None) for key in keys])
 
+    def open_units_sync(self, keys: Sequence[str]) -> UnitReads:
+        opens = self._base_opens
+        if opens is None:  # (a base that cannot hold a shard open: read the values now)
+            return PrefetchedReads(dict(zip(keys, self.get_many_sync(keys))))
+        shards = OpenShards(self, opens)
+        try:
+            for key in keys:
+                shards.add(key)
+        except BaseException:
+            shards.close()
+            raise
+        return shards
+
+    def _inner_coords(self, key: str) -> tuple[int, ...]:
+        return parse_inner_key(key, self._rank)
+
     def _get_now(self, requests: Sequence[tuple[str, ByteRange | None]]) -> list[bytes | None]:
-        """Inner chunks (or ranges of them) by shard, as the async ``get_many`` reads them: a
-        cold shard wanted whole in one read, else its index (cached while the shard's
-        generation holds) and one multi-range read; redone when the shard was replaced
-        meanwhile (the generation is compared before and after: a replaced file never
-        returns to a generation)."""
+        """Inner chunks (or ranges of them) by shard. Over a base that holds values open
+        (files, memory): each shard opened once, index and data read from that version.
+        Otherwise as the async ``get_many`` reads them: a cold shard wanted whole in one read,
+        else its index (cached while the shard's generation holds) and one multi-range read;
+        redone when the shard was replaced meanwhile (the generation is compared before and
+        after: a replaced file never returns to a generation)."""
+        if self._base_opens is not None:
+            units = self.open_units_sync([key for key, _ in requests])
+            try:
+                return [units.get_sync(key, br) for key, br in requests]
+            finally:
+                units.close()
         base = self._base_reads
         assert base is not None, "called only when sync_reads is declared"
         layout, rank = self.layout, self._rank

@@ -32,7 +32,13 @@ from .read_modify_write import (
 if TYPE_CHECKING:
     from ._filelock import Lease
     from .streamed import Streamed, SupportsUnitStreams
-    from .sync_protocols import SupportsFilePath, SupportsGetManySync, SupportsGetSync, SupportsSetSync
+    from .sync_protocols import (
+        SupportsFilePath,
+        SupportsGetManySync,
+        SupportsGetSync,
+        SupportsOpenSync,
+        SupportsSetSync,
+    )
 
 #: ``generation`` of a key that does not exist
 MISSING: Final = ("missing",)
@@ -293,6 +299,13 @@ class Store(abc.ABC):
         Declared by the store, never probed: files, memory and adapters or wrappers over
         them return themselves; remote stores return None (their reads need the loop).
         """
+        return None
+
+    @property
+    def sync_opens(self) -> SupportsOpenSync | None:
+        """This store's ``open_sync`` (one version of a value held open for reads from any
+        thread: files, memory), or None. Sharding adapters read a shard's index and data
+        through it, so that they come from one version without a second generation check."""
         return None
 
     @property

@@ -41,11 +41,12 @@ from .base import (
     validate_key,
     validate_prefix,
 )
+from .open_values import FileVersion
 from .streamed import checked_ends
 
 if TYPE_CHECKING:
     from .streamed import Streamed
-    from .sync_protocols import SupportsFilePath, SupportsGetSync, SupportsSetSync
+    from .sync_protocols import SupportsFilePath, SupportsGetSync, SupportsOpenSync, SupportsSetSync
 
 __all__ = ["LocalStore", "is_temp_name", "temp_path"]
 
@@ -254,6 +255,35 @@ class LocalStore(Store):
     @property
     def sync_reads(self) -> SupportsGetSync:
         return self
+
+    @property
+    def sync_opens(self) -> SupportsOpenSync:
+        return self
+
+    def open_sync(self, key: str) -> FileVersion | None:
+        """The file of ``key`` held open: its generation from ``fstat`` of the descriptor (the
+        token ``generation_sync`` gives), its reads ``pread`` of it (``OpenValue``)."""
+        root = self._fast_root
+        path = root + key if root else self._path(key)
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+        except PermissionError as e:
+            if os.path.isdir(path):  # Windows refuses to open directories
+                return None
+            raise StoreError(f"cannot read key {key!r} from {path!r}: {_describe(e)}") from e
+        except OSError as e:
+            raise StoreError(f"cannot read key {key!r} from {path!r}: {_describe(e)}") from e
+        try:
+            st = os.fstat(fd)
+        except OSError as e:
+            os.close(fd)
+            raise StoreError(f"cannot read key {key!r} from {path!r}: {_describe(e)}") from e
+        if not stat.S_ISREG(st.st_mode):  # a directory (or device) is not a key
+            os.close(fd)
+            return None
+        return FileVersion(fd, (st.st_ino, st.st_mtime_ns, st.st_size), st.st_size)
 
     @property
     def sync_writes(self) -> SupportsSetSync | None:

@@ -20,10 +20,11 @@ from .base import (
     slice_range,
     validate_key,
 )
+from .open_values import BytesVersion
 from .read_modify_write import run_update_steps_sync, update_steps
 
 if TYPE_CHECKING:
-    from .sync_protocols import SupportsGetSync, SupportsSetSync
+    from .sync_protocols import SupportsGetSync, SupportsOpenSync, SupportsSetSync
 
 __all__ = ["MemoryStore"]
 
@@ -76,6 +77,17 @@ class MemoryStore(Store):
     @property
     def sync_reads(self) -> SupportsGetSync:
         return self
+
+    @property
+    def sync_opens(self) -> SupportsOpenSync:
+        return self
+
+    def open_sync(self, key: str) -> BytesVersion | None:
+        value = self._data.get(key)
+        if value is None:
+            return None
+        # the generation of this very object (``generation_sync`` names the object too)
+        return BytesVersion(value, (self._versions.get(key), id(value)))
 
     @property
     def sync_writes(self) -> SupportsSetSync | None:

@@ -1,7 +1,8 @@
 """The synchronous store protocols: what a store can do from any thread, without an event loop.
 
 A store *declares* which of these it implements through ``Store.sync_reads``,
-``Store.sync_writes`` and ``Store.file_paths`` (the store itself, or None), decided once per
+``Store.sync_opens``, ``Store.sync_unit_reads``, ``Store.sync_writes`` and
+``Store.file_paths`` (the store itself, or None), decided once per
 store: wrappers and adapters follow the store they wrap. Nothing probes methods at run time;
 mypy checks that a store returning itself there implements the protocol.
 
@@ -19,7 +20,15 @@ if TYPE_CHECKING:
     from .base import Parts, Update
     from .byte_range import ByteRange
 
-__all__ = ["SupportsFilePath", "SupportsGetManySync", "SupportsGetSync", "SupportsSetSync"]
+__all__ = [
+    "OpenValue",
+    "SupportsFilePath",
+    "SupportsGetManySync",
+    "SupportsGetSync",
+    "SupportsOpenSync",
+    "SupportsSetSync",
+    "UnitReads",
+]
 
 
 class SupportsGetSync(Protocol):
@@ -38,6 +47,66 @@ class SupportsGetSync(Protocol):
         ...
 
 
+class OpenValue(Protocol):
+    """One version of a stored value, held open for positioned reads from any thread (a file
+    descriptor on local disks: a writer replaces the file by a rename, so what an open file
+    gives never changes; the bytes object in memory). Readers of a shard take its index and
+    its data from one of these, so they can never mix two versions of it, and need no second
+    look at the generation afterwards."""
+
+    @property
+    def generation(self) -> Hashable:
+        """The generation of this version (the token ``generation_sync`` gives for it)."""
+        ...
+
+    @property
+    def size(self) -> int:
+        """Its length in bytes."""
+        ...
+
+    def read(self, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)``, cut at the end of the value (thread-safe)."""
+        ...
+
+    def read_transient(self, start: int, end: int, max_bytes: int) -> bytes | memoryview:
+        """``read``, possibly into a buffer the calling thread reuses (up to ``max_bytes``):
+        valid only until this thread's next ``read_transient``, for a caller that decodes it
+        at once (``open_values.read_buffer``)."""
+        ...
+
+    def close(self) -> None:
+        """Let go of it (the file descriptor); no read follows."""
+        ...
+
+
+class SupportsOpenSync(Protocol):
+    """Stores that can hold one version of a value open (files, memory): the sharding
+    adapters' synchronous reads then read a shard's index and data from that one version."""
+
+    def open_sync(self, key: str) -> OpenValue | None:
+        """The current version of ``key``'s value (a valid key), None when it is missing."""
+        ...
+
+
+class UnitReads(Protocol):
+    """Values of the keys given to ``SupportsGetManySync.open_units_sync``, read from one
+    version of each unit (shard) they lie in, from any thread until ``close``."""
+
+    def get_sync(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
+        """The value of one of the keys opened (or a range of it), None when it is missing."""
+        ...
+
+    def get_transient_sync(self, key: str, max_bytes: int) -> bytes | memoryview | None:
+        """``get_sync`` of the whole value, possibly in a buffer the calling thread reuses (up
+        to ``max_bytes``): valid only until this thread's next transient read, for a caller
+        that decodes it at once (``OpenValue.read_transient``)."""
+        ...
+
+    def close(self) -> None:
+        """Let go of the units (their open files)."""
+        ...
+
+
 class SupportsGetManySync(Protocol):
     """Sharding adapters over stores with synchronous reads: many whole values at once, each
     shard's index once and its values with one multi-range read of it (the requests the async
@@ -45,6 +114,13 @@ class SupportsGetManySync(Protocol):
 
     def get_many_sync(self, keys: Sequence[str]) -> list[bytes | None]:
         """The values of ``keys`` (valid keys), None for each missing one, in order."""
+        ...
+
+    def open_units_sync(self, keys: Sequence[str]) -> UnitReads:
+        """The units (shards) holding ``keys`` opened, each at one version, and their indexes
+        loaded: the values are then read by the blocking runner's threads, each its own
+        (positioned reads of one open file on local disks, overlapping the decodes, as reads
+        of separate chunk files do), never from two versions of a shard."""
         ...
 
 

@@ -19,7 +19,7 @@ from .base import (
 if TYPE_CHECKING:
     from ._filelock import Lease
     from .streamed import Streamed
-    from .sync_protocols import SupportsFilePath, SupportsGetSync, SupportsSetSync
+    from .sync_protocols import OpenValue, SupportsFilePath, SupportsGetSync, SupportsOpenSync, SupportsSetSync
 
 __all__ = ["AsyncOnlyStore", "PrefixStore", "ReadOnlyStore", "RecordingStore", "Request", "SyncRecordingStore"]
 
@@ -44,12 +44,22 @@ class _Wrapper(Store):
         self.base = base
         forwards = self.forwards_sync
         self._base_reads = base.sync_reads if forwards else None
+        self._base_opens = base.sync_opens if forwards else None
         self._base_writes = base.sync_writes if forwards and not self.read_only else None
         self._base_paths = base.file_paths if self.forwards_file_paths else None
 
     @property
     def sync_reads(self) -> SupportsGetSync | None:
         return None if self._base_reads is None else self
+
+    @property
+    def sync_opens(self) -> SupportsOpenSync | None:
+        return None if self._base_opens is None else self
+
+    def open_sync(self, key: str) -> OpenValue | None:
+        opens = self._base_opens
+        assert opens is not None, "called only when sync_opens is declared"
+        return opens.open_sync(self._full(key))
 
     @property
     def sync_writes(self) -> SupportsSetSync | None:
@@ -378,6 +388,12 @@ class SyncRecordingStore(RecordingStore):
 
     def __repr__(self) -> str:
         return f"SyncRecordingStore({self.base!r})"
+
+    @property
+    def sync_opens(self) -> SupportsOpenSync | None:
+        # not forwarded: the reads of an open value are not requests this recorder can count
+        # as a remote store would bill them, so adapters use the counted reads instead
+        return None
 
     def get_sync(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
         self.requests.append(Request("get", key, byte_range))

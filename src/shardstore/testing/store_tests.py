@@ -398,6 +398,24 @@ class StoreTests:
         if unit_reads is not None:
             many = [keys[2], keys[0], keys[1], keys[0]]
             assert unit_reads.get_many_sync(many) == await store.get_many([(k, None) for k in many])
+            units = unit_reads.open_units_sync(many)
+            try:
+                assert [units.get_sync(k) for k in many] == await store.get_many([(k, None) for k in many])
+                assert bytes(units.get_transient_sync(keys[0], 1 << 20) or b"") == value
+                for br in BYTE_RANGES:
+                    assert units.get_sync(keys[0], br) == await store.get(keys[0], br), br
+            finally:
+                units.close()
+        opens = store.sync_opens
+        if opens is not None:
+            opened = opens.open_sync(keys[0])
+            assert opened is not None and opens.open_sync(keys[2]) is None
+            try:
+                assert opened.size == len(value) and opened.read(0, opened.size) == value
+                assert bytes(opened.read_transient(10, 20, 1 << 20)) == value[10:20]
+                assert opened.generation == reads.generation_sync(keys[0])
+            finally:
+                opened.close()
         before = reads.generation_sync(keys[0])
         if before is not None:
             assert before == await store.generation(keys[0])

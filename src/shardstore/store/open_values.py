@@ -1,0 +1,110 @@
+"""Values held open at one version (``sync_protocols.OpenValue``), and values read ahead.
+
+``FileVersion`` is an open file: the generation comes from ``fstat`` of the descriptor and
+every read is a ``pread`` of it (``read_transient`` into this thread's reusable buffer), so the index and the data of a shard read through it come
+from the same file even while writers replace it (they rename a new file over the name; the
+open one stays as it was). ``BytesVersion`` is the same for a value already in memory.
+``PrefetchedReads`` serves ``UnitReads`` from values read beforehand (adapters over stores
+that cannot hold a value open).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Hashable, Mapping
+
+from ._fileio import pread
+from .base import ByteRange, slice_range
+
+__all__ = ["BytesVersion", "FileVersion", "PrefetchedReads", "read_buffer"]
+
+_buffers = threading.local()
+
+
+def read_buffer(nbytes: int, max_bytes: int) -> memoryview | None:
+    """``nbytes`` owned by the calling thread and reused by its next call, for stored bytes
+    that are decoded at once (None above ``max_bytes``: not worth keeping per thread). A fresh
+    buffer per chunk read costs an allocation that glibc, by default, maps and unmaps for
+    every chunk of a few hundred KiB, and a page fault per 4 KiB on first touch: most of the
+    time of a warm one-chunk read."""
+    if nbytes > max_bytes:
+        return None
+    buf: bytearray | None = getattr(_buffers, "buf", None)
+    if buf is None or len(buf) < nbytes:
+        buf = _buffers.buf = bytearray(nbytes)
+    return memoryview(buf)[:nbytes]
+
+
+class FileVersion:
+    """An open file, read with ``pread`` from any thread (``OpenValue``)."""
+
+    __slots__ = ("_fd", "generation", "size")
+
+    def __init__(self, fd: int, generation: Hashable, size: int) -> None:
+        self._fd = fd
+        self.generation = generation
+        self.size = size
+
+    def read(self, start: int, end: int) -> bytes:
+        end = min(end, self.size)
+        return pread(self._fd, end - start, start) if end > start else b""
+
+    def read_transient(self, start: int, end: int, max_bytes: int) -> bytes | memoryview:
+        end = min(end, self.size)
+        buf = read_buffer(end - start, max_bytes) if end > start else None
+        if buf is None or not hasattr(os, "preadv"):  # (Windows has no preadv)
+            return self.read(start, end)
+        got = 0
+        while got < len(buf):  # (a short read of a large request is continued)
+            n = os.preadv(self._fd, [buf[got:]], start + got)
+            if n == 0:  # the file ends early (it cannot shrink while open: truncated under us)
+                return buf[:got]
+            got += n
+        return buf
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+
+class BytesVersion:
+    """A value in memory (``OpenValue``)."""
+
+    __slots__ = ("_value", "generation", "size")
+
+    def __init__(self, value: bytes, generation: Hashable) -> None:
+        self._value = value
+        self.generation = generation
+        self.size = len(value)
+
+    def read(self, start: int, end: int) -> bytes:
+        return self._value[start:end]
+
+    def read_transient(self, start: int, end: int, max_bytes: int) -> bytes | memoryview:
+        return memoryview(self._value)[start:end]  # (no copy at all)
+
+    def close(self) -> None:
+        self._value = b""
+
+
+class PrefetchedReads:
+    """``UnitReads`` over values already read (key -> value, None or absent: missing)."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self, values: Mapping[str, bytes | None]) -> None:
+        self._values = values
+
+    def get_sync(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
+        value = self._values.get(key)
+        if value is None or byte_range is None:
+            return value
+        return slice_range(value, byte_range)
+
+    def get_transient_sync(self, key: str, max_bytes: int) -> bytes | memoryview | None:
+        return self._values.get(key)
+
+    def close(self) -> None:
+        pass
