@@ -161,6 +161,10 @@ def _scatter(
     ranged = reads is not None and layout.pipeline.reads_partially
     into = layout.pipeline.decodes_into
     cache = layout.chunk_cache if gens else None
+    # each chunk is decoded and copied out before the next is read: read into this thread's
+    # reused buffer where the store allows (no fresh chunk-sized allocation per chunk)
+    transient = layout.store.transient_reads if reads is not None else None
+    keep = layout.config.scratch_max_bytes
     for p, key, data in batch:
         gen = gens.get(key) if cache is not None and gens is not None else None
         if reads is not None:
@@ -169,7 +173,7 @@ def _scatter(
                 if part is not None:
                     assign(out, p.out_selection, part)
                     continue
-            data = reads.get_sync(key)
+            data = reads.get_sync(key) if transient is None else transient.get_transient_sync(key, keep)
         if data is None:
             if strict:
                 raise ChunkNotFoundError(f"{layout.describe_key(key)} is missing")

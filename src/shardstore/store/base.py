@@ -31,7 +31,13 @@ from .read_modify_write import (
 
 if TYPE_CHECKING:
     from ._filelock import Lease
-    from .sync_protocols import SupportsFilePath, SupportsGetManySync, SupportsGetSync, SupportsSetSync
+    from .sync_protocols import (
+        SupportsFilePath,
+        SupportsGetManySync,
+        SupportsGetSync,
+        SupportsGetTransientSync,
+        SupportsSetSync,
+    )
 
 #: ``generation`` of a key that does not exist
 MISSING: Final = ("missing",)
@@ -311,6 +317,12 @@ class Store(abc.ABC):
     def file_paths(self) -> SupportsFilePath | None:
         """This store's ``file_path(key)`` for native readers and writers, or None (not a
         plain file store)."""
+        return None
+
+    @property
+    def transient_reads(self) -> SupportsGetTransientSync | None:
+        """This store's whole-value reads into a per-thread buffer (``get_transient_sync``),
+        or None: declared by local files and the wrappers over them."""
         return None
 
     async def generation(self, key: str) -> Hashable | None:

@@ -1,0 +1,120 @@
+"""Whole-chunk reads of the blocking runner into a per-thread buffer (``get_transient_sync``):
+the values are right, the buffer is reused, and without the process-wide malloc tuning a
+repeated chunk read faults in no fresh pages (glibc otherwise maps and unmaps its bytes)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import shardstore
+from shardstore.store._fileio import pread_transient
+from shardstore.store.local import LocalStore
+from shardstore.store.wrappers import AsyncOnlyStore, PrefixStore, SyncRecordingStore
+
+
+def _file(tmp_path: Path, name: str, data: bytes) -> int:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return os.open(path, os.O_RDONLY)
+
+
+def test_pread_transient_reuses_one_buffer_per_thread(tmp_path: Path) -> None:
+    a, b = _file(tmp_path, "a", b"x" * 1000), _file(tmp_path, "b", b"yz" * 300)
+    try:
+        first = pread_transient(a, 1000, 0, keep_bytes=4096)
+        assert isinstance(first, memoryview) and bytes(first) == b"x" * 1000
+        second = pread_transient(b, 600, 0, keep_bytes=4096)
+        assert bytes(second) == b"yz" * 300
+        assert bytes(first[:600]) == b"yz" * 300  # the same memory: the first view is spent
+        assert bytes(pread_transient(a, 10, 995, keep_bytes=4096)) == b"x" * 5  # end of file
+        big = pread_transient(a, 1000, 0, keep_bytes=100)  # above keep_bytes: plain bytes
+        assert isinstance(big, bytes) and big == b"x" * 1000
+
+        mine = pread_transient(b, 4, 0, keep_bytes=4096)
+        other: list[bytes] = []  # another thread has its own buffer
+        t = threading.Thread(target=lambda: other.append(bytes(pread_transient(a, 4, 0, 4096))))
+        t.start()
+        t.join()
+        assert other == [b"xxxx"] and bytes(mine) == b"yzyz"
+    finally:
+        os.close(a)
+        os.close(b)
+
+
+def test_wrappers_forward_transient_reads_and_record_them(tmp_path: Path) -> None:
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "k").write_bytes(b"value")
+    local = LocalStore(tmp_path)
+    assert local.transient_reads is local
+    prefixed = PrefixStore(local, "p")
+    assert prefixed.transient_reads is prefixed
+    assert bytes(prefixed.get_transient_sync("k", 1 << 20) or b"") == b"value"
+    assert prefixed.get_transient_sync("missing", 1 << 20) is None
+    assert AsyncOnlyStore(local).transient_reads is None  # declares no synchronous reads
+    recorded = SyncRecordingStore(prefixed)
+    assert bytes(recorded.get_transient_sync("k", 1 << 20) or b"") == b"value"
+    assert recorded.requests == [("get", "k", None)]
+
+
+@pytest.mark.parametrize("fmt", ["n5-gzip", "precomputed", "zarr3-zstd"])
+def test_blocking_reads_of_many_chunks_through_one_buffer(tmp_path: Path, fmt: str) -> None:
+    """Every chunk holds other values and sizes differ (gzip, zstd): a decode that kept a view
+    of the reused buffer past its chunk would show another chunk's bytes here."""
+    rng = np.random.default_rng(3)
+    data = (np.arange(40 * 36 * 20).reshape(40, 36, 20) * 7 + rng.integers(0, 5, (40, 36, 20))).astype("u2")
+    path = str(tmp_path / "a")
+    if fmt == "n5-gzip":
+        a = shardstore.n5.create(path, "d", shape=data.shape, dtype="u2", block_size=(16, 16, 8),
+                                 compression={"type": "gzip"}, mode="w")
+    elif fmt == "precomputed":
+        data = data[..., None]
+        a = shardstore.precomputed.create(path, data_type="uint16", mode="w", scales=[{
+            "key": "s0", "size": list(data.shape[:3]), "resolution": [1, 1, 1], "voxel_offset": [0, 0, 0],
+            "chunk_sizes": [[16, 16, 8]], "encoding": "raw"}])
+    else:
+        a = shardstore.zarr3.create(path, shape=data.shape, dtype="u2", chunks=(16, 16, 8),
+                                    codecs=[{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "zstd"}], mode="w")
+    a[...] = data
+    assert a._async.driver.layout.store.transient_reads is not None  # the path under test
+    np.testing.assert_array_equal(a[...], data)
+    np.testing.assert_array_equal(a[3:33, 5:30, 2:19], data[3:33, 5:30, 2:19])
+
+
+FAULTS = """
+import resource, sys
+import shardstore
+a = shardstore.precomputed.open(sys.argv[1])
+boxes = [(slice(x, x + 64), slice(y, y + 64)) for x in range(0, 256, 64) for y in range(0, 256, 64)]
+for box in boxes:
+    a[box]
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for box in boxes * 4:
+    a[box]
+print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / len(boxes * 4))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc", reason="glibc only")
+def test_repeated_chunk_reads_fault_in_no_fresh_pages(tmp_path: Path) -> None:
+    """One 256 KiB chunk per read (precomputed raw: the Python path), on glibc's default allocator (no malloc tuning): with a
+    fresh ``bytes`` per fetched chunk, glibc trimmed the heap after each read and the next
+    faulted ~100 pages in again; with the per-thread buffer there are (almost) none."""
+    path = str(tmp_path / "a")
+    a = shardstore.precomputed.create(path, data_type="uint8", mode="w", scales=[{
+        "key": "s0", "size": [256, 256, 64], "resolution": [1, 1, 1], "voxel_offset": [0, 0, 0],
+        "chunk_sizes": [[64, 64, 64]], "encoding": "raw"}])
+    a[...] = (np.arange(256 * 256 * 64, dtype=np.uint32).reshape(256, 256, 64, 1) % 251).astype(np.uint8)
+    # (read in a fresh process: the write's large buffers would raise glibc's thresholds)
+    env = {k: v for k, v in os.environ.items() if k != "SHARDSTORE_MALLOC_TUNING"}
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(FAULTS), path], env=env,
+                         capture_output=True, text=True, check=True).stdout
+    assert float(out) < 20
