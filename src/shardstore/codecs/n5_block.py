@@ -35,7 +35,7 @@ from . import gzip as _gzip  # noqa: F401
 from . import lz4 as _lz4  # noqa: F401
 from . import xz as _xz  # noqa: F401
 from . import zstd as _zstd  # noqa: F401
-from .base import ArrayBytesCodec, BytesBytesCodec, ChunkSpec, N5Compression, decode_to_scratch
+from .base import ArrayBytesCodec, BytesBytesCodec, ChunkSpec, N5Compression, decode_to_scratch, scratch_buffer
 from .registry import get_codec_class, register_codec
 
 __all__ = [
@@ -229,7 +229,14 @@ class N5BlockCodec(ArrayBytesCodec):
             out[: len(header)] = header
             assign(np.frombuffer(out, dtype=stored, offset=len(header)).reshape(values.shape), ..., values)
             return out
-        flat = np.asarray(values, dtype=stored, order="C").reshape(-1)  # one pass: swap + layout
+        if values.dtype == stored and values.flags.c_contiguous:
+            flat = values.reshape(-1)
+        else:
+            # one pass (swap + layout) into this thread's encode buffer: a fresh chunk-sized
+            # copy per block, freed right after compressing, is mapped and unmapped again by
+            # glibc's default allocator for every block (page faults on every write)
+            flat = scratch_buffer(values.size * stored.itemsize, slot="encode_buf").view(stored)
+            assign(flat.reshape(values.shape), ..., values)
         payload = self.compression.encode(flat.view(np.uint8).data.toreadonly(), spec)
         return b"".join((header, payload))
 

@@ -1,6 +1,9 @@
-"""Whole-chunk reads of the blocking runner into a per-thread buffer (``get_transient_sync``):
+"""Per-thread buffers reused instead of a fresh chunk-sized allocation per chunk.
+
+Whole-chunk reads of the blocking runner go into a per-thread buffer (``get_transient_sync``):
 the values are right, the buffer is reused, and without the process-wide malloc tuning a
-repeated chunk read faults in no fresh pages (glibc otherwise maps and unmaps its bytes)."""
+repeated chunk read faults in no fresh pages (glibc otherwise maps and unmaps its bytes).
+N5 compressed blocks are laid out for the compressor in a per-thread encode buffer."""
 
 from __future__ import annotations
 
@@ -118,3 +121,20 @@ def test_repeated_chunk_reads_fault_in_no_fresh_pages(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", textwrap.dedent(FAULTS), path], env=env,
                          capture_output=True, text=True, check=True).stdout
     assert float(out) < 20
+
+
+@pytest.mark.parametrize("dtype", ["u1", "<u2", ">i4", "<f8"])
+def test_n5_blocks_encoded_through_the_thread_buffer_decode_back(dtype: str) -> None:
+    """Blocks from strided views (the encode buffer's path) and from contiguous big-endian
+    arrays (no copy), encoded one after another on one thread: each decodes to its values."""
+    from shardstore.codecs.base import ChunkSpec
+    from shardstore.codecs.n5_block import N5BlockCodec, compression_from_n5
+
+    native = np.dtype(dtype).newbyteorder("=")
+    spec = ChunkSpec((6, 5, 4), native, 0)
+    codec = N5BlockCodec(compression_from_n5({"type": "gzip", "level": 1})).bind(spec)
+    big = (np.arange(12 * 10 * 8) * 3 % 251).reshape(12, 10, 8).astype(dtype)
+    blocks = [big[::2, ::2, ::2], big[6:, 5:, 4:], np.ascontiguousarray(big[:6, :5, :4]).astype(native.newbyteorder(">"))]
+    encoded = [codec.encode(b, spec) for b in blocks]
+    for b, data in zip(blocks, encoded):
+        np.testing.assert_array_equal(codec.decode(data, spec), b)
