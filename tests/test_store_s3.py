@@ -236,3 +236,19 @@ async def test_large_ranged_replies_are_views_not_copies(seaweedfs: SeaweedFS) -
     assert whole == value and whole.readonly  # type: ignore[union-attr]
     assert isinstance(await store.get("big"), bytes)  # get() stays bytes
     assert isinstance(await store.get("big", RangeBR(0, 2 << 20)), bytes)
+
+
+@async_test
+async def test_large_replies_of_one_version_are_views_too(seaweedfs: SeaweedFS) -> None:
+    """``get_ranges_at`` (a sharded read at the ETag of its index) hands a large merged reply
+    out as read-only views, as ``get_many`` does: a shard's chunks are sliced out of it
+    without copying the reply and then each chunk again; small replies stay bytes."""
+    store = make_s3(seaweedfs)
+    value = bytes(range(256)) * 12000  # 3 MB
+    await store.set("big", value)
+    _, etag = await store.get_versioned("big", RangeBR(0, 1))
+    a, b = await store.get_ranges_at("big", [RangeBR(0, 1 << 20), RangeBR((1 << 20) + 10, 2 << 20)], etag) or []
+    assert isinstance(a, memoryview) and a.readonly and a == value[: 1 << 20]
+    assert isinstance(b, memoryview) and b == value[(1 << 20) + 10 : 2 << 20]
+    small = await store.get_ranges_at("big", [RangeBR(5, 100), RangeBR(200, 300)], etag) or []
+    assert [type(v) for v in small] == [bytes, bytes] and small == [value[5:100], value[200:300]]

@@ -75,7 +75,8 @@ class IOConfig:
     codec_threads: int | None = None
     #: threads for blocking file I/O
     io_threads: int = 32
-    #: largest per-thread scratch buffer kept between decodes (bytes)
+    #: largest per-thread scratch buffer kept between decodes (bytes); also the largest
+    #: per-thread buffer blocking reads keep for a chunk file's bytes (``get_transient_sync``)
     scratch_max_bytes: int = 8 << 20
     #: byte budget of the array's decoded-chunk cache (``core/chunk_cache.py``; 0: off, the
     #: default, as tensorstore's ``cache_pool``: a cache holds memory per handle and a Dask job

@@ -37,17 +37,20 @@ CodecKind = Literal["array_array", "array_bytes", "bytes_bytes"]
 _scratch = threading.local()
 
 
-def scratch_buffer(nbytes: int, max_bytes: int = IOConfig.scratch_max_bytes) -> np.ndarray:
+def scratch_buffer(nbytes: int, max_bytes: int = IOConfig.scratch_max_bytes, slot: str = "buf") -> np.ndarray:
     """``nbytes`` of uint8 owned by the calling thread and reused by its next call, for
     ``decode_transient`` results that are copied out at once. Decompressing into a fresh
     buffer per chunk costs an allocation and, on first touch, a page fault per 4 KiB page,
     a real share of a read from the page cache; a buffer larger than ``max_bytes`` is not
-    kept (a few dozen threads each keep one)."""
+    kept (a few dozen threads each keep one). ``slot``: which of the thread's buffers
+    ("buf" for decodes; "encode_buf" for an encoder's input copy, which a transient decode
+    result of the same thread may outlive)."""
     if nbytes > max_bytes:
         return np.empty(nbytes, np.uint8)
-    buf = getattr(_scratch, "buf", None)
+    buf = getattr(_scratch, slot, None)
     if buf is None or buf.nbytes < nbytes:
-        buf = _scratch.buf = np.empty(nbytes, np.uint8)
+        buf = np.empty(nbytes, np.uint8)
+        setattr(_scratch, slot, buf)
     return buf[:nbytes]
 
 

@@ -35,7 +35,7 @@ from . import gzip as _gzip  # noqa: F401
 from . import lz4 as _lz4  # noqa: F401
 from . import xz as _xz  # noqa: F401
 from . import zstd as _zstd  # noqa: F401
-from .base import ArrayBytesCodec, BytesBytesCodec, ChunkSpec, N5Compression, decode_to_scratch
+from .base import ArrayBytesCodec, BytesBytesCodec, ChunkSpec, N5Compression, decode_to_scratch, scratch_buffer
 from .memory_order import copy_to_c_order, first_axis_fastest
 from .registry import get_codec_class, register_codec
 
@@ -235,12 +235,17 @@ class N5BlockCodec(ArrayBytesCodec):
             else:
                 assign(laid, ..., values)
             return out
-        if fortran:
-            flat = np.empty(values.shape, dtype=stored)
-            copy_to_c_order(values, flat)
-            flat = flat.reshape(-1)
+        if fortran or values.dtype != stored or not values.flags.c_contiguous:
+            # one pass (swap + layout) into this thread's encode buffer: a fresh chunk-sized
+            # copy per block, freed right after compressing, is mapped and unmapped again by
+            # glibc's default allocator for every block (page faults on every write)
+            flat = scratch_buffer(values.size * stored.itemsize, slot="encode_buf").view(stored)
+            if fortran:
+                copy_to_c_order(values, flat.reshape(values.shape))
+            else:
+                assign(flat.reshape(values.shape), ..., values)
         else:
-            flat = np.asarray(values, dtype=stored, order="C").reshape(-1)  # one pass: swap + layout
+            flat = values.reshape(-1)
         payload = self.compression.encode(flat.view(np.uint8).data.toreadonly(), spec)
         return b"".join((header, payload))
 

@@ -64,17 +64,19 @@ class CodecPipeline:
         return f"CodecPipeline({[c.name for c in self.codecs]})"
 
     # -- binding ----------------------------------------------------------------------------
-    @property
+    # (the codec capabilities below are asked on every chunk read: computed once, the codecs
+    # of a pipeline never change)
+    @functools.cached_property
     def light(self) -> bool:
         """Whether every codec is light (see ``Codec.light``): decode inline, not in threads."""
         return all(c.light for c in self.codecs)
 
-    @property
+    @functools.cached_property
     def slow_decode(self) -> bool:
         """Whether a codec's decode dominates a chunk read (see ``Codec.slow_decode``)."""
         return any(c.slow_decode for c in self.codecs)
 
-    @property
+    @functools.cached_property
     def holds_gil(self) -> bool:
         """Whether a codec's decode holds the GIL (see ``Codec.holds_gil``)."""
         return any(c.holds_gil for c in self.codecs)

@@ -315,10 +315,15 @@ def _build(selection: Any, grid: RegularGrid, orthogonal: bool) -> Indexer:
     has_arrays = False
     # a selection empty in one dimension touches no chunk: don't enumerate the chunks of the
     # others (a corrupt shape like [2**40, 0] would otherwise list 2**40 / chunk entries)
-    empty = any(isinstance(item, slice) and len(range(*item.indices(n))) == 0 for item, n in zip(items, grid.shape))
+    # (a plain loop and one range slice per dimension: this runs on every read)
+    empty = False
+    for item, n in zip(items, grid.shape):
+        if type(item) is slice and not range(n)[item]:
+            empty = True
+            break
     for dim, (item, n, c) in enumerate(zip(items, grid.shape, grid.chunk_shape)):
         if isinstance(item, slice):
-            length, entries = _slice_entries(item, n, c) if not empty else (len(range(*item.indices(n))), [])
+            length, entries = _slice_entries(item, n, c) if not empty else (len(range(n)[item]), [])
             shape.append(length)
             dims.append(entries)
             continue

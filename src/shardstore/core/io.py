@@ -22,7 +22,7 @@ from .._sync import codec_pool, codec_pool_size, io_pool
 from ..config import IOConfig
 from ..errors import ChunkNotFoundError, CodecError
 from ..store.base import RangeBR
-from ..store.sync_protocols import SupportsGetSync, SupportsSetSync, UnitReads
+from ..store.sync_protocols import SupportsGetSync, SupportsGetTransientSync, SupportsSetSync, UnitReads
 from .chunk_cache import Generations, bypassed, owned, take_cached, unit_generations, unit_generations_async
 from .indexing import ChunkProjection
 from .layout import ChunkLayout, fill_mask
@@ -233,7 +233,7 @@ def read_into_now(
 
     items = [(p, layout.chunk_key(p.coords), None) for p in projections]
     native = None if gens else raw_reader(layout, out)
-    chunks = _StoreReads(reads)
+    chunks = _StoreReads(reads, layout.store.transient_reads)
     if native is not None:
         share_now(_native_then, items, native, _scatter, layout, out, strict, chunks, config=config, free=True,
                   memo=layout.threads_memo)
@@ -247,13 +247,16 @@ class _StoreReads:
     """A store's chunk values (one per key: chunk files, memory) as the ``UnitReads`` that
     ``_scatter`` reads through."""
 
-    __slots__ = ("get_sync",)
+    __slots__ = ("_transient", "get_sync")
 
-    def __init__(self, reads: SupportsGetSync) -> None:
+    def __init__(self, reads: SupportsGetSync, transient: SupportsGetTransientSync | None) -> None:
         self.get_sync = reads.get_sync
+        self._transient = transient
 
-    def get_transient_sync(self, key: str, max_bytes: int) -> bytes | None:
-        return self.get_sync(key)
+    def get_transient_sync(self, key: str, max_bytes: int) -> bytes | memoryview | None:
+        # chunk files read into this thread's reused buffer where the store offers one
+        t = self._transient
+        return self.get_sync(key) if t is None else t.get_transient_sync(key, max_bytes)
 
     def close(self) -> None:
         pass

@@ -122,9 +122,10 @@ class ChunkLayout:
             return self.write_unit_of(coords)
         return tuple(c // r for c, r in zip(coords, self.write_ratio))
 
-    @property
+    @functools.cached_property
     def one_chunk_units(self) -> bool:
-        """Whether every chunk is its own write unit (unsharded): the core then batches units."""
+        """Whether every chunk is its own write unit (unsharded): the core then batches units.
+        (Asked on every read and write; ``write_ratio`` and ``write_unit_of`` are set once.)"""
         return self.write_unit_of is None and all(r == 1 for r in self.write_ratio)
 
     def with_shape(self, shape: tuple[int, ...]) -> ChunkLayout:

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         SupportsFilePath,
         SupportsGetManySync,
         SupportsGetSync,
+        SupportsGetTransientSync,
         SupportsOpenSync,
         SupportsSetSync,
     )
@@ -332,6 +333,12 @@ class Store(abc.ABC):
         """Writes of a whole unit from a stream of its values (``streamed``), or None:
         declared by sharding adapters, so the core can encode a shard chunk by chunk straight
         into its destination instead of holding the whole shard."""
+        return None
+
+    @property
+    def transient_reads(self) -> SupportsGetTransientSync | None:
+        """This store's whole-value reads into a per-thread buffer (``get_transient_sync``),
+        or None: declared by local files and the wrappers over them."""
         return None
 
     async def generation(self, key: str) -> Hashable | None:

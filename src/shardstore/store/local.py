@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, cast
 from .._sync import io_pool
 from ..config import IOConfig
 from ..errors import ConflictError, StoreError
-from ._fileio import pread
+from ._fileio import pread, pread_transient
 from ._filelock import Lease, lock_path, locked, open_making_dirs
 
 # (re-exported: writers that bypass LocalStore and the repair scanner use these names)
@@ -46,7 +46,7 @@ from .streamed import checked_ends
 
 if TYPE_CHECKING:
     from .streamed import Streamed
-    from .sync_protocols import SupportsFilePath, SupportsGetSync, SupportsOpenSync, SupportsSetSync
+    from .sync_protocols import SupportsFilePath, SupportsGetSync, SupportsGetTransientSync, SupportsOpenSync, SupportsSetSync
 
 __all__ = ["LocalStore", "is_temp_name", "temp_path"]
 
@@ -296,7 +296,18 @@ class LocalStore(Store):
     def file_path(self, key: str) -> str:
         return self._fast_root + key
 
+    @property
+    def transient_reads(self) -> SupportsGetTransientSync | None:
+        return self if self._fast_root else None
+
     def get_sync(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
+        # (with keep_bytes 0 the read is a plain ``pread``: bytes)
+        return cast("bytes | None", self._get_fast(key, byte_range, 0))
+
+    def get_transient_sync(self, key: str, keep_bytes: int) -> bytes | memoryview | None:
+        return self._get_fast(key, None, keep_bytes)
+
+    def _get_fast(self, key: str, byte_range: ByteRange | None, keep_bytes: int) -> bytes | memoryview | None:
         # the core calls this once per chunk of every read: whole files and plain ranges
         # (partial decodes) take a lean path (a few system calls, no path objects)
         root = self._fast_root
@@ -315,7 +326,7 @@ class LocalStore(Store):
             if byte_range is not None:  # part of a file (partial decodes, shard indexes)
                 start, end = resolve_range(byte_range, st.st_size)
                 return pread(fd, end - start, start)
-            return pread(fd, st.st_size, 0)
+            return pread_transient(fd, st.st_size, 0, keep_bytes)
         except OSError as e:
             raise StoreError(f"cannot read key {key!r} from {root + key!r}: {_describe(e)}") from e
         finally:

@@ -11,30 +11,12 @@ that cannot hold a value open).
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Hashable, Mapping
 
-from ._fileio import pread
+from ._fileio import pread, read_buffer
 from .base import ByteRange, slice_range
 
 __all__ = ["BytesVersion", "FileVersion", "PrefetchedReads", "read_buffer"]
-
-_buffers = threading.local()
-
-
-def read_buffer(nbytes: int, max_bytes: int) -> memoryview | None:
-    """``nbytes`` owned by the calling thread and reused by its next call, for stored bytes
-    that are decoded at once (None above ``max_bytes``: not worth keeping per thread). A fresh
-    buffer per chunk read costs an allocation that glibc, by default, maps and unmaps for
-    every chunk of a few hundred KiB, and a page fault per 4 KiB on first touch: most of the
-    time of a warm one-chunk read."""
-    if nbytes > max_bytes:
-        return None
-    buf: bytearray | None = getattr(_buffers, "buf", None)
-    if buf is None or len(buf) < nbytes:
-        buf = _buffers.buf = bytearray(nbytes)
-    return memoryview(buf)[:nbytes]
-
 
 class FileVersion:
     """An open file, read with ``pread`` from any thread (``OpenValue``)."""

@@ -32,7 +32,6 @@ from .base import (
     RangeBR,
     _check_value,
     joined,
-    slice_range,
     validate_key,
 )
 from .http import (
@@ -368,19 +367,27 @@ class S3Store(ObjectStoreBase):
                     result = await obs.get_async(
                         self._client, self._path(key), options={"range": (start, end), "if_match": generation}
                     )
-                    data = bytes(await result.bytes_async())
+                    body = await result.bytes_async()
             except (exc.PreconditionError, exc.NotFoundError, FileNotFoundError):
                 stale = True  # replaced or deleted since the index was read
                 return
             except Exception as e:
                 raise self._error("read", key, e) from e
+            # as ``get_many``: a large reply is handed out as a read-only view (a whole shard's
+            # chunks are sliced out of it without copies), a small one as bytes
+            data: bytes | memoryview = (
+                memoryview(body).toreadonly() if len(body) >= self.zero_copy_min_bytes else bytes(body)
+            )
             if cache is not None:
                 cache.put(tagged, start, data)
             for i in members:
                 lo, hi = spans[i]
-                out[i] = slice_range(data, RangeBR(lo - start, hi - start))
+                out[i] = data[lo - start : hi - start]  # (bytes-like, as get_many's)
 
-        await asyncio.gather(*(one(s, e, m) for s, e, m in groups))
+        if len(groups) == 1:  # (the usual read of one chunk: no tasks, fewer loop iterations)
+            await one(*groups[0])
+        else:
+            await asyncio.gather(*(one(s, e, m) for s, e, m in groups))
         return None if stale else out
 
     # -- listing -----------------------------------------------------------------------------

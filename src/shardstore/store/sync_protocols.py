@@ -25,6 +25,7 @@ __all__ = [
     "SupportsFilePath",
     "SupportsGetManySync",
     "SupportsGetSync",
+    "SupportsGetTransientSync",
     "SupportsOpenSync",
     "SupportsSetSync",
     "UnitReads",
@@ -104,6 +105,24 @@ class UnitReads(Protocol):
 
     def close(self) -> None:
         """Let go of the units (their open files)."""
+        ...
+
+
+class SupportsGetTransientSync(Protocol):
+    """Whole-value reads into a buffer the calling thread reuses (local files).
+
+    A read allocating a fresh chunk-sized ``bytes`` and freeing it again makes glibc's default
+    allocator give that memory back to the kernel and fault it in again on the next read (its
+    trim threshold adapts to the largest block freed, and a read frees two: the fetched bytes
+    and, once the caller drops it, the output). The blocking runner decodes each chunk before
+    it reads the next, so it can read into one buffer per thread instead, which stays mapped.
+    """
+
+    def get_transient_sync(self, key: str, keep_bytes: int) -> bytes | memoryview | None:
+        """``get_sync(key)``, possibly as a view of this thread's read buffer, which the next
+        call from this thread overwrites: the caller copies what it keeps before reading
+        again. Values larger than ``keep_bytes`` come as plain bytes (no buffer that big is
+        kept)."""
         ...
 
 

@@ -19,7 +19,14 @@ from .base import (
 if TYPE_CHECKING:
     from ._filelock import Lease
     from .streamed import Streamed
-    from .sync_protocols import OpenValue, SupportsFilePath, SupportsGetSync, SupportsOpenSync, SupportsSetSync
+    from .sync_protocols import (
+        OpenValue,
+        SupportsFilePath,
+        SupportsGetSync,
+        SupportsGetTransientSync,
+        SupportsOpenSync,
+        SupportsSetSync,
+    )
 
 __all__ = ["AsyncOnlyStore", "PrefixStore", "ReadOnlyStore", "RecordingStore", "Request", "SyncRecordingStore"]
 
@@ -47,6 +54,7 @@ class _Wrapper(Store):
         self._base_opens = base.sync_opens if forwards else None
         self._base_writes = base.sync_writes if forwards and not self.read_only else None
         self._base_paths = base.file_paths if self.forwards_file_paths else None
+        self._base_transient = base.transient_reads if forwards else None
 
     @property
     def sync_reads(self) -> SupportsGetSync | None:
@@ -73,6 +81,15 @@ class _Wrapper(Store):
         reads = self._base_reads
         assert reads is not None, "called only when sync_reads is declared"
         return reads.get_sync(self._full(key), byte_range)
+
+    @property
+    def transient_reads(self) -> SupportsGetTransientSync | None:
+        return None if self._base_transient is None else self
+
+    def get_transient_sync(self, key: str, keep_bytes: int) -> bytes | memoryview | None:
+        transient = self._base_transient
+        assert transient is not None, "called only when transient_reads is declared"
+        return transient.get_transient_sync(self._full(key), keep_bytes)
 
     def get_ranges_sync(self, key: str, ranges: Sequence[ByteRange | None]) -> list[bytes | None]:
         reads = self._base_reads
@@ -398,6 +415,10 @@ class SyncRecordingStore(RecordingStore):
     def get_sync(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
         self.requests.append(Request("get", key, byte_range))
         return super().get_sync(key, byte_range)
+
+    def get_transient_sync(self, key: str, keep_bytes: int) -> bytes | memoryview | None:
+        self.requests.append(Request("get", key, None))
+        return super().get_transient_sync(key, keep_bytes)
 
     def get_ranges_sync(self, key: str, ranges: Sequence[ByteRange | None]) -> list[bytes | None]:
         self.requests.extend(Request("get", key, br) for br in _merged(self, ranges))

@@ -20,7 +20,7 @@ from ...store.base import ByteRange, Parts, Store, Update, slice_range
 from ...store.wrappers import _Wrapper
 
 if TYPE_CHECKING:
-    from ...store.sync_protocols import SupportsGetSync
+    from ...store.sync_protocols import SupportsGetSync, SupportsGetTransientSync
 
 __all__ = ["GzipChunkFiles"]
 
@@ -38,6 +38,7 @@ class GzipChunkFiles(_Wrapper):
         self.max_size = max_size
         self.accepts_parts = base.accepts_parts
         self._gz_reads = base.sync_reads
+        self._gz_transient = base.transient_reads
 
     def __repr__(self) -> str:
         return f"GzipChunkFiles({self.base!r})"
@@ -78,6 +79,20 @@ class GzipChunkFiles(_Wrapper):
             gz = read.get_sync(key + GZ)
             if gz is not None:
                 return self._inflate(key, gz, byte_range)
+        return value
+
+    @property
+    def transient_reads(self) -> SupportsGetTransientSync | None:
+        return None if self._gz_transient is None or self._gz_reads is None else self
+
+    def get_transient_sync(self, key: str, keep_bytes: int) -> bytes | memoryview | None:
+        transient, read = self._gz_transient, self._gz_reads
+        assert transient is not None and read is not None, "called only when transient_reads is declared"
+        value = transient.get_transient_sync(key, keep_bytes)
+        if value is None:
+            gz = read.get_sync(key + GZ)
+            if gz is not None:
+                return self._inflate(key, gz, None)
         return value
 
     def get_ranges_sync(self, key: str, ranges: Sequence[ByteRange | None]) -> list[bytes | None]:
