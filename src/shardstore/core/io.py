@@ -28,6 +28,7 @@ from .indexing import ChunkProjection
 from .layout import ChunkLayout, fill_mask
 from .rawread import raw_reader
 from .rawwrite import raw_writer
+from .spanread import span_reader
 from .threads import share_now
 
 __all__ = ["UnitLocks", "read_into", "read_into_now", "reshape_chunks", "write_from", "write_from_now", "writes_now"]
@@ -207,6 +208,14 @@ def read_into_now(
             if not projections:
                 return True
     unit_reads = None if layout.one_chunk_units else layout.store.sync_unit_reads
+    native = None if gens or unit_reads is None else span_reader(layout, out)
+    if native is not None:
+        # shard files read, decoded and placed natively (core/spanread.py); the chunks it
+        # leaves (missing, damaged) take the generic path below, one by one
+        items = [(p, layout.chunk_key(p.coords), None) for p in projections]
+        share_now(_native_then, items, native, _scatter, layout, out, strict, reads, config=config, free=True,
+                  memo=layout.threads_memo)
+        return True
     if unit_reads is not None:
         # shards: each fetched as one unit (its index once, its chunks in one multi-range
         # read: the requests of the async runner), then decoded and scattered in the pool

@@ -31,7 +31,7 @@ from .read_modify_write import (
 
 if TYPE_CHECKING:
     from ._filelock import Lease
-    from .sync_protocols import SupportsFilePath, SupportsGetManySync, SupportsGetSync, SupportsSetSync
+    from .sync_protocols import SupportsFilePath, SupportsFileSpans, SupportsGetManySync, SupportsGetSync, SupportsSetSync
 
 #: ``generation`` of a key that does not exist
 MISSING: Final = ("missing",)
@@ -305,6 +305,12 @@ class Store(abc.ABC):
     def sync_writes(self) -> SupportsSetSync | None:
         """This store's writes from any thread (``set_sync``, ``update_many_sync``), or None
         (remote, read-only, or adapters whose writes go through ``update_many`` only)."""
+        return None
+
+    @property
+    def file_spans(self) -> SupportsFileSpans | None:
+        """Where values lie in local files, by byte span (``read_spans_sync``), or None:
+        declared by sharding adapters over plain files, for the core's native shard reads."""
         return None
 
     @property
