@@ -700,11 +700,14 @@ done:
  */
 
 /* One chunk of read_spans: ST_OK or ST_FALLBACK. ``buf``: the stored bytes (grown as needed). */
-static int run_span(const plan_t *pl, int codec, void *ld, int fd, const job_t *job, char **buf, size_t *cap, char *scratch) {
+static int run_span(const plan_t *pl, int codec, void *ld, int fd, Py_ssize_t end, const job_t *job, char **buf,
+                    size_t *cap, char *scratch) {
     Py_ssize_t first, last;
     if (!job_span(pl, job, &first, &last)) return ST_OK; /* nothing to copy */
     size_t nbytes = (size_t)pl->chunk_nbytes;
-    if (job->offset < 0 || job->length < 0 || (size_t)job->length > stored_bound(codec, nbytes)) return ST_FALLBACK;
+    if (job->offset < 0 || job->length < 0 || (size_t)job->length > stored_bound(codec, nbytes) ||
+        job->offset > end - job->length)
+        return ST_FALLBACK;
     off_t at = (off_t)job->offset;
     size_t len = (size_t)job->length;
     if (codec == CODEC_RAW) {
@@ -732,24 +735,24 @@ static int run_span(const plan_t *pl, int codec, void *ld, int fd, const job_t *
 }
 
 PyDoc_STRVAR(read_spans_doc,
-"read_spans(out, chunk_shape, out_dims, itemsize, swap, codec, path, jobs) -> bytes\n\n"
+"read_spans(out, chunk_shape, out_dims, itemsize, swap, codec, path, tail, jobs) -> bytes\n\n"
 "Read, decode and copy boxes of chunks stored as byte ranges of one file into ``out`` with\n"
 "the GIL released.\n\n"
 "``chunk_shape``, ``out_dims``, ``itemsize``, ``swap``: as for ``read_boxes``. ``codec``: how\n"
 "each chunk is stored: 0 raw (the elements in C order), 1 zstd, 2 blosc, 3 gzip, 4 zlib,\n"
 "5 gzip or zlib by its magic, each decoding to the raw elements (needs ``set_decoders`` /\n"
-"``set_libdeflate``; see ``decoders``). ``jobs``: a list of ``(offset, length, box)``, the\n"
-"chunk's bytes in the file and its box as for ``read_boxes``. Returns one status byte per\n"
-"job: 0 done, 2 not read (a short read, a size or decode mismatch, damage): read that chunk\n"
-"another way.");
+"``set_libdeflate``; see ``decoders``). ``tail``: the bytes at the end of the file no chunk\n"
+"may reach into (an index there). ``jobs``: a list of ``(offset, length, box)``, the chunk's\n"
+"bytes in the file and its box as for ``read_boxes``. Returns one status byte per job: 0 done,\n"
+"2 not read (past the end, a size or decode mismatch, damage): read that chunk another way.");
 
 static PyObject *read_spans(PyObject *self, PyObject *args) {
     PyObject *out_obj, *shape_obj, *dims_obj, *path_obj = NULL, *jobs_obj;
     Py_buffer view;
-    Py_ssize_t itemsize;
+    Py_ssize_t itemsize, tail;
     int swap, codec;
-    if (!PyArg_ParseTuple(args, "OOOnpiO&O", &out_obj, &shape_obj, &dims_obj, &itemsize, &swap, &codec,
-                          PyUnicode_FSConverter, &path_obj, &jobs_obj))
+    if (!PyArg_ParseTuple(args, "OOOnpiO&nO", &out_obj, &shape_obj, &dims_obj, &itemsize, &swap, &codec,
+                          PyUnicode_FSConverter, &path_obj, &tail, &jobs_obj))
         return NULL;
     plan_t pl;
     job_t *jobs = NULL;
@@ -796,7 +799,13 @@ static PyObject *read_spans(PyObject *self, PyObject *args) {
     }
     Py_BEGIN_ALLOW_THREADS
     int fd = open(PyBytes_AS_STRING(path_obj), O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
+        close(fd);
+        fd = -1;
+    }
     if (fd >= 0) {
+        Py_ssize_t end = tail < 0 ? -1 : (Py_ssize_t)st.st_size - tail; /* where chunk data must end */
 #ifdef POSIX_FADV_WILLNEED
         /* the kernel starts reading every span at once: on a cold disk the reads overlap */
         for (Py_ssize_t i = 0; i < njobs; i++)
@@ -804,7 +813,7 @@ static PyObject *read_spans(PyObject *self, PyObject *args) {
                 posix_fadvise(fd, (off_t)jobs[i].offset, (off_t)jobs[i].length, POSIX_FADV_WILLNEED);
 #endif
         for (Py_ssize_t i = 0; i < njobs; i++)
-            status[i] = (char)run_span(&pl, codec, ld, fd, &jobs[i], &buf, &cap, scratch);
+            status[i] = (char)run_span(&pl, codec, ld, fd, end, &jobs[i], &buf, &cap, scratch);
         close(fd);
     } else {
         memset(status, ST_FALLBACK, (size_t)njobs);

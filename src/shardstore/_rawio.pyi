@@ -35,6 +35,7 @@ def read_spans(
     swap: bool,
     codec: int,
     path: _Path,
+    tail: int,
     jobs: Sequence[tuple[int, int, Sequence[int]]],
     /,
 ) -> bytes: ...

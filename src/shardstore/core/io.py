@@ -28,7 +28,7 @@ from .indexing import ChunkProjection
 from .layout import ChunkLayout, fill_mask
 from .rawread import raw_reader
 from .rawwrite import raw_writer
-from .spanread import span_reader
+from .spanread import span_reader, span_units
 from .threads import share_now
 
 __all__ = ["UnitLocks", "read_into", "read_into_now", "reshape_chunks", "write_from", "write_from_now", "writes_now"]
@@ -212,9 +212,8 @@ def read_into_now(
     if native is not None:
         # shard files read, decoded and placed natively (core/spanread.py); the chunks it
         # leaves (missing, damaged) take the generic path below, one by one
-        items = [(p, layout.chunk_key(p.coords), None) for p in projections]
-        share_now(_native_then, items, native, _scatter, layout, out, strict, reads, config=config, free=True,
-                  memo=layout.threads_memo)
+        share_now(_native_then, span_units(layout, projections), native, _scatter, layout, out, strict, reads,
+                  config=config, free=True, memo=layout.threads_memo)
         return True
     if unit_reads is not None:
         # shards: each fetched as one unit (its index once, its chunks in one multi-range

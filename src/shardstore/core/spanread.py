@@ -23,12 +23,14 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .._sync import codec_pool_size
+from .indexing import ChunkProjection
 from .layout import ChunkLayout
 from .rawread import Items, inflate_available, plan_boxes
 
@@ -40,7 +42,7 @@ else:
     except ImportError:  # built without a C compiler: everything takes the generic path
         _rawio = None
 
-__all__ = ["CODECS", "loaded_codecs", "span_reader"]
+__all__ = ["CODECS", "loaded_codecs", "span_reader", "span_units"]
 
 #: ``read_spans``' number for each decoder (None: raw elements)
 CODECS: dict[str | None, int] = {None: 0, "zstd": 1, "blosc": 2, "gzip": 3, "zlib": 4, "deflate": 5}
@@ -95,10 +97,28 @@ def loaded_codecs() -> tuple[int, ...]:
     return _loaded
 
 
-def span_reader(layout: ChunkLayout, out: np.ndarray) -> Callable[[Items], Items] | None:
-    """``read(items) -> items left``: reads, decodes and copies what it can of each chunk's
-    box into ``out`` natively, one call per shard file, and returns the items the caller must
-    read itself; None when nothing of this read can go native (a store of no local shard
+def span_units(layout: ChunkLayout, projections: Iterable[ChunkProjection]) -> list[Items]:
+    """A read's chunks as ``(projection, key, None)`` items in batches for ``share_now``: one
+    per shard (a native call's unit: one open, one index lookup, the generation checked
+    around it), and with few shards, shards cut into pieces so that every codec thread has
+    chunks to decode."""
+    units: dict[tuple[int, ...], Items] = {}
+    for p in projections:
+        units.setdefault(layout.write_unit(p.coords), []).append((p, layout.chunk_key(p.coords), None))
+    batches = list(units.values())
+    # ``share_now`` times the first batch and shares out the rest only when at least two
+    # remain: a read within one shard, or two, is cut into two pieces per thread
+    want = 2 * codec_pool_size(layout.config.codec_threads)
+    if 1 < want and len(batches) < want:
+        n = max(1, -(-sum(map(len, batches)) // want))
+        batches = [unit[i : i + n] for unit in batches for i in range(0, len(unit), n)]
+    return batches
+
+
+def span_reader(layout: ChunkLayout, out: np.ndarray) -> Callable[[list[Items]], Items] | None:
+    """``read(batches) -> items left``: reads, decodes and copies what it can of the box of
+    each chunk of ``batches`` (``span_units``) into ``out`` natively, one call per shard
+    file, and returns the items the caller must read itself; None when nothing of this read can go native (a store of no local shard
     files, other codecs, another dtype, ``IOConfig(native=False)``)."""
     config = layout.config
     if not config.native or _rawio is None:
@@ -126,15 +146,15 @@ def span_reader(layout: ChunkLayout, out: np.ndarray) -> Callable[[Items], Items
     itemsize = stored.itemsize
     read_spans = _rawio.read_spans
 
-    def read(items: Items) -> Items:
-        boxes, taken, rest, out_dims = plan_boxes(items, out.ndim)
+    def read(units: list[Items]) -> Items:
+        boxes, taken, rest, out_dims = plan_boxes([item for unit in units for item in unit], out.ndim)
         if not taken or out_dims is None:
             return rest
         dims = out_dims
 
-        def read_file(path: str, which: np.ndarray, offsets: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        def read_file(path: str, which: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, tail: int) -> np.ndarray:
             jobs = [(o, n, boxes[w]) for w, o, n in zip(which.tolist(), offsets.tolist(), lengths.tolist())]
-            status = read_spans(out, chunk_shape, dims, itemsize, swap, codec, path, jobs)
+            status = read_spans(out, chunk_shape, dims, itemsize, swap, codec, path, tail, jobs)
             return np.frombuffer(status, dtype=np.uint8) == 0
 
         done = spans.read_spans_sync([item[1] for item in taken], read_file)

@@ -24,10 +24,11 @@ __all__ = ["SupportsFilePath", "SupportsFileSpans", "SupportsGetManySync", "Supp
 if TYPE_CHECKING:  # (numpy only in annotations: this layer handles bytes)
     import numpy as np
 
-    #: ``read(path, which, offsets, lengths) -> done``: reads the values ``which`` (positions
-    #: in the caller's keys) that are byte spans of one local file (int64 arrays) and says
-    #: which of them it read (a bool array)
-    SpanReader = Callable[[str, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+    #: ``read(path, which, offsets, lengths, tail) -> done``: reads the values ``which``
+    #: (positions in the caller's keys) that are byte spans of one local file (int64 arrays),
+    #: none of which may reach into the file's last ``tail`` bytes, and says which of them it
+    #: read (a bool array)
+    SpanReader = Callable[[str, np.ndarray, np.ndarray, np.ndarray, int], np.ndarray]
 
 
 class SupportsGetSync(Protocol):
