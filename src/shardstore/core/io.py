@@ -208,11 +208,11 @@ def read_into_now(
             if not projections:
                 return True
     unit_reads = None if layout.one_chunk_units else layout.store.sync_unit_reads
-    native = None if gens or unit_reads is None else span_reader(layout, out)
-    if native is not None:
+    spans = None if gens or unit_reads is None else span_reader(layout, out)
+    if spans is not None:
         # shard files read, decoded and placed natively (core/spanread.py); the chunks it
-        # leaves (missing, damaged) take the generic path below, one by one
-        share_now(_native_then, span_units(layout, projections), native, _scatter, layout, out, strict, reads,
+        # leaves (missing, damaged) take the generic path, one by one
+        share_now(_native_then, span_units(layout, projections), spans, _scatter, layout, out, strict, reads,
                   config=config, free=True, memo=layout.threads_memo)
         return True
     if unit_reads is not None:

@@ -40,7 +40,8 @@ else:
 
 __all__ = ["available", "inflate_available", "plan_boxes", "raw_reader"]
 
-Items = list[tuple[ChunkProjection, str]]
+#: a chunk of a read: its projection, its key, and None (the slot `_scatter` takes its bytes in)
+Items = list[tuple[ChunkProjection, str, None]]
 _LIBDEFLATE_FUNCTIONS = ("alloc_decompressor", "free_decompressor", "gzip_decompress_ex", "zlib_decompress_ex")
 _libdeflate: ctypes.CDLL | None | bool = None  # the loaded library, False when none was found
 
