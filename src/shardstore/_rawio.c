@@ -701,7 +701,7 @@ done:
 
 /* One chunk of read_spans: ST_OK or ST_FALLBACK. ``buf``: the stored bytes (grown as needed). */
 static int run_span(const plan_t *pl, int codec, void *ld, int fd, Py_ssize_t end, const job_t *job, char **buf,
-                    size_t *cap, char *scratch) {
+                    size_t *cap, char **scratch) {
     Py_ssize_t first, last;
     if (!job_span(pl, job, &first, &last)) return ST_OK; /* nothing to copy */
     size_t nbytes = (size_t)pl->chunk_nbytes;
@@ -729,8 +729,10 @@ static int run_span(const plan_t *pl, int codec, void *ld, int fd, Py_ssize_t en
         scatter_box(pl, job, *buf, first);
         return ST_OK;
     }
-    if (decode_chunk(codec, ld, (const unsigned char *)*buf, len, scratch, nbytes) != 0) return ST_FALLBACK;
-    scatter_box(pl, job, scratch, 0);
+    if (!declares_size(codec, (const unsigned char *)*buf, len, nbytes)) return ST_FALLBACK;
+    if (!*scratch && !(*scratch = PyMem_RawMalloc(nbytes ? nbytes : 1))) return ST_FALLBACK; /* (first use) */
+    if (decode_chunk(codec, ld, (const unsigned char *)*buf, len, *scratch, nbytes) != 0) return ST_FALLBACK;
+    scatter_box(pl, job, *scratch, 0);
     return ST_OK;
 }
 
@@ -790,9 +792,8 @@ static PyObject *read_spans(PyObject *self, PyObject *args) {
     }
     if (!(result = PyBytes_FromStringAndSize(NULL, njobs))) goto done;
     char *status = PyBytes_AS_STRING(result);
-    scratch = PyMem_RawMalloc(pl.chunk_nbytes ? (size_t)pl.chunk_nbytes : 1);
     if (codec >= CODEC_GZIP) ld = ld_alloc();
-    if (!scratch || (codec >= CODEC_GZIP && !ld)) {
+    if (codec >= CODEC_GZIP && !ld) {
         Py_CLEAR(result);
         PyErr_NoMemory();
         goto done;
@@ -813,7 +814,7 @@ static PyObject *read_spans(PyObject *self, PyObject *args) {
                 posix_fadvise(fd, (off_t)jobs[i].offset, (off_t)jobs[i].length, POSIX_FADV_WILLNEED);
 #endif
         for (Py_ssize_t i = 0; i < njobs; i++)
-            status[i] = (char)run_span(&pl, codec, ld, fd, end, &jobs[i], &buf, &cap, scratch);
+            status[i] = (char)run_span(&pl, codec, ld, fd, end, &jobs[i], &buf, &cap, &scratch);
         close(fd);
     } else {
         memset(status, ST_FALLBACK, (size_t)njobs);

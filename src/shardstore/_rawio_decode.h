@@ -15,7 +15,9 @@
 #ifndef SHARDSTORE_RAWIO_DECODE_H
 #define SHARDSTORE_RAWIO_DECODE_H
 
+#include <limits.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* the stored form of one chunk; the values are the ``codec`` argument of read_spans */
 enum { CODEC_RAW = 0, CODEC_ZSTD = 1, CODEC_BLOSC = 2, CODEC_GZIP = 3, CODEC_ZLIB = 4, CODEC_DEFLATE_AUTO = 5, CODEC_COUNT = 6 };
@@ -57,6 +59,26 @@ static int codec_loaded(int codec) {
  * blosc its 16-byte header and a 4-byte size per block, zstd 3 per 128 KiB block). */
 static size_t stored_bound(int codec, size_t nbytes) {
     return codec == CODEC_RAW ? nbytes : nbytes + nbytes / 8 + 4096;
+}
+
+/* Whether stored bytes that declare their decoded size declare ``cap`` (blosc's header, a gzip
+ * member's ISIZE): checked before the caller allocates a chunk-sized buffer, so that a hostile
+ * chunk size in the metadata costs no allocation for a small stream that cannot fill it. */
+static int declares_size(int codec, const unsigned char *src, size_t len, size_t cap) {
+    size_t declared = 0;
+    switch (codec) {
+    case CODEC_BLOSC:
+        return cap > 0 && cap <= INT_MAX && blosc_validate(src, len, &declared) == 0 && declared == cap;
+    case CODEC_GZIP: case CODEC_DEFLATE_AUTO:
+        if (len >= 18 && src[0] == 0x1f && src[1] == 0x8b) {
+            uint32_t isize = (uint32_t)src[len - 4] | (uint32_t)src[len - 3] << 8 | (uint32_t)src[len - 2] << 16 |
+                             (uint32_t)src[len - 1] << 24;
+            return isize == (uint32_t)cap;
+        }
+        return codec == CODEC_DEFLATE_AUTO; /* zlib streams declare nothing */
+    default:
+        return 1;
+    }
 }
 
 /* Decode ``len`` stored bytes at ``src`` into ``dst`` (``cap`` bytes, the chunk): 0 when they
