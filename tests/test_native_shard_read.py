@@ -23,7 +23,7 @@ from _helpers import examples, random_array
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shardstore import zarr3
+from shardstore import precomputed, zarr3
 from shardstore.config import IOConfig
 from shardstore.core import rawread, spanread
 from shardstore.errors import ChunkNotFoundError, CodecError
@@ -321,3 +321,66 @@ def test_native_reads_match_numpy_and_the_generic_path(tmp_path_factory, monkeyp
         np.testing.assert_array_equal(g, generic[sel])
     # (a shard of one chunk is a unit of its own: the core reads such arrays as unsharded)
     assert spy.back == 0 and (spy.done > 0 or shards == chunks or not data.any())
+
+
+# -- precomputed, sharded (neuroglancer_uint64_sharded_v1): raw chunks in Fortran order -------
+
+def _precomputed(root: Path, data_encoding: str, dtype: str = "uint16", channels: int = 2, size=(50, 40, 30)):
+    sharding = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "identity", "preshift_bits": 0, "minishard_bits": 1,
+                "shard_bits": 1, "minishard_index_encoding": "gzip", "data_encoding": data_encoding}
+    return precomputed.create(str(root), data_type=dtype, num_channels=channels,
+                              scales=[{"size": list(size), "chunk_sizes": [[16, 16, 8]], "encoding": "raw", "key": "s0",
+                                       "sharding": sharding}])
+
+
+def _open_precomputed(root: Path, mode: str, monkeypatch: pytest.MonkeyPatch):
+    if mode == "unbuilt":
+        monkeypatch.setattr(spanread, "_rawio", None)
+        monkeypatch.setattr(rawread, "_rawio", None)
+    return precomputed.open(str(root), mode="r", config=IOConfig(native=mode == "native"))
+
+
+@pytest.mark.parametrize("data_encoding", ["raw", "gzip"])
+@pytest.mark.parametrize("dtype, channels", [("uint8", 1), ("uint16", 2), ("float32", 1)])
+def test_precomputed_sharded_reads_match_numpy_on_every_path(data_encoding: str, dtype: str, channels: int,
+                                                             tmp_path: Path, monkeypatch) -> None:
+    data = random_array((50, 40, 30, channels), dtype, 6)
+    if dtype == "float32":
+        data = np.nan_to_num(data)  # (NaN != NaN in the comparison below)
+    a = _precomputed(tmp_path, data_encoding, dtype, channels)
+    a[...] = data
+    a[16:32, 0:16, 8:16] = 0  # a chunk of zeros is not stored
+    data[16:32, 0:16, 8:16] = 0
+    sels = [..., np.s_[3:47, 7:33, 1:29], np.s_[5, 3:40:3, :], np.s_[::2, 1, 2:30, 0], np.s_[16:48, 16:32, 8:24]]
+    for mode in MODES:
+        with monkeypatch.context() as m:
+            spy = Spy(m) if mode == "native" else None
+            b = _open_precomputed(tmp_path, mode, m)
+            for sel in sels:
+                np.testing.assert_array_equal(b[sel], data[sel], err_msg=f"{mode} {sel}")
+            if spy is not None:  # the 3 x 2 x 3 full chunks of the whole read went native
+                assert spy.done >= 3 * 2 * 3 - 1
+
+
+def test_precomputed_damaged_gzip_value_raises_the_same_error_on_every_path(tmp_path: Path, monkeypatch) -> None:
+    data = random_array((50, 40, 30, 1), "uint8", 8)
+    a = _precomputed(tmp_path, "gzip", "uint8", 1)
+    a[...] = data
+    layout = a.driver.layout
+    data_key, start, size = layout.store.sync_ids.locate(int(layout.chunk_key((0, 0, 0))))
+    path = Path(layout.store.base.file_paths.file_path(data_key))
+    raw = bytearray(path.read_bytes())
+    raw[start + size - 6] ^= 0xFF  # the gzip member's CRC
+    path.write_bytes(bytes(raw))
+    messages = {}
+    for mode in MODES:
+        with monkeypatch.context() as m:
+            spy = Spy(m) if mode == "native" else None
+            b = _open_precomputed(tmp_path, mode, m)
+            np.testing.assert_array_equal(b[16:48, 16:32], data[16:48, 16:32])
+            with pytest.raises(CodecError) as e:
+                b[0:16, 0:16, 0:8]
+            messages[mode] = str(e.value)
+            if spy is not None:
+                assert spy.back >= 1 and spy.done >= 1
+    assert len(set(messages.values())) == 1, messages

@@ -12,7 +12,7 @@ several times the two copies through the padded buffer.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -85,6 +85,10 @@ class PrecomputedRawCodec(ArrayBytesCodec):
 
     def encoded_size(self, spec: ChunkSpec) -> int:
         return spec.nbytes
+
+    def plain_layout(self, spec: ChunkSpec) -> tuple[np.dtype, Literal["C", "F"]]:
+        """Little-endian values, x fastest: the ``[x, y, z, c]`` chunk in Fortran order."""
+        return np.dtype(spec.dtype).newbyteorder("<"), "F"
 
     def encode(self, array: np.ndarray, spec: ChunkSpec) -> memoryview:
         if array.shape != spec.shape:

@@ -124,16 +124,24 @@ def span_reader(layout: ChunkLayout, out: np.ndarray) -> Callable[[list[Items]],
     if not config.native or _rawio is None:
         return None
     spans = layout.store.file_spans
-    if spans is None or layout.edge_chunks != "padded":  # (every stored chunk of one size)
+    if spans is None:
         return None
     native = layout.pipeline.native_layout(layout.chunk_spec)
     if native is None:
         return None
     decoder, stored, order = native
     codec = CODECS[decoder]
-    if order != "C" or codec not in loaded_codecs():
+    if spans.value_encoding is not None:  # (precomputed's gzip data_encoding): one decoder
+        if decoder is not None or spans.value_encoding != "gzip":
+            return None
+        codec = CODECS["gzip"]
+    if codec not in loaded_codecs():
         return None
+    # (clipped edge chunks are smaller: the kernel refuses them by size, the generic path reads them)
     chunk_shape = tuple(layout.grid.chunk_shape)
+    # a Fortran-ordered chunk is the C-ordered one of the reversed shape: its boxes reversed too
+    fortran = order == "F"
+    kernel_shape = chunk_shape[::-1] if fortran else chunk_shape
     swap = not stored.isnative and stored.itemsize > 1
     if (
         out.dtype != stored.newbyteorder("=")
@@ -151,10 +159,14 @@ def span_reader(layout: ChunkLayout, out: np.ndarray) -> Callable[[list[Items]],
         if not taken or out_dims is None:
             return rest
         dims = out_dims
+        if fortran:
+            nd = len(chunk_shape)
+            boxes = [[v for d in range(nd - 1, -1, -1) for v in box[4 * d : 4 * d + 4]] for box in boxes]
+            dims = dims[::-1]
 
         def read_file(path: str, which: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, tail: int) -> np.ndarray:
             jobs = [(o, n, boxes[w]) for w, o, n in zip(which.tolist(), offsets.tolist(), lengths.tolist())]
-            status = read_spans(out, chunk_shape, dims, itemsize, swap, codec, path, tail, jobs)
+            status = read_spans(out, kernel_shape, dims, itemsize, swap, codec, path, tail, jobs)
             return np.frombuffer(status, dtype=np.uint8) == 0
 
         done = spans.read_spans_sync([item[1] for item in taken], read_file)

@@ -407,7 +407,43 @@ class SyncReads:
         order, each step one multi-range read of the shard file."""
         return self._consistent(lambda: self._get_many_ids(keys))
 
+    def spans_many(self, keys: Sequence[int]) -> tuple[list[tuple[str, int, int, int, str]], dict[str, Hashable | None]]:
+        """Where the values of ``keys`` lie, without reading them (for native readers):
+        ``(data key, start, end, position in keys, shard stem)`` of each stored one, in file
+        order, and the generation of each shard whose indexes were used. The caller reads the
+        spans, then keeps what it read from shards ``changed`` does not name."""
+        seen: dict[str, Hashable | None] = {}
+        self._seen.value = seen
+        try:
+            return self._plan_many(keys), seen
+        finally:
+            self._seen.value = None
+
+    def changed(self, seen: dict[str, Hashable | None]) -> set[str]:
+        """The stems of ``seen`` (from ``spans_many``) whose shard was replaced since."""
+        gen = self._generation
+        return {stem for stem, g in seen.items() if gen(stem + ".shard") != g}
+
     def _get_many_ids(self, keys: Sequence[int]) -> list[bytes | None]:
+        fetch = self._plan_many(keys)
+        read_ranges = self._read_ranges
+        out: list[bytes | None] = [None] * len(keys)
+        gz = self._spec.data_encoding == "gzip"
+        i = 0
+        while i < len(fetch):  # one read call per data file
+            data_key = fetch[i][0]
+            j = i + 1
+            while j < len(fetch) and fetch[j][0] == data_key:
+                j += 1
+            part = fetch[i:j]
+            for (_, s, e, pos, _), data in zip(part, read_ranges(data_key, [RangeBR(s, e) for _, s, e, _, _ in part])):
+                out[pos] = value_of(keys[pos], data_key, s, e, data, gz, None)
+            i = j
+        return out
+
+    def _plan_many(self, keys: Sequence[int]) -> list[tuple[str, int, int, int, str]]:
+        """``spans_many``'s spans: per shard the indexes it lacks (one multi-range read each
+        step), then each stored key's span, sorted by file and offset."""
         read_ranges = self._read_ranges
         spec, cache = self._spec, self._cache
         by_shard: dict[int, list[tuple[int, int, int]]] = {}
@@ -416,7 +452,7 @@ class SyncReads:
             if reqs is None:
                 reqs = by_shard[shard] = []
             reqs.append((pos, k, m))
-        fetch: list[tuple[str, int, int, int]] = []  # (data key, start, end, position)
+        fetch: list[tuple[str, int, int, int, str]] = []  # (data key, start, end, position, stem)
         for shard, reqs in by_shard.items():
             stem = spec.shard_name(shard)
             st = self._state_seen(stem)
@@ -440,18 +476,6 @@ class SyncReads:
                 for (pos, _), hit in zip(group, found[m].lookup_many([key for _, key in group])):
                     if hit is not None:
                         start = hit[0] + delta
-                        fetch.append((data_key, start, start + hit[1], pos))
+                        fetch.append((data_key, start, start + hit[1], pos, stem))
         fetch.sort()
-        out: list[bytes | None] = [None] * len(keys)
-        gz = spec.data_encoding == "gzip"
-        i = 0
-        while i < len(fetch):  # one read call per data file
-            data_key = fetch[i][0]
-            j = i + 1
-            while j < len(fetch) and fetch[j][0] == data_key:
-                j += 1
-            part = fetch[i:j]
-            for (_, s, e, pos), data in zip(part, read_ranges(data_key, [RangeBR(s, e) for _, s, e, _ in part])):
-                out[pos] = value_of(keys[pos], data_key, s, e, data, gz, None)
-            i = j
-        return out
+        return fetch

@@ -507,6 +507,9 @@ class ZarrShardingStore(Store):
     def file_spans(self) -> SupportsFileSpans | None:
         return None if self._base_reads is None or self.base.file_paths is None else self
 
+    #: the spans hold the inner codecs' bytes as they are (``SupportsFileSpans``)
+    value_encoding: str | None = None
+
     def read_spans_sync(self, keys: Sequence[str], read: SpanReader) -> np.ndarray:
         """See ``SupportsFileSpans``: per shard, its index (cached while the file's generation
         holds) gives every wanted chunk's span at once; the read is kept only when the file

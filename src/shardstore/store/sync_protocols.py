@@ -87,6 +87,12 @@ class SupportsFileSpans(Protocol):
     one call (``core/spanread.py``). The adapter keeps what only it knows: the index (cached
     while the shard's generation holds) and that generation, checked around the read."""
 
+    @property
+    def value_encoding(self) -> str | None:
+        """How the store encodes each value on top of the codec's bytes ("gzip": a gzip
+        stream, precomputed's ``data_encoding``), or None: the spans hold the codec's bytes."""
+        ...
+
     def read_spans_sync(self, keys: Sequence[str], read: SpanReader) -> np.ndarray:
         """Calls ``read`` once per shard file with the spans of the keys' values found in its
         index, and returns a bool per key: True where ``read`` read it and the file was not
