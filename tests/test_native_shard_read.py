@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import os
 import struct
+import threading
 from pathlib import Path
 
 import google_crc32c
@@ -240,11 +241,13 @@ def test_a_shard_replaced_during_the_native_read_is_read_again(tmp_path: Path, m
     np.testing.assert_array_equal(b[...], old)  # (its index is cached now)
     real = spanread._rawio.read_spans
     calls = []
+    lock = threading.Lock()  # (the pieces of one shard may be read on two threads)
 
     def replacing(*args):
-        if not calls:
-            os.replace(replacement, shard)
-        calls.append(args)
+        with lock:
+            if not calls:
+                os.replace(replacement, shard)
+            calls.append(args)
         return real(*args)
 
     spy = type("M", (), {"read_spans": staticmethod(replacing), "set_decoders": staticmethod(spanread._rawio.set_decoders),

@@ -152,12 +152,25 @@ static int inflate_file(const plan_t *pl, inflater_t *inf, int fd, Py_ssize_t si
  * ``out``: an odometer over every dimension but the last, then the innermost run. */
 static void scatter_box(const plan_t *pl, const job_t *job, const char *payload, Py_ssize_t first) {
     int nd = pl->ndim;
-    /* copy: an odometer over every dimension but the last, then the innermost run */
+    /* copy: an odometer over the outer dimensions, then one run of the inner ones */
     Py_ssize_t idx[MAXDIM] = {0};
     Py_ssize_t isz = pl->itemsize, inner = nd - 1;
     Py_ssize_t n_inner = job->count[inner];
     Py_ssize_t src_step = job->step[inner] * isz, dst_step = pl->out_stride[inner];
     int contiguous = !pl->swap && job->step[inner] == 1 && dst_step == isz;
+    if (contiguous) {
+        /* dimensions the box spans whole, laid out alike in the chunk and in out, join the
+         * run (a whole chunk into an output of its layout: one memcpy instead of a row each) */
+        while (inner > 0) {
+            Py_ssize_t d = inner - 1;
+            if (job->count[d] != 1 && (job->step[d] != 1 || job->count[inner] != pl->chunk_shape[inner] ||
+                                       job->step[inner] != 1 || pl->chunk_strides[d] != n_inner ||
+                                       pl->out_stride[d] != n_inner * isz))
+                break;
+            n_inner *= job->count[d];
+            inner = d;
+        }
+    }
     for (;;) {
         Py_ssize_t src_el = -first, dst_off = 0;
         for (int d = 0; d < nd; d++) {
@@ -700,8 +713,15 @@ done:
  */
 
 /* One chunk of read_spans: ST_OK or ST_FALLBACK. ``buf``: the stored bytes (grown as needed). */
-static int run_span(const plan_t *pl, int codec, void *ld, int fd, Py_ssize_t end, const job_t *job, char **buf,
-                    size_t *cap, char **scratch) {
+/* The buffers of one read_spans call: the stored bytes of a chunk (``buf``, ``cap`` bytes) and
+ * the decoded chunk (``scratch``), in the caller's ``work`` buffer when it is large enough
+ * (reused by the thread's next call: no allocation and no page faults per call), else owned. */
+typedef struct {
+    char *buf, *scratch, *own, *own_scratch;
+    size_t cap;
+} span_work_t;
+
+static int run_span(const plan_t *pl, int codec, void *ld, int fd, Py_ssize_t end, const job_t *job, span_work_t *w) {
     Py_ssize_t first, last;
     if (!job_span(pl, job, &first, &last)) return ST_OK; /* nothing to copy */
     size_t nbytes = (size_t)pl->chunk_nbytes;
@@ -718,26 +738,26 @@ static int run_span(const plan_t *pl, int codec, void *ld, int fd, Py_ssize_t en
     } else {
         first = 0; /* the decoded chunk is whole */
     }
-    if (len > *cap) {
-        char *grown = PyMem_RawRealloc(*buf, len);
+    if (len > w->cap) {
+        char *grown = PyMem_RawRealloc(w->own, len); /* (the caller's buffer is never resized) */
         if (!grown) return ST_FALLBACK;
-        *buf = grown;
-        *cap = len;
+        w->own = w->buf = grown;
+        w->cap = len;
     }
-    if (len && read_full(fd, *buf, len, at) != 0) return ST_FALLBACK;
+    if (len && read_full(fd, w->buf, len, at) != 0) return ST_FALLBACK;
     if (codec == CODEC_RAW) {
-        scatter_box(pl, job, *buf, first);
+        scatter_box(pl, job, w->buf, first);
         return ST_OK;
     }
-    if (!declares_size(codec, (const unsigned char *)*buf, len, nbytes)) return ST_FALLBACK;
-    if (!*scratch && !(*scratch = PyMem_RawMalloc(nbytes ? nbytes : 1))) return ST_FALLBACK; /* (first use) */
-    if (decode_chunk(codec, ld, (const unsigned char *)*buf, len, *scratch, nbytes) != 0) return ST_FALLBACK;
-    scatter_box(pl, job, *scratch, 0);
+    if (!declares_size(codec, (const unsigned char *)w->buf, len, nbytes)) return ST_FALLBACK;
+    if (!w->scratch && !(w->scratch = w->own_scratch = PyMem_RawMalloc(nbytes ? nbytes : 1))) return ST_FALLBACK;
+    if (decode_chunk(codec, ld, (const unsigned char *)w->buf, len, w->scratch, nbytes) != 0) return ST_FALLBACK;
+    scatter_box(pl, job, w->scratch, 0);
     return ST_OK;
 }
 
 PyDoc_STRVAR(read_spans_doc,
-"read_spans(out, chunk_shape, out_dims, itemsize, swap, codec, path, tail, jobs) -> bytes\n\n"
+"read_spans(out, chunk_shape, out_dims, itemsize, swap, codec, path, tail, jobs, work=None) -> bytes\n\n"
 "Read, decode and copy boxes of chunks stored as byte ranges of one file into ``out`` with\n"
 "the GIL released.\n\n"
 "``chunk_shape``, ``out_dims``, ``itemsize``, ``swap``: as for ``read_boxes``. ``codec``: how\n"
@@ -745,7 +765,9 @@ PyDoc_STRVAR(read_spans_doc,
 "5 gzip or zlib by its magic, each decoding to the raw elements (needs ``set_decoders`` /\n"
 "``set_libdeflate``; see ``decoders``). ``tail``: the bytes at the end of the file no chunk\n"
 "may reach into (an index there). ``jobs``: a list of ``(offset, length, box)``, the chunk's\n"
-"bytes in the file and its box as for ``read_boxes``. Returns one status byte per job: 0 done,\n"
+"bytes in the file and its box as for ``read_boxes``. ``work``: a writable buffer to use for the\n"
+"stored and decoded bytes instead of allocating (a thread's reused scratch: the decoded chunk\n"
+"first, unless raw, then room for the largest span). Returns one status byte per job: 0 done,\n"
 "2 not read (past the end, a size or decode mismatch, damage): read that chunk another way.");
 
 static PyObject *read_spans(PyObject *self, PyObject *args) {
@@ -753,14 +775,14 @@ static PyObject *read_spans(PyObject *self, PyObject *args) {
     Py_buffer view;
     Py_ssize_t itemsize, tail;
     int swap, codec;
-    if (!PyArg_ParseTuple(args, "OOOnpiO&nO", &out_obj, &shape_obj, &dims_obj, &itemsize, &swap, &codec,
-                          PyUnicode_FSConverter, &path_obj, &tail, &jobs_obj))
+    Py_buffer work = {0};
+    if (!PyArg_ParseTuple(args, "OOOnpiO&nO|w*", &out_obj, &shape_obj, &dims_obj, &itemsize, &swap, &codec,
+                          PyUnicode_FSConverter, &path_obj, &tail, &jobs_obj, &work))
         return NULL;
     plan_t pl;
     job_t *jobs = NULL;
     Py_ssize_t njobs = 0;
-    char *scratch = NULL, *buf = NULL;
-    size_t cap = 0;
+    span_work_t w = {NULL, NULL, NULL, NULL, 0};
     void *ld = NULL;
     PyObject *shape = NULL, *dims = NULL, *jl = NULL, *result = NULL;
     int have_view = 0;
@@ -792,6 +814,13 @@ static PyObject *read_spans(PyObject *self, PyObject *args) {
     }
     if (!(result = PyBytes_FromStringAndSize(NULL, njobs))) goto done;
     char *status = PyBytes_AS_STRING(result);
+    if (work.buf && work.len > (codec == CODEC_RAW ? 0 : pl.chunk_nbytes)) {
+        /* the decoded chunk first, the stored bytes after it */
+        size_t decoded = codec == CODEC_RAW ? 0 : (size_t)pl.chunk_nbytes;
+        w.scratch = decoded ? work.buf : NULL;
+        w.buf = (char *)work.buf + decoded;
+        w.cap = (size_t)work.len - decoded;
+    }
     if (codec >= CODEC_GZIP) ld = ld_alloc();
     if (codec >= CODEC_GZIP && !ld) {
         Py_CLEAR(result);
@@ -814,7 +843,7 @@ static PyObject *read_spans(PyObject *self, PyObject *args) {
                 posix_fadvise(fd, (off_t)jobs[i].offset, (off_t)jobs[i].length, POSIX_FADV_WILLNEED);
 #endif
         for (Py_ssize_t i = 0; i < njobs; i++)
-            status[i] = (char)run_span(&pl, codec, ld, fd, end, &jobs[i], &buf, &cap, &scratch);
+            status[i] = (char)run_span(&pl, codec, ld, fd, end, &jobs[i], &w);
         close(fd);
     } else {
         memset(status, ST_FALLBACK, (size_t)njobs);
@@ -823,8 +852,9 @@ static PyObject *read_spans(PyObject *self, PyObject *args) {
 
 done:
     PyMem_Free(jobs);
-    PyMem_RawFree(scratch);
-    PyMem_RawFree(buf);
+    PyMem_RawFree(w.own_scratch);
+    PyMem_RawFree(w.own);
+    if (work.buf) PyBuffer_Release(&work);
     if (ld) ld_free(ld);
     Py_XDECREF(shape);
     Py_XDECREF(dims);

@@ -37,6 +37,7 @@ def read_spans(
     path: _Path,
     tail: int,
     jobs: Sequence[tuple[int, int, Sequence[int]]],
+    work: Any = ...,
     /,
 ) -> bytes: ...
 def set_decoders(zstd_decompress: int, zstd_is_error: int, blosc_cbuffer_validate: int, blosc_decompress_ctx: int, /) -> None: ...

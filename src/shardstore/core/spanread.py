@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .._sync import codec_pool_size
+from ..codecs.base import expansion_bound, scratch_buffer
 from .indexing import ChunkProjection
 from .layout import ChunkLayout
 from .rawread import Items, inflate_available, plan_boxes
@@ -153,6 +154,10 @@ def span_reader(layout: ChunkLayout, out: np.ndarray) -> Callable[[list[Items]],
         return None
     itemsize = stored.itemsize
     read_spans = _rawio.read_spans
+    nbytes = math.prod(chunk_shape) * itemsize
+    decoded = 0 if codec == CODECS[None] else nbytes
+    bound = nbytes if codec == CODECS[None] else expansion_bound(nbytes)  # (the kernel's own limit)
+    scratch_max = config.scratch_max_bytes
 
     def read(units: list[Items]) -> Items:
         boxes, taken, rest, out_dims = plan_boxes([item for unit in units for item in unit], out.ndim)
@@ -165,8 +170,12 @@ def span_reader(layout: ChunkLayout, out: np.ndarray) -> Callable[[list[Items]],
             dims = dims[::-1]
 
         def read_file(path: str, which: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, tail: int) -> np.ndarray:
-            jobs = [(o, n, boxes[w]) for w, o, n in zip(which.tolist(), offsets.tolist(), lengths.tolist())]
-            status = read_spans(out, kernel_shape, dims, itemsize, swap, codec, path, tail, jobs)
+            sizes = lengths.tolist()
+            jobs = [(o, n, boxes[w]) for w, o, n in zip(which.tolist(), offsets.tolist(), sizes)]
+            # this thread's reused buffer (a fresh one per call costs page faults): the decoded
+            # chunk, then the largest stored span (a bigger one is sized by the kernel itself)
+            work = scratch_buffer(decoded + min(max(sizes), bound), scratch_max)
+            status = read_spans(out, kernel_shape, dims, itemsize, swap, codec, path, tail, jobs, work)
             return np.frombuffer(status, dtype=np.uint8) == 0
 
         done = spans.read_spans_sync([item[1] for item in taken], read_file)
