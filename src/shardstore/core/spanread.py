@@ -103,6 +103,10 @@ def span_units(layout: ChunkLayout, projections: Iterable[ChunkProjection]) -> l
     per shard (a native call's unit: one open, one index lookup, the generation checked
     around it), and with few shards, shards cut into pieces so that every codec thread has
     chunks to decode."""
+    projections = list(projections)
+    if len(projections) == 1:  # (a read of one chunk: no grouping by shard, which can cost a hash)
+        p = projections[0]
+        return [[(p, layout.chunk_key(p.coords), None)]]
     units: dict[tuple[int, ...], Items] = {}
     for p in projections:
         units.setdefault(layout.write_unit(p.coords), []).append((p, layout.chunk_key(p.coords), None))

@@ -415,7 +415,14 @@ class SyncReads:
         seen: dict[str, Hashable | None] = {}
         self._seen.value = seen
         try:
-            return self._plan_many(keys), seen
+            if len(keys) != 1:
+                return self._plan_many(keys), seen
+            # (as get_many_ids' callers: for one key the batch planning costs more than it saves)
+            hit = self.locate(keys[0])
+            if hit is None:
+                return [], seen
+            data_key, start, size = hit
+            return [(data_key, start, start + size, 0, self._spec.shard_name(self._spec.locate(keys[0])[0]))], seen
         finally:
             self._seen.value = None
 
