@@ -837,8 +837,9 @@ static PyObject *read_spans(PyObject *self, PyObject *args) {
     if (fd >= 0) {
         Py_ssize_t end = tail < 0 ? -1 : (Py_ssize_t)st.st_size - tail; /* where chunk data must end */
 #ifdef POSIX_FADV_WILLNEED
-        /* the kernel starts reading every span at once: on a cold disk the reads overlap */
-        for (Py_ssize_t i = 0; i < njobs; i++)
+        /* the kernel starts reading every span at once: on a cold disk the reads overlap (for
+         * one span the pread right after asks for the same, and the advice only adds a call) */
+        for (Py_ssize_t i = 0; i < njobs && njobs > 1; i++)
             if (jobs[i].offset >= 0 && jobs[i].length > 0)
                 posix_fadvise(fd, (off_t)jobs[i].offset, (off_t)jobs[i].length, POSIX_FADV_WILLNEED);
 #endif
