@@ -208,7 +208,10 @@ def read_into_now(
             if not projections:
                 return True
     unit_reads = None if layout.one_chunk_units else layout.store.sync_unit_reads
-    spans = None if gens or unit_reads is None else span_reader(layout, out)
+    spans = None
+    if not gens and unit_reads is not None:
+        projections = list(projections)
+        spans = span_reader(layout, out) if len(projections) > 1 else None  # (see span_reader)
     if spans is not None:
         # shard files read, decoded and placed natively (core/spanread.py); the chunks it
         # leaves (missing, damaged) take the generic path, one by one
