@@ -211,7 +211,7 @@ def read_into_now(
     spans = None
     if not gens and unit_reads is not None:
         projections = list(projections)
-        spans = span_reader(layout, out) if len(projections) > 1 else None  # (see span_reader)
+        spans = span_reader(layout, out) if len(projections) > 1 else None  # (one: core/spanread.py)
     if spans is not None:
         # shard files read, decoded and placed natively (core/spanread.py); the chunks it
         # leaves (missing, damaged) take the generic path, one by one
