@@ -215,8 +215,11 @@ def read_into_now(
     if spans is not None:
         # shard files read, decoded and placed natively (core/spanread.py); the chunks it
         # leaves (missing, damaged) take the generic path, one by one
+        # (threads as for the generic path's decodes: a second one pays off for slow decoders
+        # sooner; measured, the thresholds of GIL-free batches sent blosc reads to two threads
+        # that lost to one)
         share_now(_native_then, span_units(layout, projections), spans, _scatter, layout, out, strict, reads,
-                  config=config, free=True, memo=layout.threads_memo)
+                  config=config, slow=pipeline.slow_decode, memo=layout.threads_memo)
         return True
     if unit_reads is not None:
         # shards: each fetched as one unit (its index once, its chunks in one multi-range
