@@ -11,6 +11,7 @@ setup(
         Extension(
             "shardstore._rawio",
             ["src/shardstore/_rawio.c"],
+            depends=["src/shardstore/_rawio_decode.h"],
             optional=True,
             extra_compile_args=["-O2", "-std=c99"],
         )

@@ -83,3 +83,32 @@ def test_the_pipeline_follows_declarations_not_overrides() -> None:
     # a chain with a bytes->bytes codec after it stores other bytes: no decode into
     gzip = registry.get_codec_class("gzip").from_config({"name": "gzip", "configuration": {"level": 1}})
     assert not CodecPipeline([Declared(), gzip]).decodes_into
+
+
+def test_native_reader_declarations() -> None:
+    """What the native shard reader decodes itself (``CodecPipeline.native_layout``): chunks
+    that are plain elements (``plain_layout``), compressed at most once by a compressor it
+    has a decoder for (``native_decoder``); every other chain goes the Python way."""
+    spec = ChunkSpec((4, 6), np.dtype("uint16"), 0)
+
+    def layout(*configs):  # type: ignore[no-untyped-def]
+        return CodecPipeline.from_config(list(configs)).bind(spec).native_layout(spec)
+
+    little = {"name": "bytes", "configuration": {"endian": "little"}}
+    big = {"name": "bytes", "configuration": {"endian": "big"}}
+    assert layout(little) == (None, np.dtype("<u2"), "C")
+    assert layout(big, {"name": "zstd", "configuration": {"level": 1}}) == ("zstd", np.dtype(">u2"), "C")
+    assert layout(little, {"name": "blosc", "configuration": {"cname": "lz4", "clevel": 1, "shuffle": "shuffle"}})[0] == "blosc"
+    assert layout(little, {"name": "gzip", "configuration": {"level": 1}})[0] == "gzip"
+    # chains it does not decode: other compressors, two of them, a transpose, a checksum
+    assert layout(little, {"name": "crc32c"}) is None
+    assert layout(little, {"name": "gzip", "configuration": {"level": 1}}, {"name": "zstd", "configuration": {"level": 1}}) is None
+    assert layout({"name": "transpose", "configuration": {"order": [1, 0]}}, little) is None
+    bool_spec = ChunkSpec((4,), np.dtype("bool"), False)
+    assert CodecPipeline.from_config([little]).native_layout(bool_spec) is None  # (decoded to 0/1)
+    # N5 gzip blocks may hold a gzip or a zlib stream: told apart by their magic
+    assert registry.get_codec_class("gzip", "n5").from_n5({"type": "gzip"}).native_decoder() == "deflate"
+    # precomputed raw: little-endian, x fastest
+    raw = registry.get_codec_class("raw", "precomputed")()
+    xyzc = ChunkSpec((4, 5, 6, 1), np.dtype("uint16"), 0)
+    assert CodecPipeline([raw]).native_layout(xyzc) == (None, np.dtype("<u2"), "F")

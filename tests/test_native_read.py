@@ -10,6 +10,7 @@ fast path silently stops being used, not only when it reads wrongly.
 from __future__ import annotations
 
 import gzip
+import os
 import zlib
 
 import numpy as np
@@ -25,7 +26,10 @@ from shardstore.errors import CodecError
 
 
 def test_native_module_is_built() -> None:
-    """The install builds the C module (CI has a compiler); without it raw reads are slower."""
+    """The install builds the C module where there is a compiler (CI has one and says so with
+    SHARDSTORE_REQUIRE_NATIVE=1); without it raw reads are slower, and this test skips."""
+    if not rawread.available() and os.environ.get("SHARDSTORE_REQUIRE_NATIVE") != "1":
+        pytest.skip("built without a C compiler (SHARDSTORE_REQUIRE_NATIVE is not set)")
     import shardstore._rawio  # noqa: F401
 
     assert rawread.available()

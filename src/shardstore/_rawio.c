@@ -39,17 +39,13 @@
 
 enum { ST_OK = 0, ST_MISSING = 1, ST_FALLBACK = 2 };
 
-/* libdeflate's decompression API, as libdeflate.h declares it (the _ex forms also report the
- * input bytes consumed, so a stream followed by more data is told apart) */
-typedef void *(*ld_alloc_t)(void);
-typedef void (*ld_free_t)(void *);
-typedef int (*ld_decompress_ex_t)(void *, const void *, size_t, void *, size_t, size_t *, size_t *);
-static ld_alloc_t ld_alloc;
-static ld_free_t ld_free;
-static ld_decompress_ex_t ld_gzip, ld_zlib;
+/* the decoders (zstd, blosc, libdeflate: its _ex forms also report the input bytes consumed,
+ * so a stream followed by more data is told apart), loaded by Python at run time */
+#include "_rawio_decode.h"
 
 typedef struct {
-    PyObject *path; /* bytes (file system encoding), owned */
+    PyObject *path; /* bytes (file system encoding), owned; NULL for a span of one file */
+    Py_ssize_t offset, length; /* read_spans: the chunk's stored bytes in that file */
     Py_ssize_t start[MAXDIM], step[MAXDIM], count[MAXDIM], out_start[MAXDIM];
 } job_t;
 
@@ -152,8 +148,51 @@ static int inflate_file(const plan_t *pl, inflater_t *inf, int fd, Py_ssize_t si
     return ST_OK;
 }
 
-static int run_job(const plan_t *pl, inflater_t *inf, const job_t *job, int fd, char *scratch, char *hbuf) {
+/* Copy a job's box out of ``payload`` (the chunk's elements from element ``first`` on) into
+ * ``out``: an odometer over every dimension but the last, then the innermost run. */
+static void scatter_box(const plan_t *pl, const job_t *job, const char *payload, Py_ssize_t first) {
     int nd = pl->ndim;
+    /* copy: an odometer over the outer dimensions, then one run of the inner ones */
+    Py_ssize_t idx[MAXDIM] = {0};
+    Py_ssize_t isz = pl->itemsize, inner = nd - 1;
+    Py_ssize_t n_inner = job->count[inner];
+    Py_ssize_t src_step = job->step[inner] * isz, dst_step = pl->out_stride[inner];
+    int contiguous = !pl->swap && job->step[inner] == 1 && dst_step == isz;
+    if (contiguous) {
+        /* dimensions the box spans whole, laid out alike in the chunk and in out, join the
+         * run (a whole chunk into an output of its layout: one memcpy instead of a row each) */
+        while (inner > 0) {
+            Py_ssize_t d = inner - 1;
+            if (job->count[d] != 1 && (job->step[d] != 1 || job->count[inner] != pl->chunk_shape[inner] ||
+                                       job->step[inner] != 1 || pl->chunk_strides[d] != n_inner ||
+                                       pl->out_stride[d] != n_inner * isz))
+                break;
+            n_inner *= job->count[d];
+            inner = d;
+        }
+    }
+    for (;;) {
+        Py_ssize_t src_el = -first, dst_off = 0;
+        for (int d = 0; d < nd; d++) {
+            Py_ssize_t i = d == inner ? 0 : idx[d];
+            src_el += (job->start[d] + i * job->step[d]) * pl->chunk_strides[d];
+            dst_off += (job->out_start[d] + i) * pl->out_stride[d];
+        }
+        const char *src = payload + src_el * isz;
+        char *dst = pl->out + dst_off;
+        if (contiguous) {
+            memcpy(dst, src, (size_t)(n_inner * isz));
+        } else {
+            for (Py_ssize_t i = 0; i < n_inner; i++) copy_item(dst + i * dst_step, src + i * src_step, isz, pl->swap);
+        }
+        int d = inner - 1;
+        while (d >= 0 && ++idx[d] == job->count[d]) idx[d--] = 0;
+        if (d < 0) break;
+    }
+}
+
+
+static int run_job(const plan_t *pl, inflater_t *inf, const job_t *job, int fd, char *scratch, char *hbuf) {
     Py_ssize_t first, last;
     if (fd == NOTHING_TO_READ || !job_span(pl, job, &first, &last)) return ST_OK; /* nothing to copy */
     if (fd < 0) return (fd == -ENOENT || fd == -ENOTDIR) ? ST_MISSING : ST_FALLBACK;
@@ -185,30 +224,7 @@ static int run_job(const plan_t *pl, inflater_t *inf, const job_t *job, int fd, 
     close(fd);
     if (status != ST_OK) return status;
 
-    /* copy: an odometer over every dimension but the last, then the innermost run */
-    Py_ssize_t idx[MAXDIM] = {0};
-    Py_ssize_t isz = pl->itemsize, inner = nd - 1;
-    Py_ssize_t n_inner = job->count[inner];
-    Py_ssize_t src_step = job->step[inner] * isz, dst_step = pl->out_stride[inner];
-    int contiguous = !pl->swap && job->step[inner] == 1 && dst_step == isz;
-    for (;;) {
-        Py_ssize_t src_el = -first, dst_off = 0;
-        for (int d = 0; d < nd; d++) {
-            Py_ssize_t i = d == inner ? 0 : idx[d];
-            src_el += (job->start[d] + i * job->step[d]) * pl->chunk_strides[d];
-            dst_off += (job->out_start[d] + i) * pl->out_stride[d];
-        }
-        const char *src = payload + src_el * isz;
-        char *dst = pl->out + dst_off;
-        if (contiguous) {
-            memcpy(dst, src, (size_t)(n_inner * isz));
-        } else {
-            for (Py_ssize_t i = 0; i < n_inner; i++) copy_item(dst + i * dst_step, src + i * src_step, isz, pl->swap);
-        }
-        int d = inner - 1;
-        while (d >= 0 && ++idx[d] == job->count[d]) idx[d--] = 0;
-        if (d < 0) break;
-    }
+    scatter_box(pl, job, payload, first);
     return ST_OK;
 }
 
@@ -216,6 +232,79 @@ static int as_ssize(PyObject *seq, Py_ssize_t i, Py_ssize_t *v) {
     PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
     *v = PyLong_AsSsize_t(item);
     return (*v == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* The chunk and output geometry shared by every job of a call (read_boxes, read_spans):
+ * 0, or -1 with an exception set. ``out_dim``: the dimension of out each chunk dimension fills. */
+static int plan_out(plan_t *pl, const Py_buffer *view, PyObject *shape, PyObject *dims, Py_ssize_t itemsize, int swap,
+                    Py_ssize_t *out_dim) {
+    int nd = (int)PySequence_Fast_GET_SIZE(shape);
+    if (nd < 1 || nd > MAXDIM || PySequence_Fast_GET_SIZE(dims) != nd) {
+        PyErr_SetString(PyExc_ValueError, "chunk_shape and out_dims must have the same length, 1 to 32");
+        return -1;
+    }
+    if (itemsize < 1 || itemsize != view->itemsize) {
+        PyErr_SetString(PyExc_ValueError, "itemsize must match the item size of out");
+        return -1;
+    }
+    memset(pl, 0, sizeof(*pl));
+    pl->ndim = nd;
+    pl->itemsize = itemsize;
+    pl->swap = swap && itemsize > 1;
+    pl->out = view->buf;
+    Py_ssize_t elements = 1;
+    int used[MAXDIM] = {0};
+    for (int d = 0; d < nd; d++) {
+        Py_ssize_t od;
+        if (as_ssize(shape, d, &pl->chunk_shape[d]) || as_ssize(dims, d, &od)) return -1;
+        out_dim[d] = od;
+        if (pl->chunk_shape[d] < 1 || od < -1 || od >= view->ndim || (od >= 0 && used[od]++)) {
+            PyErr_SetString(PyExc_ValueError, "bad chunk_shape or out_dims");
+            return -1;
+        }
+        /* (room for a header and a compressor's expansion on top of the chunk, too) */
+        if (elements > PY_SSIZE_T_MAX / 4 / pl->chunk_shape[d] / itemsize) {
+            PyErr_SetString(PyExc_OverflowError, "chunk too large");
+            return -1;
+        }
+        elements *= pl->chunk_shape[d];
+        pl->out_stride[d] = od >= 0 ? view->strides[od] : 0;
+    }
+    Py_ssize_t s = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        pl->chunk_strides[d] = s;
+        s *= pl->chunk_shape[d];
+    }
+    pl->chunk_nbytes = elements * itemsize;
+    return 0;
+}
+
+/* A job's box, ``(start, step, count, out_start)`` per chunk dimension, flattened: 0, or -1
+ * with an exception set (also when the box reaches outside the chunk or out). */
+static int parse_box(const plan_t *pl, const Py_buffer *view, const Py_ssize_t *out_dim, PyObject *box, job_t *j) {
+    int nd = pl->ndim;
+    PyObject *b = PySequence_Fast(box, "a job's box must be a sequence");
+    if (!b) return -1;
+    int bad = PySequence_Fast_GET_SIZE(b) != 4 * nd;
+    for (int d = 0; d < nd && !bad; d++) {
+        if (as_ssize(b, 4 * d, &j->start[d]) || as_ssize(b, 4 * d + 1, &j->step[d]) ||
+            as_ssize(b, 4 * d + 2, &j->count[d]) || as_ssize(b, 4 * d + 3, &j->out_start[d])) {
+            Py_DECREF(b);
+            return -1;
+        }
+        Py_ssize_t od = out_dim[d], n = j->count[d];
+        /* every element read must lie in the chunk, every element written in out */
+        bad = j->start[d] < 0 || j->step[d] < 1 || n < 0 ||
+              (n > 0 && (j->start[d] + (n - 1) * j->step[d] >= pl->chunk_shape[d])) ||
+              (od < 0 ? (n > 1 || j->out_start[d] != 0)
+                      : (j->out_start[d] < 0 || j->out_start[d] + n > view->shape[od]));
+    }
+    Py_DECREF(b);
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "a job's box lies outside the chunk or out");
+        return -1;
+    }
+    return 0;
 }
 
 PyDoc_STRVAR(read_boxes_doc,
@@ -255,45 +344,10 @@ static PyObject *read_boxes(PyObject *self, PyObject *args) {
     if (!(shape = PySequence_Fast(shape_obj, "chunk_shape must be a sequence"))) goto done;
     if (!(dims = PySequence_Fast(dims_obj, "out_dims must be a sequence"))) goto done;
     if (!(jl = PySequence_Fast(jobs_obj, "jobs must be a sequence"))) goto done;
-    int nd = (int)PySequence_Fast_GET_SIZE(shape);
-    if (nd < 1 || nd > MAXDIM || PySequence_Fast_GET_SIZE(dims) != nd) {
-        PyErr_SetString(PyExc_ValueError, "chunk_shape and out_dims must have the same length, 1 to 32");
-        goto done;
-    }
-    if (itemsize < 1 || itemsize != view.itemsize) {
-        PyErr_SetString(PyExc_ValueError, "itemsize must match the item size of out");
-        goto done;
-    }
-    pl.ndim = nd;
-    pl.itemsize = itemsize;
-    pl.swap = swap && itemsize > 1;
+    Py_ssize_t out_dim[MAXDIM];
+    if (plan_out(&pl, &view, shape, dims, itemsize, swap, out_dim) != 0) goto done;
     pl.header = header.buf;
     pl.header_len = header.len;
-    pl.out = view.buf;
-    Py_ssize_t elements = 1;
-    int used[MAXDIM] = {0};
-    Py_ssize_t out_dim[MAXDIM];
-    for (int d = 0; d < nd; d++) {
-        Py_ssize_t od;
-        if (as_ssize(shape, d, &pl.chunk_shape[d]) || as_ssize(dims, d, &od)) goto done;
-        out_dim[d] = od;
-        if (pl.chunk_shape[d] < 1 || od < -1 || od >= view.ndim || (od >= 0 && used[od]++)) {
-            PyErr_SetString(PyExc_ValueError, "bad chunk_shape or out_dims");
-            goto done;
-        }
-        if (elements > PY_SSIZE_T_MAX / pl.chunk_shape[d] / itemsize) {
-            PyErr_SetString(PyExc_OverflowError, "chunk too large");
-            goto done;
-        }
-        elements *= pl.chunk_shape[d];
-        pl.out_stride[d] = od >= 0 ? view.strides[od] : 0;
-    }
-    Py_ssize_t s = 1;
-    for (int d = nd - 1; d >= 0; d--) {
-        pl.chunk_strides[d] = s;
-        s *= pl.chunk_shape[d];
-    }
-    pl.chunk_nbytes = elements * itemsize;
     pl.inflate = inflate;
     /* raw: the exact size; inflate: a bound past any sane stream for the chunk (deflate's
      * stored blocks add 5 bytes per 64 KiB), so a huge file is never read into memory here */
@@ -310,31 +364,11 @@ static PyObject *read_boxes(PyObject *self, PyObject *args) {
         job_t *j = &jobs[parsed];
         if (!PyArg_ParseTuple(job, "O&O;a job is (path, box)", PyUnicode_FSConverter, &path, &box)) goto done;
         j->path = path;
-        PyObject *b = PySequence_Fast(box, "a job's box must be a sequence");
-        if (!b) goto done;
-        int bad = PySequence_Fast_GET_SIZE(b) != 4 * nd;
-        for (int d = 0; d < nd && !bad; d++) {
-            if (as_ssize(b, 4 * d, &j->start[d]) || as_ssize(b, 4 * d + 1, &j->step[d]) ||
-                as_ssize(b, 4 * d + 2, &j->count[d]) || as_ssize(b, 4 * d + 3, &j->out_start[d])) {
-                Py_DECREF(b);
-                goto done;
-            }
-            Py_ssize_t od = out_dim[d], n = j->count[d];
-            /* every element read must lie in the chunk, every element written in out */
-            bad = j->start[d] < 0 || j->step[d] < 1 || n < 0 ||
-                  (n > 0 && (j->start[d] + (n - 1) * j->step[d] >= pl.chunk_shape[d])) ||
-                  (od < 0 ? (n > 1 || j->out_start[d] != 0)
-                          : (j->out_start[d] < 0 || j->out_start[d] + n > view.shape[od]));
-        }
-        Py_DECREF(b);
-        if (bad) {
-            PyErr_SetString(PyExc_ValueError, "a job's box lies outside the chunk or out");
-            goto done;
-        }
+        if (parse_box(&pl, &view, out_dim, box, j) != 0) goto done;
     }
     if (!(result = PyBytes_FromStringAndSize(NULL, njobs))) goto done;
     char *status = PyBytes_AS_STRING(result);
-    scratch = PyMem_RawMalloc((size_t)(header.len + elements * itemsize));
+    scratch = PyMem_RawMalloc((size_t)(header.len + pl.chunk_nbytes));
     hbuf = PyMem_RawMalloc(header.len ? (size_t)header.len : 1);
     if (inflate) inf.d = ld_alloc();
     if (!scratch || !hbuf || (inflate && !inf.d)) {
@@ -669,6 +703,211 @@ done:
     return result;
 }
 
+/* -- chunks inside one file (shards) -------------------------------------------------------
+ *
+ * read_spans: the chunks are byte ranges of one file (the inner chunks of a shard, located by
+ * the caller from the shard index), each stored raw or compressed (``_rawio_decode.h``). One
+ * open, then per chunk a pread of its bytes, a decode into a buffer of the chunk's size, and
+ * the copy of its box into ``out``, all with the GIL released. As in read_boxes, what cannot
+ * be read or decoded exactly is reported, not raised, and nothing of ``out`` is written for it.
+ */
+
+/* One chunk of read_spans: ST_OK or ST_FALLBACK. ``buf``: the stored bytes (grown as needed). */
+/* The buffers of one read_spans call: the stored bytes of a chunk (``buf``, ``cap`` bytes) and
+ * the decoded chunk (``scratch``), in the caller's ``work`` buffer when it is large enough
+ * (reused by the thread's next call: no allocation and no page faults per call), else owned. */
+typedef struct {
+    char *buf, *scratch, *own, *own_scratch;
+    size_t cap;
+} span_work_t;
+
+static int run_span(const plan_t *pl, int codec, void *ld, int fd, Py_ssize_t end, const job_t *job, span_work_t *w) {
+    Py_ssize_t first, last;
+    if (!job_span(pl, job, &first, &last)) return ST_OK; /* nothing to copy */
+    size_t nbytes = (size_t)pl->chunk_nbytes;
+    if (job->offset < 0 || job->length < 0 || (size_t)job->length > stored_bound(codec, nbytes) ||
+        job->offset > end - job->length)
+        return ST_FALLBACK;
+    off_t at = (off_t)job->offset;
+    size_t len = (size_t)job->length;
+    if (codec == CODEC_RAW) {
+        if (len != nbytes) return ST_FALLBACK;
+        /* only the elements from the box's first to its last */
+        at += (off_t)(first * pl->itemsize);
+        len = (size_t)((last - first) * pl->itemsize);
+    } else {
+        first = 0; /* the decoded chunk is whole */
+    }
+    if (len > w->cap) {
+        char *grown = PyMem_RawRealloc(w->own, len); /* (the caller's buffer is never resized) */
+        if (!grown) return ST_FALLBACK;
+        w->own = w->buf = grown;
+        w->cap = len;
+    }
+    if (len && read_full(fd, w->buf, len, at) != 0) return ST_FALLBACK;
+    if (codec == CODEC_RAW) {
+        scatter_box(pl, job, w->buf, first);
+        return ST_OK;
+    }
+    if (!declares_size(codec, (const unsigned char *)w->buf, len, nbytes)) return ST_FALLBACK;
+    if (!w->scratch && !(w->scratch = w->own_scratch = PyMem_RawMalloc(nbytes ? nbytes : 1))) return ST_FALLBACK;
+    if (decode_chunk(codec, ld, (const unsigned char *)w->buf, len, w->scratch, nbytes) != 0) return ST_FALLBACK;
+    scatter_box(pl, job, w->scratch, 0);
+    return ST_OK;
+}
+
+PyDoc_STRVAR(read_spans_doc,
+"read_spans(out, chunk_shape, out_dims, itemsize, swap, codec, path, tail, jobs, work=None) -> bytes\n\n"
+"Read, decode and copy boxes of chunks stored as byte ranges of one file into ``out`` with\n"
+"the GIL released.\n\n"
+"``chunk_shape``, ``out_dims``, ``itemsize``, ``swap``: as for ``read_boxes``. ``codec``: how\n"
+"each chunk is stored: 0 raw (the elements in C order), 1 zstd, 2 blosc, 3 gzip, 4 zlib,\n"
+"5 gzip or zlib by its magic, each decoding to the raw elements (needs ``set_decoders`` /\n"
+"``set_libdeflate``; see ``decoders``). ``tail``: the bytes at the end of the file no chunk\n"
+"may reach into (an index there). ``jobs``: a list of ``(offset, length, box)``, the chunk's\n"
+"bytes in the file and its box as for ``read_boxes``. ``work``: a writable buffer to use for the\n"
+"stored and decoded bytes instead of allocating (a thread's reused scratch: the decoded chunk\n"
+"first, unless raw, then room for the largest span). Returns one status byte per job: 0 done,\n"
+"2 not read (past the end, a size or decode mismatch, damage): read that chunk another way.");
+
+static PyObject *read_spans(PyObject *self, PyObject *args) {
+    PyObject *out_obj, *shape_obj, *dims_obj, *path_obj = NULL, *jobs_obj;
+    Py_buffer view;
+    Py_ssize_t itemsize, tail;
+    int swap, codec;
+    Py_buffer work = {0};
+    if (!PyArg_ParseTuple(args, "OOOnpiO&nO|w*", &out_obj, &shape_obj, &dims_obj, &itemsize, &swap, &codec,
+                          PyUnicode_FSConverter, &path_obj, &tail, &jobs_obj, &work))
+        return NULL;
+    plan_t pl;
+    job_t *jobs = NULL;
+    Py_ssize_t njobs = 0;
+    span_work_t w = {NULL, NULL, NULL, NULL, 0};
+    void *ld = NULL;
+    PyObject *shape = NULL, *dims = NULL, *jl = NULL, *result = NULL;
+    int have_view = 0;
+
+    if (codec < 0 || codec >= CODEC_COUNT || !codec_loaded(codec)) {
+        PyErr_Format(PyExc_ValueError, "codec %d is unknown or its library was not handed over", codec);
+        goto done;
+    }
+    if (PyObject_GetBuffer(out_obj, &view, PyBUF_RECORDS) != 0) goto done;
+    have_view = 1;
+    if (!(shape = PySequence_Fast(shape_obj, "chunk_shape must be a sequence"))) goto done;
+    if (!(dims = PySequence_Fast(dims_obj, "out_dims must be a sequence"))) goto done;
+    if (!(jl = PySequence_Fast(jobs_obj, "jobs must be a sequence"))) goto done;
+    Py_ssize_t out_dim[MAXDIM];
+    if (plan_out(&pl, &view, shape, dims, itemsize, swap, out_dim) != 0) goto done;
+    njobs = PySequence_Fast_GET_SIZE(jl);
+    jobs = PyMem_Calloc(njobs ? (size_t)njobs : 1, sizeof(job_t));
+    if (!jobs) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < njobs; i++) {
+        PyObject *box = NULL;
+        job_t *j = &jobs[i];
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(jl, i), "nnO;a job is (offset, length, box)", &j->offset,
+                              &j->length, &box) ||
+            parse_box(&pl, &view, out_dim, box, j) != 0)
+            goto done;
+    }
+    if (!(result = PyBytes_FromStringAndSize(NULL, njobs))) goto done;
+    char *status = PyBytes_AS_STRING(result);
+    if (work.buf && work.len > (codec == CODEC_RAW ? 0 : pl.chunk_nbytes)) {
+        /* the decoded chunk first, the stored bytes after it */
+        size_t decoded = codec == CODEC_RAW ? 0 : (size_t)pl.chunk_nbytes;
+        w.scratch = decoded ? work.buf : NULL;
+        w.buf = (char *)work.buf + decoded;
+        w.cap = (size_t)work.len - decoded;
+    }
+    if (codec >= CODEC_GZIP) ld = ld_alloc();
+    if (codec >= CODEC_GZIP && !ld) {
+        Py_CLEAR(result);
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    int fd = open(PyBytes_AS_STRING(path_obj), O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
+        close(fd);
+        fd = -1;
+    }
+    if (fd >= 0) {
+        Py_ssize_t end = tail < 0 ? -1 : (Py_ssize_t)st.st_size - tail; /* where chunk data must end */
+#ifdef POSIX_FADV_WILLNEED
+        /* the kernel starts reading every span at once: on a cold disk the reads overlap (for
+         * one span the pread right after asks for the same, and the advice only adds a call) */
+        for (Py_ssize_t i = 0; i < njobs && njobs > 1; i++)
+            if (jobs[i].offset >= 0 && jobs[i].length > 0)
+                posix_fadvise(fd, (off_t)jobs[i].offset, (off_t)jobs[i].length, POSIX_FADV_WILLNEED);
+#endif
+        for (Py_ssize_t i = 0; i < njobs; i++)
+            status[i] = (char)run_span(&pl, codec, ld, fd, end, &jobs[i], &w);
+        close(fd);
+    } else {
+        memset(status, ST_FALLBACK, (size_t)njobs);
+    }
+    Py_END_ALLOW_THREADS
+
+done:
+    PyMem_Free(jobs);
+    PyMem_RawFree(w.own_scratch);
+    PyMem_RawFree(w.own);
+    if (work.buf) PyBuffer_Release(&work);
+    if (ld) ld_free(ld);
+    Py_XDECREF(shape);
+    Py_XDECREF(dims);
+    Py_XDECREF(jl);
+    Py_XDECREF(path_obj);
+    if (have_view) PyBuffer_Release(&view);
+    return result;
+}
+
+PyDoc_STRVAR(set_decoders_doc,
+"set_decoders(zstd_decompress, zstd_is_error, blosc_cbuffer_validate, blosc_decompress_ctx)\n\n"
+"The addresses of libzstd's and c-blosc's functions (from ctypes; 0: that library is absent),\n"
+"for ``read_spans``. The libraries must stay loaded for the life of the process.");
+
+static PyObject *set_decoders(PyObject *self, PyObject *args) {
+    unsigned long long zd, ze, bv, bd;
+    if (!PyArg_ParseTuple(args, "KKKK", &zd, &ze, &bv, &bd)) return NULL;
+    /* a pair is taken whole or not at all; the checked one (codec_loaded) last */
+    if (zd && ze) {
+        zstd_is_error = (zstd_is_error_t)(uintptr_t)ze;
+        zstd_decompress = (zstd_decompress_t)(uintptr_t)zd;
+    }
+    if (bv && bd) {
+        blosc_decompress_ctx = (blosc_decompress_ctx_t)(uintptr_t)bd;
+        blosc_validate = (blosc_validate_t)(uintptr_t)bv;
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(decoders_doc,
+"decoders() -> tuple[int, ...]\n\n"
+"The ``codec`` numbers ``read_spans`` can decode now (0 raw always; the others once their\n"
+"library was handed over).");
+
+static PyObject *decoders(PyObject *self, PyObject *noargs) {
+    PyObject *t = PyList_New(0);
+    if (!t) return NULL;
+    for (int c = 0; c < CODEC_COUNT; c++) {
+        if (!codec_loaded(c)) continue;
+        PyObject *n = PyLong_FromLong(c);
+        if (!n || PyList_Append(t, n) != 0) {
+            Py_XDECREF(n);
+            Py_DECREF(t);
+            return NULL;
+        }
+        Py_DECREF(n);
+    }
+    PyObject *out = PyList_AsTuple(t);
+    Py_DECREF(t);
+    return out;
+}
+
 PyDoc_STRVAR(set_libdeflate_doc,
 "set_libdeflate(alloc_decompressor, free_decompressor, gzip_decompress_ex, zlib_decompress_ex)\n\n"
 "The addresses of libdeflate's functions (from ctypes), for ``read_boxes(..., inflate=True)``.\n"
@@ -689,7 +928,10 @@ static PyObject *set_libdeflate(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
+    {"decoders", decoders, METH_NOARGS, decoders_doc},
     {"read_boxes", read_boxes, METH_VARARGS, read_boxes_doc},
+    {"read_spans", read_spans, METH_VARARGS, read_spans_doc},
+    {"set_decoders", set_decoders, METH_VARARGS, set_decoders_doc},
     {"set_libdeflate", set_libdeflate, METH_VARARGS, set_libdeflate_doc},
     {"write_boxes", write_boxes, METH_VARARGS, write_boxes_doc},
     {NULL, NULL, 0, NULL},
@@ -697,7 +939,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "shardstore._rawio",
-    "Native batch reads and writes of uncompressed chunk files (see read_boxes, write_boxes).", -1, methods,
+    "Native batch reads and writes of chunks (see read_boxes, read_spans, write_boxes).", -1, methods,
 };
 
 PyMODINIT_FUNC PyInit__rawio(void) { return PyModule_Create(&module); }

@@ -27,3 +27,18 @@ def write_boxes(
     /,
 ) -> bytes: ...
 def set_libdeflate(alloc_decompressor: int, free_decompressor: int, gzip_decompress_ex: int, zlib_decompress_ex: int, /) -> None: ...
+def read_spans(
+    out: Any,
+    chunk_shape: Sequence[int],
+    out_dims: Sequence[int],
+    itemsize: int,
+    swap: bool,
+    codec: int,
+    path: _Path,
+    tail: int,
+    jobs: Sequence[tuple[int, int, Sequence[int]]],
+    work: Any = ...,
+    /,
+) -> bytes: ...
+def set_decoders(zstd_decompress: int, zstd_is_error: int, blosc_cbuffer_validate: int, blosc_decompress_ctx: int, /) -> None: ...
+def decoders() -> tuple[int, ...]: ...

@@ -119,6 +119,10 @@ def expansion_bound(n: int) -> int:
     return n + n // 8 + 4096
 
 
+#: the decoders of the native reader (``_rawio.read_spans``); "deflate": gzip or zlib by magic
+NativeDecoder = Literal["zstd", "blosc", "gzip", "zlib", "deflate"]
+
+
 class Codec(abc.ABC):
     """Base of every codec. Subclasses set ``name`` and ``kind``."""
 
@@ -261,6 +265,13 @@ class ArrayBytesCodec(Codec):
         stream of the elements in C order (N5 gzip blocks), else None."""
         return None
 
+    def plain_layout(self, spec: ChunkSpec) -> tuple[np.dtype, Literal["C", "F"]] | None:
+        """``(stored dtype, order)`` when every chunk of ``spec`` this codec writes is exactly
+        its elements of that dtype in that memory order, nothing before or after (``bytes``), so
+        that a native reader may decode a chunk's bytes (``BytesBytesCodec.native_decoder``)
+        and copy boxes out of them itself; else None."""
+        return None
+
     def encoded_size(self, spec: ChunkSpec) -> int | None:
         """Size of the encoding when it does not depend on the data, else None."""
         return None
@@ -288,6 +299,11 @@ class BytesBytesCodec(Codec):
         the caller then uses ``decode``, which also words any error. ``out`` may have been
         written to either way."""
         return False
+
+    def native_decoder(self) -> NativeDecoder | None:
+        """The native reader's decoder of what this bound codec writes (``_rawio.read_spans``:
+        the same library as ``decode``), or None when only ``decode`` can."""
+        return None
 
     def encoded_size(self, n: int) -> int | None:
         """Encoded size for an input of ``n`` bytes when fixed (checksums), else None."""

@@ -25,7 +25,7 @@ import numcodecs.blosc as _blosc
 import numpy as np
 
 from ..errors import CodecError, MetadataError, UnsupportedFeatureError
-from .base import BytesBytesCodec, ChunkSpec, N5Compression
+from .base import BytesBytesCodec, ChunkSpec, N5Compression, NativeDecoder
 from .registry import register_codec
 
 __all__ = ["BloscCodec", "BloscHeader", "compress_chunk", "decompress_bytes", "decompress_into", "read_blosc_header"]
@@ -276,6 +276,9 @@ class BloscCodec(N5Compression, BytesBytesCodec):
             return compress_chunk(data, self.cname, self.clevel, SHUFFLES.index(self.shuffle), self.blocksize, typesize)
         except (RuntimeError, ValueError) as e:
             raise CodecError(f"codec 'blosc': cannot compress {n} bytes: {e}") from e
+
+    def native_decoder(self) -> NativeDecoder:
+        return "blosc"  # c-blosc's blosc_decompress_ctx, as ``decompress_into`` through imagecodecs
 
     def decode(self, data: bytes, spec: ChunkSpec, max_size: int) -> memoryview:
         """The decompressed bytes (a view of ``data`` for stored-uncompressed chunks)."""

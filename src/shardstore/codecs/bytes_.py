@@ -75,6 +75,13 @@ class BytesCodec(ArrayBytesCodec):
     def encoded_size(self, spec: ChunkSpec) -> int:
         return spec.nbytes
 
+    def plain_layout(self, spec: ChunkSpec) -> tuple[np.dtype, Literal["C", "F"]] | None:
+        """The stored dtype in C order; None for bool, whose stored bytes decode to 0/1."""
+        dtype = np.dtype(spec.dtype)
+        if dtype.kind == "b" or dtype.fields is not None:
+            return None
+        return self._stored_dtype(dtype), "C"
+
     def _stored_dtype(self, dtype: np.dtype) -> np.dtype:
         """The dtype whose memory layout is the encoding (bool is stored as 0/1 bytes)."""
         if dtype.kind == "b":

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import CodecError, MetadataError
-from .base import BytesBytesCodec, ChunkSpec, N5Compression
+from .base import BytesBytesCodec, ChunkSpec, N5Compression, NativeDecoder
 from .registry import register_codec
 
 if TYPE_CHECKING:  # typed by isal's stubs; the code below still handles its absence
@@ -166,6 +166,10 @@ class GzipCodec(N5Compression, BytesBytesCodec):
         except Exception:  # imagecodecs.DeflateError: corrupt or too long; ``decode`` says which
             return False
         return len(got) == out.nbytes
+
+    def native_decoder(self) -> NativeDecoder:
+        # libdeflate, as ``decode_to``: N5 streams are gzip or zlib by their magic
+        return "deflate" if self._n5_source is not None or self.use_zlib else "gzip"
 
     def decode(self, data: bytes, spec: ChunkSpec, max_size: int) -> bytes:
         if self._n5_source is not None or self.use_zlib:

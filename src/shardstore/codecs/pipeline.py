@@ -15,11 +15,14 @@ import numpy as np
 
 from ..config import IOConfig
 from ..errors import CodecError, MetadataError
-from .base import ArrayArrayCodec, ArrayBytesCodec, BytesBytesCodec, ChunkSpec, Codec, decode_to_scratch
+from .base import ArrayArrayCodec, ArrayBytesCodec, BytesBytesCodec, ChunkSpec, Codec, NativeDecoder, decode_to_scratch
 from .registry import codec_from_config
 from .transpose import TransposeCodec
 
-__all__ = ["CodecPipeline"]
+__all__ = ["CodecPipeline", "NativeLayout"]
+
+#: ``CodecPipeline.native_layout``: (decoder, None: raw), stored dtype, memory order
+NativeLayout = tuple[NativeDecoder | None, np.dtype, Literal["C", "F"]]
 
 
 class CodecPipeline:
@@ -205,6 +208,21 @@ class CodecPipeline:
     def inflate_layout(self) -> tuple[bytes, np.dtype] | None:
         """The lone array->bytes codec's ``inflate_layout`` (bound pipelines only), else None."""
         return None if self.array_array or self.bytes_bytes else self.array_bytes.inflate_layout()
+
+    def native_layout(self, spec: ChunkSpec) -> NativeLayout | None:
+        """How the native reader (``_rawio.read_spans``) decodes chunks of ``spec`` itself:
+        ``(decoder or None for raw bytes, stored dtype, order)`` for a chain of one plain
+        array->bytes codec (``ArrayBytesCodec.plain_layout``: ``bytes``) and at most one
+        compressor it has a decoder for (``BytesBytesCodec.native_decoder``); else None."""
+        if self.array_array or len(self.bytes_bytes) > 1:
+            return None
+        plain = self.array_bytes.plain_layout(spec)
+        if plain is None:
+            return None
+        if not self.bytes_bytes:
+            return None, *plain
+        decoder = self.bytes_bytes[0].native_decoder()
+        return None if decoder is None else (decoder, *plain)
 
     @functools.cached_property
     def decodes_into(self) -> bool:

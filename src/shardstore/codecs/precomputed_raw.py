@@ -18,7 +18,7 @@ whole x rows (``fortran_copy``), no transposition; other layouts go through
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -115,6 +115,10 @@ class PrecomputedRawCodec(ArrayBytesCodec):
 
     def encoded_size(self, spec: ChunkSpec) -> int:
         return spec.nbytes
+
+    def plain_layout(self, spec: ChunkSpec) -> tuple[np.dtype, Literal["C", "F"]]:
+        """Little-endian values, x fastest: the ``[x, y, z, c]`` chunk in Fortran order."""
+        return np.dtype(spec.dtype).newbyteorder("<"), "F"
 
     def encode(self, array: np.ndarray, spec: ChunkSpec) -> memoryview:
         if array.shape != spec.shape:

@@ -15,7 +15,7 @@ from typing import Any
 import zstandard
 
 from ..errors import ChecksumError, CodecError, MetadataError
-from .base import BytesBytesCodec, ChunkSpec, N5Compression
+from .base import BytesBytesCodec, ChunkSpec, N5Compression, NativeDecoder
 from .registry import register_codec
 
 __all__ = ["ZstdCodec", "unzstd"]
@@ -161,3 +161,6 @@ class ZstdCodec(N5Compression, BytesBytesCodec):
 
     def decode(self, data: bytes, spec: ChunkSpec, max_size: int) -> bytes:
         return unzstd(data, max_size)
+
+    def native_decoder(self) -> NativeDecoder:
+        return "zstd"  # ZSTD_decompress: every frame, checksums checked, as ``unzstd``

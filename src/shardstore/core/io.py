@@ -28,6 +28,7 @@ from .indexing import ChunkProjection
 from .layout import ChunkLayout, fill_mask
 from .rawread import raw_reader
 from .rawwrite import raw_writer
+from .spanread import span_reader, span_units
 from .streaming import stream_unit, streamed_unit
 from .threads import share_now
 
@@ -211,6 +212,20 @@ def read_into_now(
             if not projections:
                 return True
     unit_reads = None if layout.one_chunk_units else layout.store.sync_unit_reads
+    spans = None
+    if not gens and unit_reads is not None:
+        projections = list(projections)
+        spans = span_reader(layout, out) if len(projections) > 1 else None  # (one: core/spanread.py)
+    if spans is not None:
+        # shard files read, decoded and placed natively (core/spanread.py); the chunks it
+        # leaves (missing, damaged) take the generic path, one by one
+        # (threads as for the generic path's decodes: a second one pays off for slow decoders
+        # sooner; measured, the thresholds of GIL-free batches sent blosc reads to two threads
+        # that lost to one)
+        share_now(_native_then, span_units(layout, projections), spans, _scatter, layout, out, strict,
+                  _StoreReads(reads, layout.store.transient_reads),
+                  config=config, slow=pipeline.slow_decode, memo=layout.threads_memo)
+        return True
     if unit_reads is not None:
         # shards: each opened once at one version (its index read once), then the threads
         # read the chunks they decode from it, so reading overlaps decoding

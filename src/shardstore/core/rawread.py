@@ -38,9 +38,10 @@ else:
     except ImportError:  # built without a C compiler: everything takes the generic path
         _rawio = None
 
-__all__ = ["available", "inflate_available", "raw_reader"]
+__all__ = ["available", "inflate_available", "plan_boxes", "raw_reader"]
 
-Items = list[tuple[ChunkProjection, str]]
+#: a chunk of a read: its projection, its key, and None (the slot `_scatter` takes its bytes in)
+Items = list[tuple[ChunkProjection, str, None]]
 _LIBDEFLATE_FUNCTIONS = ("alloc_decompressor", "free_decompressor", "gzip_decompress_ex", "zlib_decompress_ex")
 _libdeflate: ctypes.CDLL | None | bool = None  # the loaded library, False when none was found
 
@@ -107,41 +108,54 @@ def raw_reader(layout: ChunkLayout, out: np.ndarray) -> Callable[[Items], Items]
         return None
     swap = not stored.isnative
     read_boxes = _rawio.read_boxes
-    slice_ = slice
 
     def read(items: Items) -> Items:
-        jobs, taken, rest = [], [], []
-        out_dims: list[int] | None = None
-        for item in items:
-            p = item[0]
-            box: list[int] = []
-            dims: list[int] = []
-            outs = iter(p.out_selection)
-            n = 0
-            for s in p.chunk_selection:
-                if type(s) is slice_:
-                    o = next(outs, None)
-                    if type(o) is not slice_ or o.step not in (None, 1) or s.step is None or s.step < 1:
-                        break
-                    box += (s.start, s.step, o.stop - o.start, o.start)
-                    dims.append(n)
-                    n += 1
-                elif type(s) is int:
-                    box += (s, 1, 1, 0)
-                    dims.append(-1)
-                else:
-                    break  # index arrays (oindex): the generic path
-            else:
-                if out_dims is None:
-                    out_dims = dims
-                if dims == out_dims and n == out.ndim:
-                    jobs.append((path_of(item[1]), box))
-                    taken.append(item)
-                    continue
-            rest.append(item)
-        if jobs and out_dims is not None:  # out_dims is set with the first job
+        boxes, taken, rest, out_dims = plan_boxes(items, out.ndim)
+        if taken and out_dims is not None:
+            jobs = [(path_of(item[1]), box) for item, box in zip(taken, boxes)]
             status = read_boxes(out, chunk_shape, out_dims, header, stored.itemsize, swap, jobs, inflate)
             rest += [item for item, s in zip(taken, status) if s]
         return rest
 
     return read
+
+
+def plan_boxes(items: Items, out_ndim: int) -> tuple[list[list[int]], Items, Items, list[int] | None]:
+    """The boxes the native kernels copy (``_rawio.read_boxes`` / ``read_spans``): for each
+    item whose projection is slices and integers, ``(start, step, count, out_start)`` per
+    chunk dimension, flattened. Returns ``(boxes, the items they belong to, the other items,
+    out_dims)``: ``out_dims`` gives the dimension of the output each chunk dimension fills
+    (-1: an integer index), the same for every box (None when no item was taken)."""
+    boxes: list[list[int]] = []
+    taken: Items = []
+    rest: Items = []
+    out_dims: list[int] | None = None
+    slice_ = slice
+    for item in items:
+        p = item[0]
+        box: list[int] = []
+        dims: list[int] = []
+        outs = iter(p.out_selection)
+        n = 0
+        for s in p.chunk_selection:
+            if type(s) is slice_:
+                o = next(outs, None)
+                if type(o) is not slice_ or o.step not in (None, 1) or s.step is None or s.step < 1:
+                    break
+                box += (s.start, s.step, o.stop - o.start, o.start)
+                dims.append(n)
+                n += 1
+            elif type(s) is int:
+                box += (s, 1, 1, 0)
+                dims.append(-1)
+            else:
+                break  # index arrays (oindex): the generic path
+        else:
+            if out_dims is None:
+                out_dims = dims
+            if dims == out_dims and n == out_ndim:
+                boxes.append(box)
+                taken.append(item)
+                continue
+        rest.append(item)
+    return boxes, taken, rest, out_dims

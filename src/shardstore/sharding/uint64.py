@@ -33,8 +33,10 @@ import functools
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Hashable, Iterable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
+import numpy as np
+
 from ..config import IOConfig
-from ..errors import ConflictError, UnsupportedFeatureError
+from ..errors import CodecError, ConflictError, UnsupportedFeatureError
 from ..store.base import (
     MISSING,
     ByteRange,
@@ -70,7 +72,7 @@ from ._unit_streams import stream_shard, stream_shard_sync
 
 if TYPE_CHECKING:
     from ..store.streamed import Buffer, SupportsUnitStreams
-    from ..store.sync_protocols import SupportsGetManySync, SupportsGetSync, UnitReads
+    from ..store.sync_protocols import SpanReader, SupportsFileSpans, SupportsGetManySync, SupportsGetSync, UnitReads
 
 # the spec and key helpers are public here: users of the format (formats/precomputed) need
 # not import the private modules that implement it
@@ -381,6 +383,43 @@ class Uint64ShardedStore(Store):
         ids = self.sync_ids
         assert ids is not None, "called only when sync_reads is declared"
         return ids.open_units(keys)
+
+    # -- native reads of shard files (declared when the base is plain local files) -----------
+    @property
+    def file_spans(self) -> SupportsFileSpans | None:
+        return None if self.sync_ids is None or self.base.file_paths is None else self
+
+    @property
+    def value_encoding(self) -> str | None:
+        """How each stored value is encoded on top of the codec's bytes: "gzip" with
+        ``data_encoding`` gzip (see ``SupportsFileSpans``)."""
+        return "gzip" if self.spec.data_encoding == "gzip" else None
+
+    def read_spans_sync(self, keys: Sequence[str], read: SpanReader) -> np.ndarray:
+        """See ``SupportsFileSpans``: the spans planned from the shards' cached indexes, read
+        per shard file, kept where the shard still has the generation its indexes had."""
+        ids, paths = self.sync_ids, self.base.file_paths
+        assert ids is not None and paths is not None, "called only when file_spans is declared"
+        done = np.zeros(len(keys), dtype=bool)
+        try:
+            fetch, seen = ids.spans_many([parse_uint64_key(k) for k in keys])
+        except CodecError:
+            return done  # a damaged index: the generic path raises, naming the shard
+        results = []
+        i = 0
+        while i < len(fetch):  # one read call per shard file (fetch is in file order)
+            j = i + 1
+            while j < len(fetch) and fetch[j][0] == fetch[i][0]:
+                j += 1
+            spans = np.array([(s, e - s, pos) for _, s, e, pos, _ in fetch[i:j]], dtype=np.int64)
+            which = spans[:, 2].astype(np.intp)
+            results.append((fetch[i][4], which, read(paths.file_path(fetch[i][0]), which, spans[:, 0], spans[:, 1], 0)))
+            i = j
+        changed = ids.changed(seen)
+        for stem, which, ok in results:
+            if stem not in changed:
+                done[which[ok]] = True
+        return done
 
     def generation_sync(self, key: str) -> Hashable | None:
         base = self.base.sync_reads

@@ -62,7 +62,7 @@ from ._zarr3_open import NOT_FOUND, OpenShards
 
 if TYPE_CHECKING:
     from ..store.streamed import Buffer, SupportsUnitStreams
-    from ..store.sync_protocols import SupportsGetManySync, SupportsGetSync, UnitReads
+    from ..store.sync_protocols import SpanReader, SupportsFileSpans, SupportsGetManySync, SupportsGetSync, UnitReads
 
 __all__ = ["ShardLayout", "ZarrShardingStore", "inner_key", "parse_inner_key"]
 
@@ -162,6 +162,8 @@ class ZarrShardingStore(Store):
         self._index_fetches: dict[str, asyncio.Future] = {}
         self._base_reads = base.sync_reads
         self._base_opens = base.sync_opens
+        # shard key -> (a cached index, the same as an array): made for native reads
+        self._index_arrays: dict[str, tuple[object, np.ndarray]] = {}
         # with the index at the end, a ranged read cannot see an entry that runs into the
         # index (the shard size is unknown): reading the index's length past a whole chunk
         # proves that the bytes after it exist, i.e. that it ends before the index
@@ -531,6 +533,68 @@ class ZarrShardingStore(Store):
         for (k, i, r), data in zip(fetch, datas):
             out[k] = self._check_len(data, r, name, i)
         return out
+
+    # -- native reads of shard files (declared when the base is plain local files) -----------
+    @property
+    def file_spans(self) -> SupportsFileSpans | None:
+        return None if self._base_reads is None or self.base.file_paths is None else self
+
+    #: the spans hold the inner codecs' bytes as they are (``SupportsFileSpans``)
+    value_encoding: str | None = None
+
+    def read_spans_sync(self, keys: Sequence[str], read: SpanReader) -> np.ndarray:
+        """See ``SupportsFileSpans``: per shard, its index (cached while the file's generation
+        holds) gives every wanted chunk's span at once; the read is kept only when the file
+        still has that generation afterwards (a shard replaced meanwhile: the generic path)."""
+        base, paths = self._base_reads, self.base.file_paths
+        assert base is not None and paths is not None, "called only when file_spans is declared"
+        layout, rank = self.layout, self._rank
+        done = np.zeros(len(keys), dtype=bool)
+        by_shard: dict[tuple[int, ...], tuple[list[int], list[int]]] = {}
+        for pos, key in enumerate(keys):
+            shard, i = layout.locate(parse_inner_key(key, rank))
+            wanted = by_shard.setdefault(shard, ([], []))
+            wanted[0].append(pos)
+            wanted[1].append(i)
+        for shard, (positions, inner) in by_shard.items():
+            shard_key = layout.shard_key(shard)
+            gen = base.generation_sync(shard_key)
+            try:
+                index = self._index_array(base, shard_key, gen)
+            except CodecError:
+                continue  # a damaged index: the generic path raises, naming the shard
+            if index is None:
+                continue
+            entries = index[inner]
+            present = ~((entries[:, 0] == _EMPTY) & (entries[:, 1] == _EMPTY))
+            which = np.asarray(positions, dtype=np.intp)[present]
+            spans = entries[present].astype(np.int64)  # (offsets past 2**63: refused by the reader)
+            if not len(which):
+                continue
+            # with the index at the end, chunk data must end before it (the generic path
+            # raises for an entry that runs into it, so it must not decode here)
+            ok = read(paths.file_path(shard_key), which, spans[:, 0], spans[:, 1], self._end_guard)
+            if base.generation_sync(shard_key) == gen:
+                done[which[ok]] = True
+        return done
+
+    def _index_array(self, base: SupportsGetSync, shard_key: str, gen: Hashable | None) -> np.ndarray | None:
+        """The shard's index at ``gen`` as a ``(chunks, 2)`` uint64 array (None: no shard),
+        from the index cache (the array made once per cached index)."""
+        index = self._cached_index(shard_key, gen)
+        if index is _MISSING:
+            index = self._keep_index(shard_key, base.get_sync(shard_key, self._index_range()), gen)
+        if index is None:
+            return None
+        made = self._index_arrays.get(shard_key)
+        if made is not None and made[0] is index:
+            return made[1]
+        array = np.array(index, dtype=np.uint64).reshape(-1, 2)
+        self._index_arrays[shard_key] = (index, array)
+        if len(self._index_arrays) > self._index_cache_size:  # (entries of evicted indexes)
+            kept = list(self._index_arrays.items())  # (one step under the GIL: other readers insert)
+            self._index_arrays = {k: v for k, v in kept if k in self._index_cache}
+        return array
 
     def generation_sync(self, key: str) -> Hashable | None:
         base = self._base_reads

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from .streamed import Streamed, SupportsUnitStreams
     from .sync_protocols import (
         SupportsFilePath,
+        SupportsFileSpans,
         SupportsGetManySync,
         SupportsGetSync,
         SupportsGetTransientSync,
@@ -320,6 +321,12 @@ class Store(abc.ABC):
     def sync_writes(self) -> SupportsSetSync | None:
         """This store's writes from any thread (``set_sync``, ``update_many_sync``), or None
         (remote, read-only, or adapters whose writes go through ``update_many`` only)."""
+        return None
+
+    @property
+    def file_spans(self) -> SupportsFileSpans | None:
+        """Where values lie in local files, by byte span (``read_spans_sync``), or None:
+        declared by sharding adapters over plain files, for the core's native shard reads."""
         return None
 
     @property

@@ -13,7 +13,7 @@ threads, without the event-loop round trips that otherwise dominate reads of sma
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 __all__ = [
     "OpenValue",
     "SupportsFilePath",
+    "SupportsFileSpans",
     "SupportsGetManySync",
     "SupportsGetSync",
     "SupportsGetTransientSync",
@@ -30,6 +31,15 @@ __all__ = [
     "SupportsSetSync",
     "UnitReads",
 ]
+
+if TYPE_CHECKING:  # (numpy only in annotations: this layer handles bytes)
+    import numpy as np
+
+    #: ``read(path, which, offsets, lengths, tail) -> done``: reads the values ``which``
+    #: (positions in the caller's keys) that are byte spans of one local file (int64 arrays),
+    #: none of which may reach into the file's last ``tail`` bytes, and says which of them it
+    #: read (a bool array)
+    SpanReader = Callable[[str, np.ndarray, np.ndarray, np.ndarray, int], np.ndarray]
 
 
 class SupportsGetSync(Protocol):
@@ -164,4 +174,25 @@ class SupportsFilePath(Protocol):
 
     def file_path(self, key: str) -> str:
         """The file holding ``key``'s value (the key must already be valid)."""
+        ...
+
+
+class SupportsFileSpans(Protocol):
+    """Sharding adapters over plain local files: where each value (an inner chunk) lies in
+    its shard file, for native readers that read, decode and place a whole shard's chunks in
+    one call (``core/spanread.py``). The adapter keeps what only it knows: the index (cached
+    while the shard's generation holds) and that generation, checked around the read."""
+
+    @property
+    def value_encoding(self) -> str | None:
+        """How the store encodes each value on top of the codec's bytes ("gzip": a gzip
+        stream, precomputed's ``data_encoding``), or None: the spans hold the codec's bytes."""
+        ...
+
+    def read_spans_sync(self, keys: Sequence[str], read: SpanReader) -> np.ndarray:
+        """Calls ``read`` once per shard file with the spans of the keys' values found in its
+        index, and returns a bool per key: True where ``read`` read it and the file was not
+        replaced meanwhile. False (missing values and shards, a damaged index, a replaced
+        file, the reader's refusals) is for the caller's generic path, which reads those
+        keys again (overwriting anything ``read`` placed for them) and words any error."""
         ...

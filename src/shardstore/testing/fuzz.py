@@ -15,8 +15,8 @@ The contract each input is held to (``check_case``):
 Targets (``TARGETS``): the reference fixtures mutated byte by byte and structurally, datasets
 and containers built from the specs (``fuzz_cases.BUILDERS``) then mutated, and the codec
 streams (gzip, zlib, zstd, lz4, blosc, bz2, xz, crc32c) decoded on their own. ``n5_rawio``
-writes its blocks to local files so that the C extension (``_rawio.read_boxes`` with inflate)
-reads them. Every input is a pure function of ``(target, seed, index)``, so a failure is
+and ``zarr3_spans`` write their blocks or shards to local files so that the C extension
+(``_rawio.read_boxes`` with inflate, ``_rawio.read_spans``) reads them. Every input is a pure function of ``(target, seed, index)``, so a failure is
 reproduced with ``--target T --seed S --only INDEX``.
 
 Examples::

@@ -310,7 +310,7 @@ def _payload(d: Draw, n: int, dtype: str) -> np.ndarray:
     return arr
 
 
-def build_zarr3_shard(d: Draw) -> Case:
+def build_zarr3_shard(d: Draw, comps: Sequence[str] = ("raw", "gzip", "zstd")) -> Case:
     """One Zarr v3 shard laid out by hand: inner chunks in a random order with gaps, some
     absent (index entry 2^64-1 twice), the index at the start or end, crc32c or not."""
     import google_crc32c
@@ -320,7 +320,7 @@ def build_zarr3_shard(d: Draw) -> Case:
     per = tuple(d.integer(1, 3) for _ in range(ndim))
     shard = tuple(i * p for i, p in zip(inner, per))
     dtype = d.choice(_DTYPES)
-    comp = d.choice(("raw", "gzip", "zstd"))
+    comp = d.choice(comps)
     crc = bool(d.integer(0, 1))
     at_start = bool(d.integer(0, 1))
     n = math.prod(per)
@@ -336,6 +336,10 @@ def build_zarr3_shard(d: Draw) -> Case:
             import zstandard
 
             raw = zstandard.ZstdCompressor(level=1).compress(raw)
+        elif comp == "blosc":
+            import numcodecs
+
+            raw = bytes(numcodecs.Blosc("lz4", 1, numcodecs.Blosc.SHUFFLE).encode(raw))
         chunks.append(raw)
     index_size = 16 * n + (4 if crc else 0)
     order = list(range(n))
@@ -357,8 +361,11 @@ def build_zarr3_shard(d: Draw) -> Case:
     index_off = 0 if at_start else len(body)
     fields = tuple((index_off + 8 * j, 8) for j in range(2 * n))
     codecs: list[Any] = [{"name": "bytes", "configuration": {"endian": "little"}}]
+    confs: dict[str, dict[str, Any]] = {"gzip": {"level": 1}, "zstd": {"level": 1, "checksum": False},
+                                        "blosc": {"cname": "lz4", "clevel": 1, "shuffle": "shuffle",
+                                                  "typesize": np.dtype(dtype).itemsize, "blocksize": 0}}
     if comp != "raw":
-        codecs.append({"name": comp, "configuration": {"level": 1} if comp == "gzip" else {"level": 1, "checksum": False}})
+        codecs.append({"name": comp, "configuration": confs[comp]})
     index_codecs: list[Any] = [{"name": "bytes", "configuration": {"endian": "little"}}]
     if crc:
         index_codecs.append({"name": "crc32c"})
@@ -477,6 +484,13 @@ def build_n5_native(d: Draw) -> Case:
     return replace(case, name="built/n5_rawio", local=True)
 
 
+def build_zarr3_native(d: Draw) -> Case:
+    """A hand-laid Zarr v3 shard (raw, gzip, zstd or blosc inner chunks) on local files: what
+    ``_rawio.read_spans`` reads, decodes and places."""
+    case = build_zarr3_shard(d, ("raw", "gzip", "zstd", "blosc"))
+    return replace(case, name="built/zarr3_spans", local=True)
+
+
 # -- builders: small random datasets written by shardstore ------------------------------------
 
 def _memory_case(name: str, kind: str, write: Callable[[Any], None], paths: tuple[str, ...] = ("",)) -> Case:
@@ -570,6 +584,7 @@ BUILDERS: dict[str, Callable[[Draw], Case]] = {
     "uint64_shard": build_uint64_shard,
     "n5_block": build_n5_blocks,
     "n5_rawio": build_n5_native,
+    "zarr3_spans": build_zarr3_native,
     "bcolz": build_bcolz,
     "precomputed": build_precomputed,
     "metadata": build_metadata_only,

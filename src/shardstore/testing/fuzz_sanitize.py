@@ -4,8 +4,10 @@
 
 1. builds ``_rawio.c`` with ``-fsanitize=address,undefined`` into a temporary copy of the
    package (the installed extension is not touched);
-2. runs the fuzz target that reaches it (``n5_rawio``: mutated raw, gzip and zlib N5 blocks
-   in local files, read by ``_rawio.read_boxes``, with ``inflate=True`` for gzip / zlib) in
+2. runs the fuzz targets that reach it (``n5_rawio``: mutated raw, gzip and zlib N5 blocks
+   in local files, read by ``_rawio.read_boxes``, with ``inflate=True`` for gzip / zlib;
+   ``zarr3_spans``: mutated Zarr v3 shards of raw, gzip, zstd and blosc inner chunks, read
+   by ``_rawio.read_spans``) in
    worker processes with ``libasan`` / ``libubsan`` preloaded, every sanitizer report fatal
    (``halt_on_error``);
 3. a sanitizer report kills the worker: the fuzz runner records it as a crash with the input
@@ -64,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--executions", type=int, default=20_000)
     p.add_argument("--jobs", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--target", action="append", default=None, help="default: n5_rawio")
+    p.add_argument("--target", action="append", default=None, help="default: n5_rawio and zarr3_spans")
     p.add_argument("--cc", default="gcc")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="shardstore-asan-") as tmp:
@@ -78,11 +80,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the workers must load the sanitized build, with the runtime really in the process
         check = ("import ctypes, shardstore._rawio as r; from shardstore.core import rawread; "
                  f"assert r.__file__.startswith({str(src)!r}), r.__file__; "
-                 "assert hasattr(ctypes.CDLL(None), '__asan_init'); assert rawread.inflate_available()")
+                 "assert hasattr(ctypes.CDLL(None), '__asan_init'); assert rawread.inflate_available(); "
+                 "from shardstore.core import spanread; assert len(spanread.loaded_codecs()) == len(spanread.CODECS)")
         subprocess.run([sys.executable, "-c", check], env=env, check=True)
         cmd = [sys.executable, "-m", "shardstore.testing.fuzz", "--json", "--memory-mb", "0",
                "--executions", str(args.executions), "--jobs", str(args.jobs), "--seed", str(args.seed)]
-        for t in args.target or ["n5_rawio"]:
+        for t in args.target or ["n5_rawio", "zarr3_spans"]:
             cmd += ["--target", t]
         r = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
         sys.stderr.write("".join(line + "\n" for line in r.stderr.splitlines() if "ERROR" in line or "runtime error" in line
