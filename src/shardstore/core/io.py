@@ -9,9 +9,11 @@ index once and rewrites each shard once. Decoding and encoding run in the codec 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
@@ -392,32 +394,75 @@ def _unit_writes(batch: list[tuple[ChunkProjection, str]], layout: ChunkLayout, 
 
 
 def _write_now(batch: list[tuple[ChunkProjection, str]], layout: ChunkLayout, value: np.ndarray, writes: SupportsSetSync) -> list:
-    """The blocking runner's step: ``_unit_writes`` of a batch, stored on this thread."""
+    """The blocking runner's step for one-chunk units: ``_unit_writes`` of a batch, stored on
+    this thread."""
     writes.update_many_sync(_unit_writes(batch, layout, value))
     return []
 
 
+def _encode_into(batch: list[tuple[ChunkProjection, str]], layout: ChunkLayout, value: np.ndarray, out: list) -> None:
+    """The blocking runner's encode step for a unit of several chunks: ``_unit_writes`` of a
+    batch, collected in ``out`` (the unit is stored once, after all of its chunks)."""
+    out.extend(_unit_writes(batch, layout, value))
+
+
 def writes_now(layout: ChunkLayout) -> bool:
-    """Whether ``write_from_now`` can write to ``layout``: every chunk is its own write unit,
-    on a store with synchronous reads and writes (files, memory)."""
+    """Whether ``write_from_now`` can write to ``layout``: a store with synchronous reads and
+    writes (files, memory, or a sharding adapter over them)."""
     store = layout.store
-    return layout.one_chunk_units and store.sync_writes is not None and store.sync_reads is not None
+    return store.sync_writes is not None and store.sync_reads is not None
 
 
 def write_from_now(layout: ChunkLayout, projections: Iterable[ChunkProjection], value: np.ndarray) -> bool:
     """``write_from`` without an event loop (see ``writes_now``): the calling thread and the
-    I/O pool encode and write the chunks directly. The caller holds the write units' locks.
-    Returns False, having done nothing, when the store or layout does not allow it.
+    codec and I/O pools encode and write the chunks directly. The caller holds the write
+    units' locks. Returns False, having done nothing, when the store does not allow it.
     """
     writes = layout.store.sync_writes
     if writes is None or not writes_now(layout):
         return False
+    if not layout.one_chunk_units:
+        groups = _group(layout, projections)
+        try:
+            _write_units_now(layout, groups, value, writes)
+        finally:
+            _forget(layout, (layout.chunk_key(p.coords) for g in groups for p in g))
+        return True
     items = [(p, layout.chunk_key(p.coords)) for p in projections]
     try:
         _write_items_now(layout, items, value, writes)
     finally:
         _forget(layout, (key for _, key in items))
     return True
+
+
+def _write_units_now(
+    layout: ChunkLayout, groups: list[list[ChunkProjection]], value: np.ndarray, writes: SupportsSetSync
+) -> None:
+    """The blocking runner of writes to units of several chunks (shards), as ``write_from``
+    runs them on the loop: per unit, ``_unit_writes`` spread over the codec pool (complete
+    chunks first, as there), then one ``update_many_sync``, the store's read-modify-write of
+    the unit. A unit is stored by an I/O thread while the next one is encoded (one in
+    flight, as memory allows); the last one, and a write of one unit, on this thread."""
+    config = layout.config
+    pending: Future[None] | None = None
+    try:
+        for n, group in enumerate(groups):
+            batch = [(p, layout.chunk_key(p.coords)) for p in group]
+            batch.sort(key=lambda item: not item[0].is_complete)
+            items: list[tuple[str, Any]] = []
+            share_now(_encode_into, batch, layout, value, items, config=config, memo=layout.threads_memo)
+            if pending is not None:
+                done = pending
+                pending = None
+                done.result()
+            if n == len(groups) - 1:
+                writes.update_many_sync(items)
+            else:
+                pending = io_pool(config.io_threads).submit(writes.update_many_sync, items)
+    finally:
+        if pending is not None:  # (an error meanwhile: the unit in flight lands before it is raised)
+            concurrent.futures.wait([pending])
 
 
 def _forget(layout: ChunkLayout, keys: Iterable[str]) -> None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterator, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from ..config import IOConfig
@@ -64,7 +64,7 @@ from ._uint64_read import (
 )
 
 if TYPE_CHECKING:
-    from ..store.sync_protocols import SupportsGetManySync, SupportsGetSync
+    from ..store.sync_protocols import SupportsGetManySync, SupportsGetSync, SupportsSetSync
 
 # the spec and key helpers are public here: users of the format (formats/precomputed) need
 # not import the private modules that implement it
@@ -403,6 +403,46 @@ class Uint64ShardedStore(Store):
         (already validated ints) in one batch: one read-modify-write per shard."""
         if not items:
             return
+        writes, stems, merged = self._shard_writes(items)
+        for stem in merged:
+            await self._refuse_legacy(stem)
+        with self._rewriting(stems):
+            await self.base.update_many(writes)
+
+    # -- synchronous writes (declared when the base reads and writes synchronously: files,
+    # memory): the core's blocking runner and ``ShardedKV`` write shards from the calling
+    # thread through the base's ``update_many_sync`` (the same locked read-modify-write)
+    @property
+    def sync_writes(self) -> SupportsSetSync | None:
+        base = self.base
+        return None if self.read_only or base.sync_writes is None or base.sync_reads is None else self
+
+    def set_sync(self, key: str, value: bytes | Parts | None, atomic: bool = True) -> None:
+        self.update_many_sync([(key, value)])  # (a shard is always replaced atomically)
+
+    def update_many_sync(self, items: Sequence[tuple[str, bytes | Parts | Update | None]]) -> None:
+        if items:
+            self._check_writable(items[0][0], more=len(items) - 1)
+        self.set_many_ids_sync([(parse_uint64_key(k), v) for k, v in items])
+
+    def set_many_ids_sync(self, items: Sequence[tuple[int, bytes | Parts | Update | None]]) -> None:
+        """``set_many_ids`` on this thread (the store must declare ``sync_writes``)."""
+        base, reads = self.base.sync_writes, self.base.sync_reads
+        assert base is not None and reads is not None, "called only when sync_writes is declared"
+        if not items:
+            return
+        writes, stems, merged = self._shard_writes(items)
+        for stem in merged:
+            self._check_legacy(stem, reads.generation_sync(stem + ".index"), reads.generation_sync(stem + ".shard"))
+        with self._rewriting(stems):
+            base.update_many_sync(writes)
+
+    def _shard_writes(
+        self, items: Sequence[tuple[int, bytes | Parts | Update | None]]
+    ) -> tuple[list[tuple[str, bytes | Parts | Update | None]], list[str], list[str]]:
+        """The base store's items of a write batch, one per touched shard (the new shard when
+        the batch holds all of it, else the ``Update`` merging the batch into it), the stems
+        of those shards, and the stems of the shards that are merged (read first)."""
         self._check_writable(str(items[0][0]), more=len(items) - 1)
         by_shard: dict[int, _Changes] = {}
         keys = [k for k, _ in items]
@@ -421,7 +461,7 @@ class Uint64ShardedStore(Store):
                 ch.nbytes += len(value)
             ch.minishard[k] = m
         writes: list[tuple[str, bytes | Parts | Update | None]] = []
-        stems = []
+        stems, merged = [], []
         for shard, changes in sorted(by_shard.items()):
             stem = self.spec.shard_name(shard)
             stems.append(stem)
@@ -434,21 +474,34 @@ class Uint64ShardedStore(Store):
             if complete:
                 writes.append((key, self._merge(key, changes, None)))  # no read needed
             else:
-                await self._refuse_legacy(stem)
+                merged.append(stem)
                 writes.append((key, functools.partial(self._merge, key, changes)))
+        return writes, stems, merged
+
+    @contextlib.contextmanager
+    def _rewriting(self, stems: list[str]) -> Iterator[None]:
+        """Around the base's write of these shards (either runner): a conflict names the
+        shard, and what is cached of them is dropped (they changed, or may have)."""
         try:
-            await self.base.update_many(writes)
+            yield
         except ConflictError as e:
             raise ConflictError(f"shard {e}") from e  # (the message starts with the shard's key)
         finally:
-            for stem in stems:  # these shards changed (or may have): re-read next time
+            for stem in stems:
                 self._cache.forget(stem)
 
     async def _refuse_legacy(self, stem: str) -> None:
         """Refuse to write a shard stored as a legacy ``.index`` + ``.data`` pair (a new
         ``.shard`` would hide its keys)."""
         igen = await self.base.generation(stem + ".index")
-        if igen is not MISSING and igen is not None and await self.base.generation(stem + ".shard") is MISSING:
+        if igen is not MISSING and igen is not None:
+            self._check_legacy(stem, igen, await self.base.generation(stem + ".shard"))
+
+    @staticmethod
+    def _check_legacy(stem: str, index_gen: Hashable | None, shard_gen: Hashable | None) -> None:
+        """Raise when the generations of ``stem.index`` and ``stem.shard`` say the shard is a
+        legacy pair (an index file, no ``.shard``)."""
+        if index_gen is not MISSING and index_gen is not None and shard_gen is MISSING:
             raise UnsupportedFeatureError(
                 f"shard {stem!r} is stored in the legacy {stem}.index + {stem}.data layout, "
                 "which shardstore reads but does not write"

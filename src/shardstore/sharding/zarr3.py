@@ -30,7 +30,7 @@ import functools
 import itertools
 import math
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Hashable, Sequence
+from collections.abc import AsyncIterator, Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -54,7 +54,7 @@ from ..store.base import (
 )
 
 if TYPE_CHECKING:
-    from ..store.sync_protocols import SupportsGetManySync, SupportsGetSync
+    from ..store.sync_protocols import SupportsGetManySync, SupportsGetSync, SupportsSetSync
 
 __all__ = ["ShardLayout", "ZarrShardingStore", "inner_key", "parse_inner_key"]
 
@@ -153,6 +153,7 @@ class ZarrShardingStore(Store):
         # fetch its index once
         self._index_fetches: dict[str, asyncio.Future] = {}
         self._base_reads = base.sync_reads
+        self._base_writes = base.sync_writes
         # with the index at the end, a ranged read cannot see an entry that runs into the
         # index (the shard size is unknown): reading the index's length past a whole chunk
         # proves that the bytes after it exist, i.e. that it ends before the index
@@ -519,6 +520,33 @@ class ZarrShardingStore(Store):
     async def update_many(self, items: Sequence[tuple[str, bytes | Parts | Update | None]]) -> None:
         """Write inner chunks (values, None: delete, or ``Update`` functions of the inner
         chunk's stored bytes): each touched shard is written once, see the module docstring."""
+        writes = self._shard_writes(items)
+        with self._rewriting(writes):
+            await self.base.update_many(writes)
+
+    # -- synchronous writes (declared when the base writes synchronously: files, memory, or
+    # another adapter over them): the core's blocking runner then writes shards from its own
+    # thread, through the base's ``update_many_sync`` (the same locked read-modify-write)
+    @property
+    def sync_writes(self) -> SupportsSetSync | None:
+        return None if self._base_writes is None or self.read_only else self
+
+    def set_sync(self, key: str, value: bytes | Parts | None, atomic: bool = True) -> None:
+        self.update_many_sync([(key, value)])  # (a shard is always replaced atomically)
+
+    def update_many_sync(self, items: Sequence[tuple[str, bytes | Parts | Update | None]]) -> None:
+        """``update_many`` on this thread: the same shard writes, run by the base's
+        ``update_many_sync`` instead of its ``update_many``."""
+        base = self._base_writes
+        assert base is not None, "called only when sync_writes is declared"
+        writes = self._shard_writes(items)
+        with self._rewriting(writes):
+            base.update_many_sync(writes)
+
+    def _shard_writes(self, items: Sequence[tuple[str, bytes | Parts | Update | None]]) -> list[tuple[str, bytes | Parts | Update | None]]:
+        """The base store's items of a write of inner chunks, one per touched shard: the new
+        shard as a value when the batch replaces every inner chunk with plain values (no read
+        needed), else the ``Update`` that merges the batch into the stored shard."""
         if items:
             self._check_writable(items[0][0], more=len(items) - 1)
         by_shard: dict[tuple[int, ...], dict[int, bytes | Parts | Update | None]] = {}
@@ -532,12 +560,17 @@ class ZarrShardingStore(Store):
                 writes.append((shard_key, self._merged(shard_key, new, None)))  # no read needed
             else:
                 writes.append((shard_key, functools.partial(self._merged, shard_key, new)))
+        return writes
+
+    @contextlib.contextmanager
+    def _rewriting(self, writes: list[tuple[str, bytes | Parts | Update | None]]) -> Iterator[None]:
+        """Around the base's write of ``writes`` (either runner): a conflict names the shard,
+        and the indexes of these shards are dropped (they changed, or may have)."""
         try:
-            await self.base.update_many(writes)
+            yield
         except ConflictError as e:
             raise ConflictError(f"shard {e}") from e  # (the message starts with the shard's key)
         finally:
-            # the indexes of these shards changed (or may have): the next read refetches
             for shard_key, _ in writes:
                 self._index_cache.pop(shard_key, None)
 
