@@ -543,8 +543,11 @@ def _rechunk(
     return key, new.pipeline.encode(chunk, spec)
 
 
-def _rechunk_batch(batch: list, old: ChunkLayout, new: ChunkLayout) -> list[tuple[str, bytes | None]]:
-    return [_rechunk(old, new, key, coords, data) for key, coords, data in batch]
+def _rechunked(old: ChunkLayout, new: ChunkLayout, key: str, coords: tuple[int, ...], data: bytes | None) -> bytes | None:
+    """The store-layer ``Update`` of a chunk a resize cuts or extends: ``_rechunk`` of what is
+    stored (a missing chunk stays missing), called under the unit's lock and generation check,
+    again after a lost race."""
+    return None if data is None else _rechunk(old, new, key, coords, data)[1]
 
 
 def _reshape_plan(old: ChunkLayout, new_shape: tuple[int, ...]) -> tuple[list, list]:
@@ -577,7 +580,9 @@ async def reshape_chunks(old: ChunkLayout, new: ChunkLayout, locks: UnitLocks | 
     Chunks beyond the new shape are deleted. Padded formats fill-reset the part of the chunks
     a shrink cuts, so that growing again shows the fill value as NumPy would (zarr-python and
     tensorstore leave stale data there). Clipped formats re-encode the edge chunks at their
-    new clipped shape, padding with the fill value or cutting. I/O goes to ``old.store``.
+    new clipped shape, padding with the fill value or cutting. I/O goes to ``old.store``;
+    each unit is one read-modify-write of the store (a unit of several chunks is read once,
+    its chunks cut or dropped together, written once), as a write's partial chunks are.
     """
     deletes, changes = _reshape_plan(old, new.spec.shape)
     by_unit: dict[tuple[int, ...], tuple[list, list]] = {}
@@ -588,13 +593,13 @@ async def reshape_chunks(old: ChunkLayout, new: ChunkLayout, locks: UnitLocks | 
     locks = locks or UnitLocks()
 
     async def unit(dels: list, cuts: list) -> None:
+        # one store-layer read-modify-write per unit, as a write's (``Store.update_many``):
+        # under the unit's lock across processes (files) or a conditional write (S3), so a
+        # writer in another process updating the same shard or chunk meanwhile is neither
+        # lost nor overwritten with what this resize read before it
+        items: list[tuple[str, Any]] = [(old.chunk_key(c), None) for c in dels]
+        items += [(old.chunk_key(c), functools.partial(_rechunked, old, new, old.chunk_key(c), c)) for c in cuts]
         async with locks(old.write_unit((dels or cuts)[0])):
-            items: list[tuple[str, bytes | None]] = [(old.chunk_key(c), None) for c in dels]
-            keys = [old.chunk_key(c) for c in cuts]
-            datas = await old.store.get_many([(k, None) for k in keys]) if keys else []
-            found = [(k, c, d) for k, c, d in zip(keys, cuts, datas) if d is not None]
-            items += await _spread(_rechunk_batch, found, old, new, config=old.config)
-            if items:
-                await old.store.set_many(items)
+            await old.store.update_many(items)
 
     await _bounded(old.config.write_groups_in_flight, [lambda d=d, c=c: unit(d, c) for d, c in by_unit.values()])
