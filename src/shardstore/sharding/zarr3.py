@@ -580,15 +580,22 @@ class ZarrShardingStore(Store):
     def _merged(self, shard_key: str, new: dict[int, bytes | Parts | Update | None], old: bytes | None) -> Parts | None:
         """The shard ``old`` (None: missing) with the inner chunks ``new`` merged in: the
         ``Update`` of one shard (None: no inner chunk is left, delete the shard)."""
-        chunks: dict[int, bytes] = {}
+        chunks: dict[int, bytes | memoryview] = {}
         if old is not None:
             index = self._index_from_bytes(shard_key, self._slice_index(old), old)
+            # views, not copies: the kept inner chunks go to the new shard's parts as they
+            # are (a partial write of a shard copied all of it once more here)
+            view = memoryview(old)
             for i, (off, n) in enumerate(index):
                 if (off == _EMPTY and n == _EMPTY) or (i in new and not callable(new[i])):
                     continue  # empty, or replaced whole by this write
-                chunks[i] = old[off : off + n]
+                chunks[i] = view[off : off + n]
         for i, v in new.items():
-            value = v(chunks.get(i)) if callable(v) else v
+            if callable(v):
+                stored = chunks.get(i)
+                value = v(None if stored is None else bytes(stored))  # (an Update is given bytes)
+            else:
+                value = v
             if value is None:
                 chunks.pop(i, None)
             else:
