@@ -25,11 +25,14 @@ legacy ``<hex>.index`` + ``<hex>.data`` pairs, whose concatenation is a ``.shard
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterator, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
+from .._sync import codec_pool_size, io_pool
 from ..config import IOConfig
 from ..errors import ConflictError, UnsupportedFeatureError
 from ..store.base import (
@@ -121,6 +124,10 @@ class Uint64ShardedStore(Store):
         #: a read whose shards keep being replaced between their indexes and values is redone
         #: this often (``IOConfig.read_attempts``)
         self.read_attempts = config.read_attempts
+        #: the shards of one synchronous write batch are rewritten by up to this many threads
+        #: (one per core: a shard's merge is CPU work, its write a page-cache copy)
+        self._write_threads = codec_pool_size(config.codec_threads)
+        self._io_threads = config.io_threads
         self._complete_shard = complete_shard
         # stem -> what is known of the shard (LRU; bounded by shards and by minishard entries)
         self._cache = ShardCache(spec, cache_entries, cache_shards, whole_index_max=config.whole_index_max)
@@ -435,7 +442,22 @@ class Uint64ShardedStore(Store):
         for stem in merged:
             self._check_legacy(stem, reads.generation_sync(stem + ".index"), reads.generation_sync(stem + ".shard"))
         with self._rewriting(stems):
-            base.update_many_sync(writes)
+            jobs = min(len(writes), self._write_threads)
+            if jobs < 2 or threading.current_thread().name.startswith("shardstore-"):
+                base.update_many_sync(writes)  # (one shard, or already on a pool thread: no nesting)
+                return
+            # several shards (a bulk update): spread over threads, as the async path's
+            # ``base.update_many`` runs each shard's read-modify-write in its own thread
+            size = -(-len(writes) // jobs)
+            batches = [writes[i : i + size] for i in range(0, len(writes), size)]
+            pool = io_pool(self._io_threads)
+            futures = [pool.submit(base.update_many_sync, b) for b in batches[1:]]
+            try:
+                base.update_many_sync(batches[0])
+            finally:
+                concurrent.futures.wait(futures)  # every shard lands before an error is raised
+            for f in futures:
+                f.result()
 
     def _shard_writes(
         self, items: Sequence[tuple[int, bytes | Parts | Update | None]]
@@ -507,7 +529,7 @@ class Uint64ShardedStore(Store):
                 "which shardstore reads but does not write"
             )
 
-    def _merge(self, shard_file: str, changes: _Changes, old: bytes | None) -> bytes | None:
+    def _merge(self, shard_file: str, changes: _Changes, old: bytes | None) -> Parts | None:
         """The shard ``old`` (None: missing) with the batch merged in: the old entries, minus
         deletes, plus new values (encoded), ``Update`` functions applied to the stored values
         (None: no key is left, delete the shard)."""
@@ -531,8 +553,9 @@ class Uint64ShardedStore(Store):
                 value = joined(value)
                 values[k] = gzip_compress(value) if gz else value
         parts = assemble_shard(self.spec, values, minishard_of)
-        # one buffer: a single write call (thousands of small parts cost a syscall per few KiB)
-        return None if parts is None else b"".join(parts)
+        # parts, not one joined buffer: local files write them with a few ``writev`` calls
+        # (no copy of the whole shard); other stores join them
+        return None if parts is None else Parts(parts)
 
     # -- listing ----------------------------------------------------------------------------
     async def _shard_stems(self) -> list[str]:
