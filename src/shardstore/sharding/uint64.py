@@ -529,7 +529,7 @@ class Uint64ShardedStore(Store):
                 "which shardstore reads but does not write"
             )
 
-    def _merge(self, shard_file: str, changes: _Changes, old: bytes | None) -> Parts | None:
+    def _merge(self, shard_file: str, changes: _Changes, old: bytes | None) -> bytes | None:
         """The shard ``old`` (None: missing) with the batch merged in: the old entries, minus
         deletes, plus new values (encoded), ``Update`` functions applied to the stored values
         (None: no key is left, delete the shard)."""
@@ -553,9 +553,9 @@ class Uint64ShardedStore(Store):
                 value = joined(value)
                 values[k] = gzip_compress(value) if gz else value
         parts = assemble_shard(self.spec, values, minishard_of)
-        # parts, not one joined buffer: local files write them with a few ``writev`` calls
-        # (no copy of the whole shard); other stores join them
-        return None if parts is None else Parts(parts)
+        # one buffer: thousands of small parts cost more to hand to the kernel one by one
+        # (even through writev) than one copy of the shard
+        return None if parts is None else b"".join(parts)
 
     # -- listing ----------------------------------------------------------------------------
     async def _shard_stems(self) -> list[str]:

@@ -99,31 +99,33 @@ def _write_view(fd: int, view: memoryview) -> None:
         view = view[os.write(fd, view) :]
 
 
+def _nbytes(part: bytes | memoryview) -> int:
+    return len(part) if type(part) is bytes else memoryview(part).nbytes
+
+
 def _write_all(fd: int, value: bytes | Parts) -> None:
     """Write all of ``value`` (bytes-like, or ``Parts`` written in order without joining).
 
-    Parts go out with ``os.writev``, up to ``_IOV_MAX`` per call: a shard of a few thousand
-    small values (a uint64 kv shard) is then a few system calls, and no joined copy of it is
-    ever made; a short write finishes with plain writes from where it stopped."""
-    if not isinstance(value, Parts):
-        _write_view(fd, memoryview(value).cast("B"))
-        return
-    views = [memoryview(part).cast("B") for part in value]
+    Parts go out with ``os.writev``, up to ``_IOV_MAX`` per call: the few dozen inner chunks
+    and the index of a Zarr v3 shard are one system call instead of one each, and are never
+    joined into a copy of the shard; a short write finishes with plain writes from where it
+    stopped."""
     writev = getattr(os, "writev", None)
+    if not isinstance(value, Parts) or writev is None:  # (Windows has no writev)
+        for part in value if isinstance(value, Parts) else (value,):
+            _write_view(fd, memoryview(part).cast("B"))
+        return
     i = 0
-    while i < len(views):
-        if writev is None:  # (Windows)
-            _write_view(fd, views[i])
-            i += 1
-            continue
-        batch = views[i : i + _IOV_MAX]
+    while i < len(value):
+        batch = value[i : i + _IOV_MAX]
         written = writev(fd, batch)
-        for view in batch:
+        for part in batch:
             i += 1
-            if written >= view.nbytes:
-                written -= view.nbytes
+            n = _nbytes(part)
+            if written >= n:
+                written -= n
                 continue
-            _write_view(fd, view[written:])  # the rest of a part written partly (or not at all)
+            _write_view(fd, memoryview(part).cast("B")[written:])  # the rest of a part written partly (or not at all)
             break
 
 
