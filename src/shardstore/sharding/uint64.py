@@ -30,7 +30,7 @@ import contextlib
 import functools
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterator, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from .._sync import codec_pool_size, io_pool
 from ..config import IOConfig
@@ -93,12 +93,13 @@ CompleteShard = Callable[[int, frozenset[int]], bool]
 class _Changes:
     """One shard's part of a write batch."""
 
-    __slots__ = ("minishard", "nbytes", "values")
+    __slots__ = ("minishard", "only_values", "values")
 
     def __init__(self) -> None:
         self.values: dict[int, bytes | Update | None] = {}  # None: delete
         self.minishard: dict[int, int] = {}
-        self.nbytes = 0
+        #: no deletes or ``Update`` functions: the merge takes ``values`` as they are
+        self.only_values = True
 
     def __lt__(self, other: object) -> bool:  # jobs sort by shard name; never compared
         return False
@@ -472,15 +473,14 @@ class Uint64ShardedStore(Store):
             ch = by_shard.get(shard)
             if ch is None:
                 ch = by_shard[shard] = _Changes()
-            if value is None or callable(value):
-                ch.values[k] = value
-            else:
-                if isinstance(value, str) or not hasattr(value, "__len__"):
+            if type(value) is not bytes:  # (bytes, by far the most common, checked first)
+                if value is None or callable(value):
+                    ch.only_values = False
+                elif isinstance(value, str) or not hasattr(value, "__len__"):
                     raise TypeError(f"value for key {k} must be bytes-like, got {type(value).__name__}")
-                if isinstance(value, Parts):
+                elif isinstance(value, Parts):
                     value = joined(value)
-                ch.values[k] = value
-                ch.nbytes += len(value)
+            ch.values[k] = value
             ch.minishard[k] = m
         writes: list[tuple[str, bytes | Parts | Update | None]] = []
         stems, merged = [], []
@@ -538,6 +538,10 @@ class Uint64ShardedStore(Store):
         if old is not None:
             values = shard_entries(old, self.spec, shard_file, minishard_of)
         gz = self.spec.data_encoding == "gzip"
+        if changes.only_values:  # (a bulk write: no per-key work beyond the encoding)
+            new = cast("dict[int, bytes]", changes.values)
+            values.update({k: gzip_compress(v) for k, v in new.items()} if gz else new)
+            return self._assembled(values, minishard_of)
         for k, v in changes.values.items():
             value: bytes | Parts | None
             if callable(v):
@@ -552,6 +556,9 @@ class Uint64ShardedStore(Store):
             else:
                 value = joined(value)
                 values[k] = gzip_compress(value) if gz else value
+        return self._assembled(values, minishard_of)
+
+    def _assembled(self, values: dict[int, bytes | memoryview], minishard_of: dict[int, int]) -> bytes | None:
         parts = assemble_shard(self.spec, values, minishard_of)
         # one buffer: thousands of small parts cost more to hand to the kernel one by one
         # (even through writev) than one copy of the shard
