@@ -17,6 +17,9 @@ Keys of this store name inner chunks by their coordinates in the array's inner-c
   chunks, given as ``Update`` functions of the inner chunk's bytes. A shard left with no inner
   chunks is deleted. The new shard replaces the old one atomically, so a failure leaves the
   old shard readable. Whole-shard writes are one plain write (last writer wins).
+- over a base with synchronous writes (files, memory, another adapter over them) the same
+  shard writes run from any thread (``update_many_sync``, through the base's
+  ``update_many_sync``): the core's blocking runner writes shards without the event loop.
 
 Nested sharding is this adapter over another one: the base keys are then inner-chunk keys of
 the outer adapter, and byte ranges requested from it are relative to that inner chunk.
