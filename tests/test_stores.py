@@ -25,7 +25,6 @@ from shardstore.store import (
 )
 from shardstore.store import _tempfiles as tempfiles
 from shardstore.store import local as local_module
-from shardstore.store.base import Parts
 from shardstore.testing import StoreTests, async_test
 
 run = asyncio.run
@@ -129,28 +128,6 @@ def test_local_failed_write_midway_leaves_old_value(tmp_path: Path, monkeypatch:
     monkeypatch.undo()
     assert run(store.get("new/key")) is None
     assert _files(tmp_path) == ["k"]
-
-
-@pytest.mark.parametrize("short", [False, True])
-def test_local_parts_are_written_whole_with_writev(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, short: bool) -> None:
-    # more parts than one writev takes (IOV_MAX), of mixed sizes and kinds; with ``short`` the
-    # kernel writes less than asked (as it may), and the rest must still land in order
-    parts = Parts(bytes([i % 251]) * (i % 7) if i % 3 else memoryview(b"v%d" % i) for i in range(3000))
-    calls: list[int] = []
-    real = os.writev
-
-    def writev(fd: int, buffers: list) -> int:
-        calls.append(len(buffers))
-        if short:  # half of what was asked, cut inside a part
-            return os.write(fd, b"".join(buffers)[: max(1, sum(len(b) for b in buffers) // 2 + 1)])
-        return real(fd, buffers)
-
-    monkeypatch.setattr(local_module.os, "writev", writev)
-    store = LocalStore(tmp_path)
-    store.set_sync("k", parts)
-    assert store.get_sync("k") == b"".join(parts)
-    assert calls and max(calls) <= local_module._IOV_MAX
-    assert len(calls) < len(parts) // 100 or short  # a few calls, not one per part
 
 
 def test_local_temp_files_are_not_keys(tmp_path: Path) -> None:

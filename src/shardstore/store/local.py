@@ -90,43 +90,12 @@ def remove_tree(directory: str, *, parallel_files: int = IOConfig.local_parallel
 _LIST_BATCH = 4096
 
 
-#: buffers per ``os.writev`` call (the system's IOV_MAX; 1024 on Linux)
-_IOV_MAX = max(16, os.sysconf("SC_IOV_MAX")) if hasattr(os, "sysconf") and "SC_IOV_MAX" in os.sysconf_names else 16
-
-
-def _write_view(fd: int, view: memoryview) -> None:
-    while view.nbytes:
-        view = view[os.write(fd, view) :]
-
-
-def _nbytes(part: bytes | memoryview) -> int:
-    return len(part) if type(part) is bytes else memoryview(part).nbytes
-
-
 def _write_all(fd: int, value: bytes | Parts) -> None:
-    """Write all of ``value`` (bytes-like, or ``Parts`` written in order without joining).
-
-    Parts go out with ``os.writev``, up to ``_IOV_MAX`` per call: the few dozen inner chunks
-    and the index of a Zarr v3 shard are one system call instead of one each, and are never
-    joined into a copy of the shard; a short write finishes with plain writes from where it
-    stopped."""
-    writev = getattr(os, "writev", None)
-    if not isinstance(value, Parts) or writev is None:  # (Windows has no writev)
-        for part in value if isinstance(value, Parts) else (value,):
-            _write_view(fd, memoryview(part).cast("B"))
-        return
-    i = 0
-    while i < len(value):
-        batch = value[i : i + _IOV_MAX]
-        written = writev(fd, batch)
-        for part in batch:
-            i += 1
-            n = _nbytes(part)
-            if written >= n:
-                written -= n
-                continue
-            _write_view(fd, memoryview(part).cast("B")[written:])  # the rest of a part written partly (or not at all)
-            break
+    """Write all of ``value`` (bytes-like, or ``Parts`` written in order without joining)."""
+    for part in value if isinstance(value, Parts) else (value,):
+        view = memoryview(part).cast("B")
+        while view.nbytes:
+            view = view[os.write(fd, view) :]
 
 
 def _open_creating(path: str, flag: int) -> int:
