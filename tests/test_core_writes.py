@@ -83,9 +83,27 @@ def test_n5_whole_write_is_loop_free_and_readable_by_a_fresh_handle(tmp_path: Pa
     np.testing.assert_array_equal(np.asarray(shardstore.n5.open(str(tmp_path / "c.n5"), "d")), vol)
 
 
-def test_sharded_arrays_keep_the_event_loop_path(tmp_path: Path) -> None:
-    # a shard is one write unit of many chunks: write_from_now declines, write_from does it
+def test_sharded_writes_are_loop_free_over_local_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the sharding adapter declares synchronous writes over local files: the blocking runner
+    # encodes each shard's chunks and stores the shard once (whole shards, partial shards
+    # through the locked read-modify-write), with no event-loop write path
     a = shardstore.create(str(tmp_path / "s.zarr"), shape=(32, 32), dtype="int32", chunks=(8, 8), shards=(16, 16))
+    assert io.writes_now(a.driver.layout)
+    _no_loop_writes(monkeypatch)
+    vol = np.arange(32 * 32, dtype="int32").reshape(32, 32)
+    a[...] = vol  # four whole shards
+    a[3:30, 1:31] = -vol[3:30, 1:31]  # every shard partly
+    ref = vol.copy()
+    ref[3:30, 1:31] = -vol[3:30, 1:31]
+    np.testing.assert_array_equal(shardstore.open(str(tmp_path / "s.zarr"))[...], ref)
+
+
+def test_sharded_writes_over_a_store_without_sync_writes_take_the_loop(tmp_path: Path) -> None:
+    from shardstore.store import LocalStore
+    from shardstore.store.wrappers import AsyncOnlyStore
+
+    a = shardstore.zarr3.create(AsyncOnlyStore(LocalStore(tmp_path / "s.zarr")), shape=(32, 32), dtype="int32",
+                                chunks=(8, 8), shards=(16, 16))
     assert not io.write_from_now(a.driver.layout, [], np.zeros((0, 0), "int32"))
     vol = np.arange(32 * 32, dtype="int32").reshape(32, 32)
     a[3:30, 1:31] = vol[3:30, 1:31]

@@ -22,6 +22,7 @@ import shardstore
 from shardstore.sharding._uint64_format import ShardingSpec
 from shardstore.sharding.uint64 import Uint64ShardedStore
 from shardstore.store import LocalStore
+from shardstore.testing.runners import RUNNERS, on_runner
 
 if TYPE_CHECKING:
     from _servers import SeaweedFS
@@ -201,21 +202,33 @@ def test_stale_lock_file_is_hidden_and_reused(tmp_path: Path) -> None:
     assert a[0, 0] == 3 and a[3, 3] == 1
 
 
-def test_conflict_that_keeps_recurring_names_the_key(tmp_path: Path) -> None:
-    """Without retries a lost race on S3-like stores is a ConflictError naming the shard."""
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_conflict_that_keeps_recurring_names_the_key(runner: str) -> None:
+    """Without retries a lost race on S3-like stores is a ConflictError naming the shard, on
+    both core runners (each has its conditional write: ``set_if`` on the event loop, the
+    memory store's ``_set_if_now`` on the blocking one)."""
     from shardstore.errors import ConflictError
     from shardstore.store import MemoryStore
 
     base = MemoryStore()
-    a = shardstore.zarr3.create(base, shape=(16, 16), dtype="uint8", chunks=(4, 4), shards=(16, 16))
+    a = shardstore.zarr3.create(on_runner(base, runner), shape=(16, 16), dtype="uint8", chunks=(4, 4), shards=(16, 16))
     a[...] = 1
-    real = base.set_if
+    if runner == "async":
+        real = base.set_if
 
-    async def interloper(key: str, value: Any, generation: Any) -> None:
-        await real(key, value, None)  # another writer replaced the shard first ...
-        await real(key, value, generation)  # ... so this conditional write loses, every time
+        async def interloper(key: str, value: Any, generation: Any) -> None:
+            await real(key, value, None)  # another writer replaced the shard first ...
+            await real(key, value, generation)  # ... so this conditional write loses, every time
 
-    base.set_if = interloper  # type: ignore[method-assign]
+        base.set_if = interloper  # type: ignore[method-assign]
+    else:
+        real_now = base._set_if_now
+
+        def interloper_now(key: str, value: Any, generation: Any) -> None:
+            real_now(key, value, None)
+            real_now(key, value, generation)
+
+        base._set_if_now = interloper_now  # type: ignore[method-assign]
     base.retry_conflicts = 3
     with pytest.raises(ConflictError, match="'c/0/0' was changed by another writer during each of 4 read-modify-write attempts"):
         a[1:3, 1:3] = 7

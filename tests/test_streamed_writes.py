@@ -60,7 +60,14 @@ def streamed_units(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         calls.append(len(unit[1]))
         await real(layout, unit, encode)
 
-    monkeypatch.setattr(core_io, "stream_unit", counted)  # (region writes)
+    real_now = core_io.stream_unit_now
+
+    def counted_now(layout: Any, unit: Any, encode: Any) -> None:
+        calls.append(len(unit[1]))
+        real_now(layout, unit, encode)
+
+    monkeypatch.setattr(core_io, "stream_unit", counted)  # (region writes, async runner)
+    monkeypatch.setattr(core_io, "stream_unit_now", counted_now)  # (region writes, blocking runner)
     monkeypatch.setattr(core_array, "stream_unit", counted)  # (``Array.write_chunks``)
     return calls
 

@@ -233,6 +233,31 @@ def test_whole_shard_read_is_one_get(backend: Backend) -> None:
 
 
 # == writes =================================================================================
+def test_writes_run_on_the_backends_runner(backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the recorded requests below come from the runner the backend names: sharded writes run
+    # loop-free (the blocking runner) over a store that declares synchronous writes
+    from shardstore.core import array as core_array
+
+    create(backend)
+    a, rec = open_recorded(backend, "r+")
+    used: list[str] = []
+    write_from, write_from_now = core_array.write_from, core_array.write_from_now
+
+    async def on_loop(*args: Any, **kwargs: Any) -> None:
+        used.append("async")
+        await write_from(*args, **kwargs)
+
+    def now(*args: Any, **kwargs: Any) -> bool:
+        used.append("blocking")
+        return write_from_now(*args, **kwargs)
+
+    monkeypatch.setattr(core_array, "write_from", on_loop)
+    monkeypatch.setattr(core_array, "write_from_now", now)
+    a[3:5, 3:5] = 9
+    assert used == [backend.runner]
+    assert by_op(rec, "set") == Counter({"c/0/0": 1}), describe(rec)
+
+
 def test_whole_shard_writes_one_set_per_shard_no_gets(backend: Backend) -> None:
     create(backend, _data())
     a, rec = open_recorded(backend, "r+")

@@ -9,9 +9,11 @@ index once and rewrites each shard once. Decoding and encoding run in the codec 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
@@ -29,7 +31,7 @@ from .layout import ChunkLayout, fill_mask
 from .rawread import raw_reader
 from .rawwrite import raw_writer
 from .spanread import span_reader, span_units
-from .streaming import stream_unit, streamed_unit
+from .streaming import stream_unit, stream_unit_now, streamed_unit
 from .threads import share_now
 
 __all__ = ["UnitLocks", "read_into", "read_into_now", "reshape_chunks", "write_from", "write_from_now", "writes_now"]
@@ -439,32 +441,82 @@ def _unit_writes(batch: list[tuple[ChunkProjection, str]], layout: ChunkLayout, 
 
 
 def _write_now(batch: list[tuple[ChunkProjection, str]], layout: ChunkLayout, value: np.ndarray, writes: SupportsSetSync) -> list:
-    """The blocking runner's step: ``_unit_writes`` of a batch, stored on this thread."""
+    """The blocking runner's step for one-chunk units: ``_unit_writes`` of a batch, stored on
+    this thread."""
     writes.update_many_sync(_unit_writes(batch, layout, value))
     return []
 
 
+def _encode_into(batch: list[tuple[ChunkProjection, str]], layout: ChunkLayout, value: np.ndarray, out: list) -> None:
+    """The blocking runner's encode step for a unit of several chunks: ``_unit_writes`` of a
+    batch, collected in ``out`` (the unit is stored once, after all of its chunks)."""
+    out.extend(_unit_writes(batch, layout, value))
+
+
 def writes_now(layout: ChunkLayout) -> bool:
-    """Whether ``write_from_now`` can write to ``layout``: every chunk is its own write unit,
-    on a store with synchronous reads and writes (files, memory)."""
+    """Whether ``write_from_now`` can write to ``layout``: a store with synchronous reads and
+    writes (files, memory, or a sharding adapter over them)."""
     store = layout.store
-    return layout.one_chunk_units and store.sync_writes is not None and store.sync_reads is not None
+    return store.sync_writes is not None and store.sync_reads is not None
 
 
 def write_from_now(layout: ChunkLayout, projections: Iterable[ChunkProjection], value: np.ndarray) -> bool:
     """``write_from`` without an event loop (see ``writes_now``): the calling thread and the
-    I/O pool encode and write the chunks directly. The caller holds the write units' locks.
-    Returns False, having done nothing, when the store or layout does not allow it.
+    codec and I/O pools encode and write the chunks directly. The caller holds the write
+    units' locks. Returns False, having done nothing, when the store does not allow it.
     """
     writes = layout.store.sync_writes
     if writes is None or not writes_now(layout):
         return False
+    if not layout.one_chunk_units:
+        groups = _group(layout, projections)
+        try:
+            _write_units_now(layout, groups, value, writes)
+        finally:
+            _forget(layout, (layout.chunk_key(p.coords) for g in groups for p in g))
+        return True
     items = [(p, layout.chunk_key(p.coords)) for p in projections]
     try:
         _write_items_now(layout, items, value, writes)
     finally:
         _forget(layout, (key for _, key in items))
     return True
+
+
+def _write_units_now(
+    layout: ChunkLayout, groups: list[list[ChunkProjection]], value: np.ndarray, writes: SupportsSetSync
+) -> None:
+    """The blocking runner of writes to units of several chunks (shards), as ``write_from``
+    runs them on the loop: per unit, ``_unit_writes`` spread over the codec pool (complete
+    chunks first, as there), then one ``update_many_sync``, the store's read-modify-write of
+    the unit. A unit is stored by an I/O thread while the next one is encoded (one in
+    flight, as memory allows); the last one, and a write of one unit, on this thread."""
+    config = layout.config
+    pending: Future[None] | None = None
+    try:
+        for n, group in enumerate(groups):
+            streamed = streamed_unit(layout, group)
+            if streamed is not None:  # a whole large shard: encoded chunk by chunk to its destination
+                if pending is not None:
+                    done, pending = pending, None
+                    done.result()
+                stream_unit_now(layout, streamed, functools.partial(_encoded_whole, layout, value))
+                continue
+            batch = [(p, layout.chunk_key(p.coords)) for p in group]
+            batch.sort(key=lambda item: not item[0].is_complete)
+            items: list[tuple[str, Any]] = []
+            share_now(_encode_into, batch, layout, value, items, config=config, memo=layout.threads_memo)
+            if pending is not None:
+                done = pending
+                pending = None
+                done.result()
+            if n == len(groups) - 1:
+                writes.update_many_sync(items)
+            else:
+                pending = io_pool(config.io_threads).submit(writes.update_many_sync, items)
+    finally:
+        if pending is not None:  # (an error meanwhile: the unit in flight lands before it is raised)
+            concurrent.futures.wait([pending])
 
 
 def _forget(layout: ChunkLayout, keys: Iterable[str]) -> None:
@@ -549,8 +601,11 @@ def _rechunk(
     return key, new.pipeline.encode(chunk, spec)
 
 
-def _rechunk_batch(batch: list, old: ChunkLayout, new: ChunkLayout) -> list[tuple[str, bytes | None]]:
-    return [_rechunk(old, new, key, coords, data) for key, coords, data in batch]
+def _rechunked(old: ChunkLayout, new: ChunkLayout, key: str, coords: tuple[int, ...], data: bytes | None) -> bytes | None:
+    """The store-layer ``Update`` of a chunk a resize cuts or extends: ``_rechunk`` of what is
+    stored (a missing chunk stays missing), called under the unit's lock and generation check,
+    again after a lost race."""
+    return None if data is None else _rechunk(old, new, key, coords, data)[1]
 
 
 def _reshape_plan(old: ChunkLayout, new_shape: tuple[int, ...]) -> tuple[list, list]:
@@ -583,7 +638,9 @@ async def reshape_chunks(old: ChunkLayout, new: ChunkLayout, locks: UnitLocks | 
     Chunks beyond the new shape are deleted. Padded formats fill-reset the part of the chunks
     a shrink cuts, so that growing again shows the fill value as NumPy would (zarr-python and
     tensorstore leave stale data there). Clipped formats re-encode the edge chunks at their
-    new clipped shape, padding with the fill value or cutting. I/O goes to ``old.store``.
+    new clipped shape, padding with the fill value or cutting. I/O goes to ``old.store``;
+    each unit is one read-modify-write of the store (a unit of several chunks is read once,
+    its chunks cut or dropped together, written once), as a write's partial chunks are.
     """
     deletes, changes = _reshape_plan(old, new.spec.shape)
     by_unit: dict[tuple[int, ...], tuple[list, list]] = {}
@@ -594,13 +651,13 @@ async def reshape_chunks(old: ChunkLayout, new: ChunkLayout, locks: UnitLocks | 
     locks = locks or UnitLocks()
 
     async def unit(dels: list, cuts: list) -> None:
+        # one store-layer read-modify-write per unit, as a write's (``Store.update_many``):
+        # under the unit's lock across processes (files) or a conditional write (S3), so a
+        # writer in another process updating the same shard or chunk meanwhile is neither
+        # lost nor overwritten with what this resize read before it
+        items: list[tuple[str, Any]] = [(old.chunk_key(c), None) for c in dels]
+        items += [(old.chunk_key(c), functools.partial(_rechunked, old, new, old.chunk_key(c), c)) for c in cuts]
         async with locks(old.write_unit((dels or cuts)[0])):
-            items: list[tuple[str, bytes | None]] = [(old.chunk_key(c), None) for c in dels]
-            keys = [old.chunk_key(c) for c in cuts]
-            datas = await old.store.get_many([(k, None) for k in keys]) if keys else []
-            found = [(k, c, d) for k, c, d in zip(keys, cuts, datas) if d is not None]
-            items += await _spread(_rechunk_batch, found, old, new, config=old.config)
-            if items:
-                await old.store.set_many(items)
+            await old.store.update_many(items)
 
     await _bounded(old.config.write_groups_in_flight, [lambda d=d, c=c: unit(d, c) for d, c in by_unit.values()])

@@ -28,13 +28,16 @@ legacy ``<hex>.index`` + ``<hex>.data`` pairs, whose concatenation is a ``.shard
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Hashable, Iterable, Sequence
-from typing import TYPE_CHECKING, TypeVar
+import threading
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Hashable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, TypeVar, cast
 
 import numpy as np
 
+from .._sync import codec_pool_size, io_pool
 from ..config import IOConfig
 from ..errors import CodecError, ConflictError, UnsupportedFeatureError
 from ..store.base import (
@@ -72,7 +75,14 @@ from ._unit_streams import stream_shard, stream_shard_sync
 
 if TYPE_CHECKING:
     from ..store.streamed import Buffer, SupportsUnitStreams
-    from ..store.sync_protocols import SpanReader, SupportsFileSpans, SupportsGetManySync, SupportsGetSync, UnitReads
+    from ..store.sync_protocols import (
+        SpanReader,
+        SupportsFileSpans,
+        SupportsGetManySync,
+        SupportsGetSync,
+        SupportsSetSync,
+        UnitReads,
+    )
 
 # the spec and key helpers are public here: users of the format (formats/precomputed) need
 # not import the private modules that implement it
@@ -98,12 +108,13 @@ CompleteShard = Callable[[int, frozenset[int]], bool]
 class _Changes:
     """One shard's part of a write batch."""
 
-    __slots__ = ("minishard", "nbytes", "values")
+    __slots__ = ("minishard", "only_values", "values")
 
     def __init__(self) -> None:
         self.values: dict[int, bytes | Update | None] = {}  # None: delete
         self.minishard: dict[int, int] = {}
-        self.nbytes = 0
+        #: no deletes or ``Update`` functions: the merge takes ``values`` as they are
+        self.only_values = True
 
     def __lt__(self, other: object) -> bool:  # jobs sort by shard name; never compared
         return False
@@ -129,6 +140,10 @@ class Uint64ShardedStore(Store):
         #: a read whose shards keep being replaced between their indexes and values is redone
         #: this often (``IOConfig.read_attempts``)
         self.read_attempts = config.read_attempts
+        #: the shards of one synchronous write batch are rewritten by up to this many threads
+        #: (one per core: a shard's merge is CPU work, its write a page-cache copy)
+        self._write_threads = codec_pool_size(config.codec_threads)
+        self._io_threads = config.io_threads
         self._complete_shard = complete_shard
         # stem -> what is known of the shard (LRU; bounded by shards and by minishard entries)
         self._cache = ShardCache(spec, cache_entries, cache_shards, whole_index_max=config.whole_index_max)
@@ -453,6 +468,61 @@ class Uint64ShardedStore(Store):
         (already validated ints) in one batch: one read-modify-write per shard."""
         if not items:
             return
+        writes, stems, merged = self._shard_writes(items)
+        for stem in merged:
+            await self._refuse_legacy(stem)
+        with self._rewriting(stems):
+            await self.base.update_many(writes)
+
+    # -- synchronous writes (declared when the base reads and writes synchronously: files,
+    # memory): the core's blocking runner and ``ShardedKV`` write shards from the calling
+    # thread through the base's ``update_many_sync`` (the same locked read-modify-write)
+    @property
+    def sync_writes(self) -> SupportsSetSync | None:
+        base = self.base
+        return None if self.read_only or base.sync_writes is None or base.sync_reads is None else self
+
+    def set_sync(self, key: str, value: bytes | Parts | None, atomic: bool = True) -> None:
+        self.update_many_sync([(key, value)])  # (a shard is always replaced atomically)
+
+    def update_many_sync(self, items: Sequence[tuple[str, bytes | Parts | Update | None]]) -> None:
+        if items:
+            self._check_writable(items[0][0], more=len(items) - 1)
+        self.set_many_ids_sync([(parse_uint64_key(k), v) for k, v in items])
+
+    def set_many_ids_sync(self, items: Sequence[tuple[int, bytes | Parts | Update | None]]) -> None:
+        """``set_many_ids`` on this thread (the store must declare ``sync_writes``)."""
+        base, reads = self.base.sync_writes, self.base.sync_reads
+        assert base is not None and reads is not None, "called only when sync_writes is declared"
+        if not items:
+            return
+        writes, stems, merged = self._shard_writes(items)
+        for stem in merged:
+            self._check_legacy(stem, reads.generation_sync(stem + ".index"), reads.generation_sync(stem + ".shard"))
+        with self._rewriting(stems):
+            jobs = min(len(writes), self._write_threads)
+            if jobs < 2 or threading.current_thread().name.startswith("shardstore-"):
+                base.update_many_sync(writes)  # (one shard, or already on a pool thread: no nesting)
+                return
+            # several shards (a bulk update): spread over threads, as the async path's
+            # ``base.update_many`` runs each shard's read-modify-write in its own thread
+            size = -(-len(writes) // jobs)
+            batches = [writes[i : i + size] for i in range(0, len(writes), size)]
+            pool = io_pool(self._io_threads)
+            futures = [pool.submit(base.update_many_sync, b) for b in batches[1:]]
+            try:
+                base.update_many_sync(batches[0])
+            finally:
+                concurrent.futures.wait(futures)  # every shard lands before an error is raised
+            for f in futures:
+                f.result()
+
+    def _shard_writes(
+        self, items: Sequence[tuple[int, bytes | Parts | Update | None]]
+    ) -> tuple[list[tuple[str, bytes | Parts | Update | None]], list[str], list[str]]:
+        """The base store's items of a write batch, one per touched shard (the new shard when
+        the batch holds all of it, else the ``Update`` merging the batch into it), the stems
+        of those shards, and the stems of the shards that are merged (read first)."""
         self._check_writable(str(items[0][0]), more=len(items) - 1)
         by_shard: dict[int, _Changes] = {}
         keys = [k for k, _ in items]
@@ -460,18 +530,17 @@ class Uint64ShardedStore(Store):
             ch = by_shard.get(shard)
             if ch is None:
                 ch = by_shard[shard] = _Changes()
-            if value is None or callable(value):
-                ch.values[k] = value
-            else:
-                if isinstance(value, str) or not hasattr(value, "__len__"):
+            if type(value) is not bytes:  # (bytes, by far the most common, checked first)
+                if value is None or callable(value):
+                    ch.only_values = False
+                elif isinstance(value, str) or not hasattr(value, "__len__"):
                     raise TypeError(f"value for key {k} must be bytes-like, got {type(value).__name__}")
-                if isinstance(value, Parts):
+                elif isinstance(value, Parts):
                     value = joined(value)
-                ch.values[k] = value
-                ch.nbytes += len(value)
+            ch.values[k] = value
             ch.minishard[k] = m
         writes: list[tuple[str, bytes | Parts | Update | None]] = []
-        stems = []
+        stems, merged = [], []
         for shard, changes in sorted(by_shard.items()):
             stem = self.spec.shard_name(shard)
             stems.append(stem)
@@ -484,21 +553,34 @@ class Uint64ShardedStore(Store):
             if complete:
                 writes.append((key, self._merge(key, changes, None)))  # no read needed
             else:
-                await self._refuse_legacy(stem)
+                merged.append(stem)
                 writes.append((key, functools.partial(self._merge, key, changes)))
+        return writes, stems, merged
+
+    @contextlib.contextmanager
+    def _rewriting(self, stems: list[str]) -> Iterator[None]:
+        """Around the base's write of these shards (either runner): a conflict names the
+        shard, and what is cached of them is dropped (they changed, or may have)."""
         try:
-            await self.base.update_many(writes)
+            yield
         except ConflictError as e:
             raise ConflictError(f"shard {e}") from e  # (the message starts with the shard's key)
         finally:
-            for stem in stems:  # these shards changed (or may have): re-read next time
+            for stem in stems:
                 self._cache.forget(stem)
 
     async def _refuse_legacy(self, stem: str) -> None:
         """Refuse to write a shard stored as a legacy ``.index`` + ``.data`` pair (a new
         ``.shard`` would hide its keys)."""
         igen = await self.base.generation(stem + ".index")
-        if igen is not MISSING and igen is not None and await self.base.generation(stem + ".shard") is MISSING:
+        if igen is not MISSING and igen is not None:
+            self._check_legacy(stem, igen, await self.base.generation(stem + ".shard"))
+
+    @staticmethod
+    def _check_legacy(stem: str, index_gen: Hashable | None, shard_gen: Hashable | None) -> None:
+        """Raise when the generations of ``stem.index`` and ``stem.shard`` say the shard is a
+        legacy pair (an index file, no ``.shard``)."""
+        if index_gen is not MISSING and index_gen is not None and shard_gen is MISSING:
             raise UnsupportedFeatureError(
                 f"shard {stem!r} is stored in the legacy {stem}.index + {stem}.data layout, "
                 "which shardstore reads but does not write"
@@ -513,6 +595,10 @@ class Uint64ShardedStore(Store):
         if old is not None:
             values = shard_entries(old, self.spec, shard_file, minishard_of)
         gz = self.spec.data_encoding == "gzip"
+        if changes.only_values:  # (a bulk write: no per-key work beyond the encoding)
+            new = cast("dict[int, bytes]", changes.values)
+            values.update({k: gzip_compress(v) for k, v in new.items()} if gz else new)
+            return self._assembled(values, minishard_of)
         for k, v in changes.values.items():
             value: bytes | Parts | None
             if callable(v):
@@ -527,8 +613,12 @@ class Uint64ShardedStore(Store):
             else:
                 value = joined(value)
                 values[k] = gzip_compress(value) if gz else value
+        return self._assembled(values, minishard_of)
+
+    def _assembled(self, values: dict[int, bytes | memoryview], minishard_of: dict[int, int]) -> bytes | None:
         parts = assemble_shard(self.spec, values, minishard_of)
-        # one buffer: a single write call (thousands of small parts cost a syscall per few KiB)
+        # one buffer: thousands of small parts cost more to hand to the kernel one by one
+        # (even through writev) than one copy of the shard
         return None if parts is None else b"".join(parts)
 
     # -- streamed whole-shard writes (``store.streamed``): values go to the base as they are

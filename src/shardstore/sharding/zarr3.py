@@ -21,6 +21,9 @@ Keys of this store name inner chunks by their coordinates in the array's inner-c
   old shard readable. Whole-shard writes are one plain write (last writer wins); a large one
   is streamed (``stream_unit_sync`` / ``stream_unit``): the core hands the inner chunks over
   as they are encoded and a ``ShardBuilder`` lays them out, the index written last.
+- over a base with synchronous writes (files, memory, another adapter over them) the same
+  shard writes run from any thread (``update_many_sync``, through the base's
+  ``update_many_sync``): the core's blocking runner writes shards without the event loop.
 
 Nested sharding is this adapter over another one: the base keys are then inner-chunk keys of
 the outer adapter, and byte ranges requested from it are relative to that inner chunk.
@@ -34,7 +37,7 @@ import functools
 import itertools
 import math
 from collections import OrderedDict
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Hashable, Iterable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -62,7 +65,14 @@ from ._zarr3_open import NOT_FOUND, OpenShards
 
 if TYPE_CHECKING:
     from ..store.streamed import Buffer, SupportsUnitStreams
-    from ..store.sync_protocols import SpanReader, SupportsFileSpans, SupportsGetManySync, SupportsGetSync, UnitReads
+    from ..store.sync_protocols import (
+        SpanReader,
+        SupportsFileSpans,
+        SupportsGetManySync,
+        SupportsGetSync,
+        SupportsSetSync,
+        UnitReads,
+    )
 
 __all__ = ["ShardLayout", "ZarrShardingStore", "inner_key", "parse_inner_key"]
 
@@ -164,6 +174,7 @@ class ZarrShardingStore(Store):
         self._base_opens = base.sync_opens
         # shard key -> (a cached index, the same as an array): made for native reads
         self._index_arrays: dict[str, tuple[object, np.ndarray]] = {}
+        self._base_writes = base.sync_writes
         # with the index at the end, a ranged read cannot see an entry that runs into the
         # index (the shard size is unknown): reading the index's length past a whole chunk
         # proves that the bytes after it exist, i.e. that it ends before the index
@@ -615,6 +626,33 @@ class ZarrShardingStore(Store):
     async def update_many(self, items: Sequence[tuple[str, bytes | Parts | Update | None]]) -> None:
         """Write inner chunks (values, None: delete, or ``Update`` functions of the inner
         chunk's stored bytes): each touched shard is written once, see the module docstring."""
+        writes = self._shard_writes(items)
+        with self._rewriting(writes):
+            await self.base.update_many(writes)
+
+    # -- synchronous writes (declared when the base writes synchronously: files, memory, or
+    # another adapter over them): the core's blocking runner then writes shards from its own
+    # thread, through the base's ``update_many_sync`` (the same locked read-modify-write)
+    @property
+    def sync_writes(self) -> SupportsSetSync | None:
+        return None if self._base_writes is None or self.read_only else self
+
+    def set_sync(self, key: str, value: bytes | Parts | None, atomic: bool = True) -> None:
+        self.update_many_sync([(key, value)])  # (a shard is always replaced atomically)
+
+    def update_many_sync(self, items: Sequence[tuple[str, bytes | Parts | Update | None]]) -> None:
+        """``update_many`` on this thread: the same shard writes, run by the base's
+        ``update_many_sync`` instead of its ``update_many``."""
+        base = self._base_writes
+        assert base is not None, "called only when sync_writes is declared"
+        writes = self._shard_writes(items)
+        with self._rewriting(writes):
+            base.update_many_sync(writes)
+
+    def _shard_writes(self, items: Sequence[tuple[str, bytes | Parts | Update | None]]) -> list[tuple[str, bytes | Parts | Update | None]]:
+        """The base store's items of a write of inner chunks, one per touched shard: the new
+        shard as a value when the batch replaces every inner chunk with plain values (no read
+        needed), else the ``Update`` that merges the batch into the stored shard."""
         if items:
             self._check_writable(items[0][0], more=len(items) - 1)
         by_shard: dict[tuple[int, ...], dict[int, bytes | Parts | Update | None]] = {}
@@ -628,12 +666,17 @@ class ZarrShardingStore(Store):
                 writes.append((shard_key, self._merged(shard_key, new, None)))  # no read needed
             else:
                 writes.append((shard_key, functools.partial(self._merged, shard_key, new)))
+        return writes
+
+    @contextlib.contextmanager
+    def _rewriting(self, writes: list[tuple[str, bytes | Parts | Update | None]]) -> Iterator[None]:
+        """Around the base's write of ``writes`` (either runner): a conflict names the shard,
+        and the indexes of these shards are dropped (they changed, or may have)."""
         try:
-            await self.base.update_many(writes)
+            yield
         except ConflictError as e:
             raise ConflictError(f"shard {e}") from e  # (the message starts with the shard's key)
         finally:
-            # the indexes of these shards changed (or may have): the next read refetches
             for shard_key, _ in writes:
                 self._index_cache.pop(shard_key, None)
 
@@ -643,15 +686,22 @@ class ZarrShardingStore(Store):
     def _merged(self, shard_key: str, new: dict[int, bytes | Parts | Update | None], old: bytes | None) -> Parts | None:
         """The shard ``old`` (None: missing) with the inner chunks ``new`` merged in: the
         ``Update`` of one shard (None: no inner chunk is left, delete the shard)."""
-        chunks: dict[int, bytes] = {}
+        chunks: dict[int, bytes | memoryview] = {}
         if old is not None:
             index = self._index_from_bytes(shard_key, self._slice_index(old), old)
+            # views, not copies: the kept inner chunks go to the new shard's parts as they
+            # are (a partial write of a shard copied all of it once more here)
+            view = memoryview(old)
             for i, (off, n) in enumerate(index):
                 if (off == _EMPTY and n == _EMPTY) or (i in new and not callable(new[i])):
                     continue  # empty, or replaced whole by this write
-                chunks[i] = old[off : off + n]
+                chunks[i] = view[off : off + n]
         for i, v in new.items():
-            value = v(chunks.get(i)) if callable(v) else v
+            if callable(v):
+                stored = chunks.get(i)
+                value = v(None if stored is None else bytes(stored))  # (an Update is given bytes)
+            else:
+                value = v
             if value is None:
                 chunks.pop(i, None)
             else:

@@ -154,7 +154,9 @@ class SupportsGetManySync(Protocol):
 
 
 class SupportsSetSync(Protocol):
-    """Writes callable from any thread; keys are validated here."""
+    """Writes callable from any thread; keys are validated here. Files and memory offer them,
+    and the sharding adapters over such stores (each shard's read-modify-write then runs
+    through the base's ``update_many_sync``), so the core's blocking runner writes shards too."""
 
     def set_sync(self, key: str, value: bytes | Parts | None, atomic: bool = True) -> None:
         """``set`` (None: ``delete``), synchronously. ``atomic=False`` allows a cheaper write

@@ -16,8 +16,8 @@ from __future__ import annotations
 import json
 import operator
 import os
-from collections.abc import Iterable, Iterator, Mapping, MutableMapping
-from typing import Any, SupportsIndex, cast
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
+from typing import Any, cast
 
 from ..._reopen import NodeRecord, reopen
 from ..._sync import sync
@@ -33,6 +33,11 @@ __all__ = ["open_kv", "ShardedKV"]
 INFO_KEY = "info"
 
 
+#: ``operator.index`` typed for any object (it raises TypeError for non-integers); cast once
+#: here, not per key: a bulk update converts every key
+_index = cast("Callable[[object], int]", operator.index)
+
+
 def _key(key: object) -> int:
     """A uint64 key from an int-like value (numpy integers included; bool refused)."""
     if isinstance(key, bool):
@@ -40,7 +45,7 @@ def _key(key: object) -> int:
     # operator.index, not isinstance(key, SupportsIndex): a runtime Protocol check walks the
     # protocol's members on every call and cost most of a bulk update's time
     try:
-        k = operator.index(cast(SupportsIndex, key))
+        k = _index(key)
     except TypeError:
         raise InvalidKeyError(f"keys are uint64 integers, got {type(key).__name__}: {key!r}") from None
     if not 0 <= k <= UINT64_MAX:
@@ -139,7 +144,13 @@ class ShardedKV(MutableMapping[int, bytes]):
             raise TypeError("ShardedKV keys are integers; keyword arguments are not keys")
         items = other.items() if isinstance(other, Mapping) else other
         batch = [(_key(k), v) for k, v in items]  # values are checked by the adapter
-        if batch:
+        if not batch:
+            return
+        if self.store.sync_writes is not None:
+            # files or memory: each shard's read-modify-write runs on this thread, without
+            # the event loop's thread hops (``Uint64ShardedStore.set_many_ids_sync``)
+            self.store.set_many_ids_sync(batch)
+        else:
             sync(self.store.set_many_ids(batch))
 
     def delete_many(self, keys: Iterable[int]) -> None:
