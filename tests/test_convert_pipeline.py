@@ -19,6 +19,8 @@ from shardstore.ops.convert_task import read_box
 SHAPE = (64, 64, 64)  # uint16: 512 KiB, four 32^3-shard boxes along axis 0 at the budget below
 SHARDS = (16, 64, 64)  # 128 KiB a box
 BOX_BYTES = 16 * 64 * 64 * 2
+#: what the planner sets aside for the threads' chunk buffers (16^3 uint16 chunks)
+THREADS_RESERVE = (scaleout.threads_per_worker(1) + 1) * conv.THREAD_CHUNK_BUFFERS * 16**3 * 2
 
 
 def _source(tmp_path: Path) -> tuple[Path, np.ndarray]:
@@ -49,7 +51,7 @@ def test_the_next_box_is_read_while_the_current_one_is_written(tmp_path: Path, m
 
     monkeypatch.setattr(conv, "read_box", recording_read)
     monkeypatch.setattr(conv, "copy_box", waiting_copy)
-    budget = (MEMORY_FACTOR + conv.READ_AHEAD_FACTOR) * BOX_BYTES
+    budget = (MEMORY_FACTOR + conv.READ_AHEAD_FACTOR) * BOX_BYTES + THREADS_RESERVE
     r = shardstore.convert(src, tmp_path / "out.zarr", shards=SHARDS, compression="zstd:1", max_memory=budget)
     monkeypatch.undo()
     assert r.tasks == 4 and reads_started == [0, 1, 2, 3]
@@ -63,7 +65,7 @@ def test_no_read_ahead_when_the_budget_holds_one_box(tmp_path: Path, monkeypatch
     src, data = _source(tmp_path)
     ahead: list[int] = []
     monkeypatch.setattr(conv, "read_box", lambda arrays, item: ahead.append(item[2]) or read_box(arrays, item))
-    budget = (MEMORY_FACTOR + conv.READ_AHEAD_FACTOR) * BOX_BYTES - 1
+    budget = (MEMORY_FACTOR + conv.READ_AHEAD_FACTOR) * BOX_BYTES + THREADS_RESERVE - 1
     r = shardstore.convert(src, tmp_path / "out.zarr", shards=SHARDS, compression="zstd:1", max_memory=budget)
     assert r.tasks == 4 and ahead == []
     np.testing.assert_array_equal(shardstore.open(tmp_path / "out.zarr")[...], data)
@@ -78,7 +80,7 @@ def test_a_failing_read_ahead_stops_the_conversion(tmp_path: Path, monkeypatch: 
         return read_box(arrays, item)
 
     monkeypatch.setattr(conv, "read_box", failing_read)
-    budget = (MEMORY_FACTOR + conv.READ_AHEAD_FACTOR) * BOX_BYTES
+    budget = (MEMORY_FACTOR + conv.READ_AHEAD_FACTOR) * BOX_BYTES + THREADS_RESERVE
     with pytest.raises(shardstore.CodecError, match="injected"):
         shardstore.convert(src, tmp_path / "out.zarr", shards=SHARDS, compression="zstd:1", max_memory=budget)
     # the boxes before the failure are recorded, so a rerun resumes after them

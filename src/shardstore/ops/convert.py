@@ -22,7 +22,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +84,23 @@ class _RunOptions:
     overwrite: bool
     verify: bool
     progress: bool
+
+
+#: chunk-sized buffers a reading or encoding thread may hold besides the boxes (the stored
+#: bytes, the decoded chunk, an encoder's input copy and its output: some kept for reuse)
+THREAD_CHUNK_BUFFERS = 4
+
+
+def _box_budget(run: _RunOptions, arrays: list[Array]) -> int:
+    """The part of ``run.budget`` the boxes may use (``MEMORY_FACTOR`` per box, plus a box
+    read ahead): what is left after every thread of every process holds its chunk buffers
+    (``THREAD_CHUNK_BUFFERS`` of the largest chunk, source or destination). At least half of
+    the budget, so that a budget too small for the threads still makes progress."""
+    chunk = max((math.prod(a.chunks) * a.dtype.itemsize for a in arrays), default=0)
+    config = run.worker_config if run.workers > 1 and run.worker_config is not None else run.config
+    threads = (config.codec_threads or threads_per_worker(run.workers)) + 1  # (and the calling thread)
+    reserve = run.workers * threads * THREAD_CHUNK_BUFFERS * chunk
+    return max(run.budget - reserve, run.budget // 2)
 
 
 def default_max_memory() -> int:
@@ -250,6 +267,7 @@ def _convert_into(dst_store: Store, src: Any, dst: Any, to: str, targets: list[t
             sync(dst_store.delete_prefix(""))
         _create(dst_store, to, targets, group_attrs, storage)
     dsts = [_open_dst(dst_store, d, run.config) for _, d, _, _ in targets]
+    run = replace(run, budget=_box_budget(run, [a for _, _, a, _ in targets] + dsts))
     jobs, items, blocks, oversize, parallel = _jobs(src, dst, dst_store, targets, dsts, storage, run,
                                                     old[1] if resuming and old else None)
     manifest = Manifest(dst_store, args, blocks, set(done))
