@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import os
 import stat
-from collections.abc import AsyncIterator, Hashable, Iterable, Sequence
+from collections.abc import AsyncIterator, Hashable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -107,6 +108,38 @@ def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
     while view.nbytes:
         n = os.pwrite(fd, view, offset)
         view, offset = view[n:], offset + n
+
+
+class _TempFile:
+    """An open temp file of ``_replacing``; ``keep = False``: discard it instead."""
+
+    __slots__ = ("fd", "keep")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.keep = True
+
+
+@contextlib.contextmanager
+def _replacing(path: str) -> Iterator[_TempFile]:
+    """A temp file beside ``path`` that is renamed over it when the block ends (closed first),
+    or removed when the block raises or sets ``keep = False``: a reader or a crash sees the
+    old value or the new one, never a part."""
+    tmp = temp_path(path)
+    t = _TempFile(_open_creating(tmp, os.O_EXCL))
+    try:
+        try:
+            yield t
+        finally:
+            os.close(t.fd)
+        if t.keep:
+            os.replace(tmp, path)
+        else:
+            os.unlink(tmp)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _open_creating(path: str, flag: int) -> int:
@@ -411,21 +444,9 @@ class LocalStore(Store):
         only when missing (``_open_creating``) and the value goes out with ``os.write``.
         """
         path = self._path(key)
-        tmp = temp_path(path)
         try:
-            fd = _open_creating(tmp, os.O_EXCL)
-            try:
-                try:
-                    _write_all(fd, value)
-                finally:
-                    os.close(fd)
-                os.replace(tmp, path)
-            except BaseException:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
-                raise
+            with _replacing(path) as tmp:
+                _write_all(tmp.fd, value)
         except OSError as e:
             raise StoreError(f"cannot write key {key!r} to {path!r}: {_describe(e)}") from e
 
@@ -454,32 +475,19 @@ class LocalStore(Store):
         if not isinstance(value.body, Iterable):
             raise TypeError(f"streamed value of {key!r}: a local file takes a synchronous body")
         path = self._path(key)
-        tmp = temp_path(path)
         try:
-            fd = _open_creating(tmp, os.O_EXCL)
-            try:
-                try:
-                    if value.head_size:
-                        os.lseek(fd, value.head_size, os.SEEK_SET)
-                    for part in value.body:
-                        _write_all(fd, part)
-                    ends = checked_ends(key, value)
-                    if ends is not None:
-                        _pwrite_all(fd, ends[0], 0)
-                        _write_all(fd, ends[1])
-                finally:
-                    os.close(fd)
-                if ends is None:  # nothing to store: the key goes
-                    os.unlink(tmp)
-                    self._remove(key)
-                    return
-                os.replace(tmp, path)
-            except BaseException:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
-                raise
+            with _replacing(path) as tmp:
+                if value.head_size:
+                    os.lseek(tmp.fd, value.head_size, os.SEEK_SET)
+                for part in value.body:
+                    _write_all(tmp.fd, part)
+                ends = checked_ends(key, value)
+                if ends is not None:
+                    _pwrite_all(tmp.fd, ends[0], 0)
+                    _write_all(tmp.fd, ends[1])
+                tmp.keep = ends is not None
+            if ends is None:  # nothing to store: the key goes
+                self._remove(key)
         except OSError as e:
             raise StoreError(f"cannot write key {key!r} to {path!r}: {_describe(e)}") from e
 
