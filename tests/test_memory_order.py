@@ -113,17 +113,23 @@ def test_several_channels_in_fortran_order(runner: Runner, tmp_path: Path) -> No
 
 
 class _Spy:
-    """Records what a codec class's ``encode`` receives (``monkeypatch`` undoes it)."""
+    """Records what a codec class's ``encode`` (and its own ``encode_transient``, which the
+    pipeline calls when a compressor follows) receives (``monkeypatch`` undoes it)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, cls: type[ArrayBytesCodec]) -> None:
         self.arrays: list[np.ndarray] = []
-        real = cls.encode
+        for name in ("encode", "encode_transient"):
+            if name == "encode" or name in vars(cls):
+                self._spy(monkeypatch, cls, name)
+
+    def _spy(self, monkeypatch: pytest.MonkeyPatch, cls: type[ArrayBytesCodec], name: str) -> None:
+        real = getattr(cls, name)
 
         def encode(codec: Any, array: np.ndarray, spec: Any) -> Any:
             self.arrays.append(array)
             return real(codec, array, spec)
 
-        monkeypatch.setattr(cls, "encode", encode)
+        monkeypatch.setattr(cls, name, encode)
 
 
 def _forbid_transposed_layout(monkeypatch: pytest.MonkeyPatch) -> None:

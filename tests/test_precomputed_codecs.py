@@ -52,6 +52,22 @@ def test_raw_is_little_endian_fortran_order(dtype: str, shape: tuple[int, ...]) 
     assert bytes(codec.encode(changed, spec(shape, dtype))) == a.astype(np.dtype(dtype).newbyteorder("<")).tobytes(order="F")
 
 
+@pytest.mark.parametrize("dtype", ["uint8", ">u2", "float32"])
+@pytest.mark.parametrize("nc", [1, 3])
+def test_raw_encodes_boxes_of_a_c_ordered_volume(dtype: str, nc: int) -> None:
+    """Strided boxes of a C-ordered ``[x, y, z, c]`` volume (what ``a[...] = vol`` hands the
+    codec) encode to the stored layout, one after another on one thread: the per-thread
+    scratch of the transposition never leaks into an encoding returned earlier."""
+    vol = (np.random.default_rng(1).random((20, 18, 16, nc)) * 1000).astype(dtype)
+    codec = PrecomputedRawCodec()
+    shape = (10, 9, 8, nc)
+    boxes = [vol[x : x + 10, y : y + 9, z : z + 8] for x in (0, 10) for y in (0, 9) for z in (0, 8)]
+    assert not any(b.flags.c_contiguous or b.flags.f_contiguous for b in boxes)
+    encoded = [codec.encode(b, spec(shape, np.dtype(dtype).newbyteorder("=").str)) for b in boxes]
+    for box, enc in zip(boxes, encoded):
+        assert bytes(enc) == box.astype(np.dtype(dtype).newbyteorder("<")).tobytes(order="F")
+
+
 def test_raw_wrong_size_is_a_codec_error() -> None:
     with pytest.raises(CodecError, match="119 bytes, expected 120"):
         PrecomputedRawCodec().decode(b"\0" * 119, spec((3, 4, 5, 2), "uint8"))

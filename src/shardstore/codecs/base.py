@@ -222,6 +222,12 @@ class ArrayBytesCodec(Codec):
     @abc.abstractmethod
     def encode(self, array: np.ndarray, spec: ChunkSpec) -> bytes: ...
 
+    def encode_transient(self, array: np.ndarray, spec: ChunkSpec) -> bytes | memoryview:
+        """``encode`` for a caller that is done with the result before this thread encodes
+        again (a bytes->bytes codec compresses it at once): it may live in one of this
+        thread's scratch buffers."""
+        return self.encode(array, spec)
+
     @abc.abstractmethod
     def decode(self, data: bytes, spec: ChunkSpec) -> np.ndarray:
         """Must return an array of exactly ``spec.shape`` / ``spec.dtype`` or raise CodecError."""

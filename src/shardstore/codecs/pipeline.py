@@ -160,9 +160,15 @@ class CodecPipeline:
             array = array.copy(order="C")  # (np.ascontiguousarray would turn 0-d into 1-d)
         for codec, s in zip(self.array_array, specs):
             array = codec.encode(array, s)
-        data = self.array_bytes.encode(array, specs[-1])
+        if not self.bytes_bytes:
+            return self.array_bytes.encode(array, specs[-1])
+        # the array->bytes step's output is only read by the first compressor
+        laid = self.array_bytes.encode_transient(array, specs[-1])
+        data = laid
         for bb in self.bytes_bytes:
             data = bb.encode(data, specs[-1])
+        if data is laid or np.may_share_memory(np.frombuffer(data, np.uint8), np.frombuffer(laid, np.uint8)):
+            data = bytes(data)  # a codec passed the scratch through: the result must outlive it
         return data
 
     def decode_region(self, data: bytes, spec: ChunkSpec, selection: tuple) -> np.ndarray | None:

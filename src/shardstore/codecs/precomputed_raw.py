@@ -24,10 +24,14 @@ import numpy as np
 
 from .._assign import assign
 from ..errors import CodecError, MetadataError
-from .base import ArrayBytesCodec, ChunkSpec
+from .base import ArrayBytesCodec, ChunkSpec, scratch_buffer
 from .registry import register_codec
 
 __all__ = ["PrecomputedRawCodec", "fortran_copy", "fortran_to_xyzc", "runs_x_fastest", "xyzc_to_fortran"]
+
+#: this module's own per-thread scratch (``scratch_buffer``): the chunk being encoded may
+#: itself be a transient decode in the thread's "buf" (a partial write's merge)
+_SCRATCH_SLOT = "raw_transpose"
 
 
 def fortran_to_xyzc(a: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -81,13 +85,18 @@ def xyzc_to_fortran(a: np.ndarray, dtype: np.dtype) -> np.ndarray:
     czyx = a.transpose(3, 2, 1, 0)
     if czyx.flags.c_contiguous and czyx.dtype == dtype:
         return czyx  # decoded by this codec and modified in place: stored order already
+    # the intermediate lives in this thread's scratch buffer: a fresh one per chunk costs a
+    # page fault per 4 KiB page on first touch (the allocator hands chunk-sized blocks back
+    # to the kernel), as much as the copy itself
+    tmp = scratch_buffer(a.size * a.dtype.itemsize, slot=_SCRATCH_SLOT).view(a.dtype)
+    cyxz = tmp.reshape(nc, sy, sx, sz)
     if nc == 1:
-        cyxz = np.ascontiguousarray(a[..., 0].transpose(1, 0, 2)).reshape(1, sy * sx, sz)
+        cyxz[0] = a[..., 0].transpose(1, 0, 2)  # gathers a strided box in the same pass
     else:
         cxyz = np.ascontiguousarray(a.transpose(3, 0, 1, 2))
-        cyxz = np.ascontiguousarray(cxyz.transpose(0, 2, 1, 3)).reshape(nc, sy * sx, sz)
+        cyxz[...] = cxyz.transpose(0, 2, 1, 3)
     out = np.empty((nc, sz, sy, sx), dtype=dtype)
-    out.reshape(nc, sz, sy * sx)[...] = cyxz.transpose(0, 2, 1)
+    out.reshape(nc, sz, sy * sx)[...] = cyxz.reshape(nc, sy * sx, sz).transpose(0, 2, 1)
     return out
 
 
@@ -127,10 +136,7 @@ class PrecomputedRawCodec(ArrayBytesCodec):
         if runs_x_fastest(array):
             out = fortran_copy(array, stored)
         else:
-            if not array.flags.c_contiguous:
-                # a box of a C-ordered array: gathered first, so that the transposing copies
-                # below walk one compact chunk instead of the large array's strides
-                array = array.copy(order="C")
+            # a box of a C-ordered array is gathered by the first of the two copies
             out = xyzc_to_fortran(array, stored)
         return out.reshape(-1).view(np.uint8).data
 

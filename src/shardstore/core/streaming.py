@@ -60,48 +60,70 @@ def _chunk_nbytes(layout: ChunkLayout) -> int:
     return math.prod(layout.grid.chunk_shape) * layout.spec.dtype.itemsize
 
 
-def _window(layout: ChunkLayout) -> int:
-    """Chunks in flight: the window's bytes' worth, at least two per codec thread."""
+def _window(layout: ChunkLayout) -> tuple[int, int]:
+    """(chunks in flight, chunks per codec-pool job). In flight: ``stream_window_bytes``'
+    worth, at least two per codec thread. Per job: enough that each thread has about two
+    jobs of the window at a time; a job per chunk costs a thread hand-off (submit, wake-up,
+    result, GIL exchange) per chunk, a real share of a fast codec's (blosc, raw) encode."""
     config = layout.config
-    return max(2 * codec_pool_size(config.codec_threads), config.stream_window_bytes // max(_chunk_nbytes(layout), 1))
+    threads = codec_pool_size(config.codec_threads)
+    window = max(2 * threads, config.stream_window_bytes // max(_chunk_nbytes(layout), 1))
+    return window, max(1, window // (2 * threads))
 
 
-def _prepared(encode: Encode, prepare: Callable[[bytes], Buffer], p: ChunkProjection, key: str) -> Buffer | None:
-    """One chunk as the shard stores it (run in the codec pool)."""
-    data = encode(p, key)
-    return None if data is None else prepare(data)
+def _prepared(
+    encode: Encode, prepare: Callable[[bytes], Buffer], batch: list[tuple[ChunkProjection, str]]
+) -> list[Buffer | None]:
+    """A batch of chunks as the shard stores them, in order (run in the codec pool)."""
+    out: list[Buffer | None] = []
+    for p, key in batch:
+        data = encode(p, key)
+        out.append(None if data is None else prepare(data))
+    return out
+
+
+def _batches(items: list[tuple[ChunkProjection, str]], window: tuple[int, int]) -> list[list[tuple[ChunkProjection, str]]]:
+    per_job = window[1]
+    return [items[i : i + per_job] for i in range(0, len(items), per_job)]
 
 
 def _encoded_now(
-    items: list[tuple[ChunkProjection, str]], encode: Encode, prepare: Callable[[bytes], Buffer], window: int, pool: Executor
+    items: list[tuple[ChunkProjection, str]], encode: Encode, prepare: Callable[[bytes], Buffer],
+    window: tuple[int, int], pool: Executor,
 ) -> Generator[Buffer | None, None, None]:
-    """The chunks encoded in ``pool``, ``window`` at a time, yielded in order as they finish."""
+    """The chunks encoded in ``pool`` (``window``: chunks in flight, chunks per job), yielded
+    in order as their jobs finish."""
+    jobs_in_flight = max(1, window[0] // window[1])
     pending: deque[Future] = deque()
     try:
-        for p, key in items:
-            pending.append(pool.submit(_prepared, encode, prepare, p, key))
-            if len(pending) >= window:
-                yield pending.popleft().result()
+        for batch in _batches(items, window):
+            pending.append(pool.submit(_prepared, encode, prepare, batch))
+            if len(pending) >= jobs_in_flight:
+                yield from pending.popleft().result()
         while pending:
-            yield pending.popleft().result()
+            yield from pending.popleft().result()
     finally:  # (stopped early by an error: the queued encodes are dropped)
         for f in pending:
             f.cancel()
 
 
 async def _encoded(
-    items: list[tuple[ChunkProjection, str]], encode: Encode, prepare: Callable[[bytes], Buffer], window: int, pool: Executor
+    items: list[tuple[ChunkProjection, str]], encode: Encode, prepare: Callable[[bytes], Buffer],
+    window: tuple[int, int], pool: Executor,
 ) -> AsyncGenerator[Buffer | None, None]:
     """``_encoded_now`` awaited on the event loop."""
     loop = asyncio.get_running_loop()
+    jobs_in_flight = max(1, window[0] // window[1])
     pending: deque[asyncio.Future] = deque()
     try:
-        for p, key in items:
-            pending.append(loop.run_in_executor(pool, _prepared, encode, prepare, p, key))
-            if len(pending) >= window:
-                yield await pending.popleft()
+        for batch in _batches(items, window):
+            pending.append(loop.run_in_executor(pool, _prepared, encode, prepare, batch))
+            if len(pending) >= jobs_in_flight:
+                for data in await pending.popleft():
+                    yield data
         while pending:
-            yield await pending.popleft()
+            for data in await pending.popleft():
+                yield data
     finally:
         for f in pending:
             f.cancel()

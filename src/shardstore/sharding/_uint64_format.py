@@ -223,16 +223,23 @@ class ShardingSpec:
         h = self.hash_key(key)
         return (h >> self.minishard_bits) & ((1 << self.shard_bits) - 1), h & ((1 << self.minishard_bits) - 1)
 
+    def locate_arrays(self, keys: Sequence[int]) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(shard numbers, minishard numbers)`` of many keys as NumPy arrays, or None when
+        this spec's bit layout is not vectorizable (then use ``locate``)."""
+        pre, mb, sb = self.preshift_bits, self.minishard_bits, self.shard_bits
+        if not (pre < 64 and mb < 64 and mb + sb <= 64):
+            return None
+        h = np.array(keys, dtype=np.uint64) >> np.uint64(pre)
+        if self.hash != "identity":
+            h = murmurhash3_x86_128_low64(h)
+        return (h >> np.uint64(mb)) & np.uint64((1 << sb) - 1), h & np.uint64((1 << mb) - 1)
+
     def locate_many(self, keys: Sequence[int]) -> list[tuple[int, int]]:
         """``locate`` of many keys (vectorized with NumPy for large batches)."""
         pre, mb, sb = self.preshift_bits, self.minishard_bits, self.shard_bits
-        if len(keys) >= 32 and pre < 64 and mb < 64 and mb + sb <= 64:
-            h = np.array(keys, dtype=np.uint64) >> np.uint64(pre)
-            if self.hash != "identity":
-                h = murmurhash3_x86_128_low64(h)
-            minis = (h & np.uint64((1 << mb) - 1)).tolist()
-            shards = ((h >> np.uint64(mb)) & np.uint64((1 << sb) - 1)).tolist()
-            return list(zip(shards, minis))
+        located = self.locate_arrays(keys) if len(keys) >= 32 else None
+        if located is not None:
+            return list(zip(located[0].tolist(), located[1].tolist()))
         mmask, smask = (1 << mb) - 1, (1 << sb) - 1
         if self.hash == "identity":
             hashes: Iterable[int] = (k >> pre for k in keys)

@@ -105,6 +105,10 @@ T = TypeVar("T")
 CompleteShard = Callable[[int, frozenset[int]], bool]
 
 
+#: batches of at least this many keys, all plain bytes, are grouped by shard with NumPy
+_VECTOR_GROUPING = 256
+
+
 class _Changes:
     """One shard's part of a write batch."""
 
@@ -524,21 +528,9 @@ class Uint64ShardedStore(Store):
         the batch holds all of it, else the ``Update`` merging the batch into it), the stems
         of those shards, and the stems of the shards that are merged (read first)."""
         self._check_writable(str(items[0][0]), more=len(items) - 1)
-        by_shard: dict[int, _Changes] = {}
-        keys = [k for k, _ in items]
-        for (k, value), (shard, m) in zip(items, self.spec.locate_many(keys)):
-            ch = by_shard.get(shard)
-            if ch is None:
-                ch = by_shard[shard] = _Changes()
-            if type(value) is not bytes:  # (bytes, by far the most common, checked first)
-                if value is None or callable(value):
-                    ch.only_values = False
-                elif isinstance(value, str) or not hasattr(value, "__len__"):
-                    raise TypeError(f"value for key {k} must be bytes-like, got {type(value).__name__}")
-                elif isinstance(value, Parts):
-                    value = joined(value)
-            ch.values[k] = value
-            ch.minishard[k] = m
+        by_shard = self._grouped_values(items)
+        if by_shard is None:
+            by_shard = self._grouped(items)
         writes: list[tuple[str, bytes | Parts | Update | None]] = []
         stems, merged = [], []
         for shard, changes in sorted(by_shard.items()):
@@ -556,6 +548,50 @@ class Uint64ShardedStore(Store):
                 merged.append(stem)
                 writes.append((key, functools.partial(self._merge, key, changes)))
         return writes, stems, merged
+
+    def _grouped_values(self, items: Sequence[tuple[int, bytes | Parts | Update | None]]) -> dict[int, _Changes] | None:
+        """``_grouped`` for a large batch of plain ``bytes`` values (a bulk load), the keys
+        sorted by shard with NumPy instead of a Python step per key; None for other batches."""
+        if len(items) < _VECTOR_GROUPING or not all(type(v) is bytes for _, v in items):
+            return None
+        keys = [k for k, _ in items]
+        located = self.spec.locate_arrays(keys)
+        if located is None:
+            return None
+        shards, minis = located
+        order = np.argsort(shards, kind="stable")  # (stable: of a key given twice, the last wins)
+        sorted_shards = shards[order]
+        starts = [0, *(np.flatnonzero(sorted_shards[1:] != sorted_shards[:-1]) + 1).tolist(), len(keys)]
+        at = order.tolist()
+        ks = [keys[i] for i in at]
+        vs = [items[i][1] for i in at]
+        ms = minis[order].tolist()
+        by_shard: dict[int, _Changes] = {}
+        for a, b in zip(starts[:-1], starts[1:]):
+            ch = by_shard[int(sorted_shards[a])] = _Changes()
+            ch.values = dict(zip(ks[a:b], vs[a:b]))
+            ch.minishard = dict(zip(ks[a:b], ms[a:b]))
+        return by_shard
+
+    def _grouped(self, items: Sequence[tuple[int, bytes | Parts | Update | None]]) -> dict[int, _Changes]:
+        """The batch's changes by shard number, values checked (``Parts`` joined)."""
+        by_shard: dict[int, _Changes] = {}
+        keys = [k for k, _ in items]
+        for (k, value), (shard, m) in zip(items, self.spec.locate_many(keys)):
+            ch = by_shard.get(shard)
+            if ch is None:
+                ch = by_shard[shard] = _Changes()
+            if type(value) is not bytes:  # (bytes, by far the most common, checked first)
+                if value is None or callable(value):
+                    ch.only_values = False
+                elif isinstance(value, str) or not hasattr(value, "__len__"):
+                    raise TypeError(f"value for key {k} must be bytes-like, got {type(value).__name__}")
+                elif isinstance(value, Parts):
+                    value = joined(value)
+            ch.values[k] = value
+            ch.minishard[k] = m
+        return by_shard
+
 
     @contextlib.contextmanager
     def _rewriting(self, stems: list[str]) -> Iterator[None]:
