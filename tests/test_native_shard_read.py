@@ -230,9 +230,10 @@ def test_missing_chunks_and_shards_fill_or_raise_strictly(tmp_path: Path, monkey
                 b.read(np.s_[0:8, 12:24, 10:20], strict=True)
 
 
-def test_a_shard_replaced_during_the_native_read_is_read_again(tmp_path: Path, monkeypatch) -> None:
-    """The adapter checks the file's generation around the native call: a shard replaced
-    meanwhile (its old index, the new file's bytes) is read again by the generic path."""
+def test_a_shard_replaced_during_the_native_read_is_read_as_opened(tmp_path: Path, monkeypatch) -> None:
+    """The native call reads from the file the adapter opened and took the index from: a
+    shard replaced meanwhile is read as it was (never its old index over the new bytes);
+    the next read sees the new one."""
     old, new = random_array((16, 24, 20), "uint16", 1), random_array((16, 24, 20), "uint16", 2)
     _create(tmp_path / "new", CODECS["blosc-lz4"], shape=old.shape)[...] = new
     a = _create(tmp_path / "a", CODECS["blosc-lz4"], shape=old.shape)
@@ -254,8 +255,18 @@ def test_a_shard_replaced_during_the_native_read_is_read_again(tmp_path: Path, m
     spy = type("M", (), {"read_spans": staticmethod(replacing), "set_decoders": staticmethod(spanread._rawio.set_decoders),
                          "decoders": staticmethod(spanread._rawio.decoders)})
     monkeypatch.setattr(spanread, "_rawio", spy)
-    np.testing.assert_array_equal(b[...], new)
+    got = b[...]
     assert calls
+    # a read cut into pieces for the threads opens the shard per piece: a piece opened after
+    # the replacement reads the new version, but every inner chunk is one version, whole
+    olds = 0
+    for i, j, k in np.ndindex(2, 2, 2):
+        sel = np.s_[8 * i : 8 * i + 8, 12 * j : 12 * j + 12, 10 * k : 10 * k + 10]
+        is_old = np.array_equal(got[sel], old[sel])
+        assert is_old or np.array_equal(got[sel], new[sel]), sel
+        olds += is_old
+    assert olds  # (the first call read the version opened before the replacement)
+    np.testing.assert_array_equal(b[...], new)
 
 
 def test_kernel_checks_its_arguments(tmp_path: Path) -> None:
@@ -285,6 +296,19 @@ def test_kernel_checks_its_arguments(tmp_path: Path) -> None:
             rawio.read_spans(out, (4, 4), (0, 1), 1, False, 0, str(f), 0, [(2, 16, box)])
     with pytest.raises(ValueError):  # no such codec
         rawio.read_spans(out, (4, 4), (0, 1), 1, False, 9, str(f), 0, [])
+    # a descriptor held open by the caller: read (the file's size from it), and left open
+    fd = os.open(f, os.O_RDONLY)
+    try:
+        out[...] = 0
+        assert rawio.read_spans(out, (4, 4), (0, 1), 1, False, 1, fd, 4, [(18, len(z), whole)]) == b"\0"
+        np.testing.assert_array_equal(out, elements.reshape(4, 4))
+        assert rawio.read_spans(out, (4, 4), (0, 1), 1, False, 0, fd, 10**6, [(2, 16, whole)]) == b"\2"
+        assert os.fstat(fd).st_size == f.stat().st_size  # (still open)
+    finally:
+        os.close(fd)
+    for bad in (-1, 2**40):
+        with pytest.raises(ValueError):
+            rawio.read_spans(out, (4, 4), (0, 1), 1, False, 0, bad, 0, [])
 
 
 @st.composite

@@ -124,12 +124,13 @@ def test_zarr3_reads_of_an_open_shard_see_one_version(kind: str, tmp_path: Path)
     assert units.get_many_sync(keys)[0] != old[0]  # a new open sees the new version
 
 
-def test_zarr3_warm_reads_of_local_shards_ask_no_generation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # the generic path; the native shard reader (core/spanread.py) opens the file by its path
-    # and so still compares the generation before and after (test_native_shard_read.py)
+@pytest.mark.parametrize("native", [True, False], ids=["native", "generic"])
+def test_zarr3_warm_reads_of_local_shards_ask_no_generation(native: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the native shard reader (core/spanread.py) reads from the file the adapter holds open
+    # too, the one the index came from
     store = shardstore.LocalStore(tmp_path)
     _zarr3(store, 3)
-    a = shardstore.zarr3.open(store, mode="r", config=shardstore.IOConfig(native=False))
+    a = shardstore.zarr3.open(store, mode="r", config=shardstore.IOConfig(native=native))
     expected = np.arange(256, dtype="uint16").reshape(16, 16) * 3
     np.testing.assert_array_equal(a[...], expected)  # (the index is cached now)
     asked: list[str] = []

@@ -757,9 +757,11 @@ static int run_span(const plan_t *pl, int codec, void *ld, int fd, Py_ssize_t en
 }
 
 PyDoc_STRVAR(read_spans_doc,
-"read_spans(out, chunk_shape, out_dims, itemsize, swap, codec, path, tail, jobs, work=None) -> bytes\n\n"
+"read_spans(out, chunk_shape, out_dims, itemsize, swap, codec, file, tail, jobs, work=None) -> bytes\n\n"
 "Read, decode and copy boxes of chunks stored as byte ranges of one file into ``out`` with\n"
 "the GIL released.\n\n"
+"``file``: the file's path, or a descriptor of it the caller holds open (read with pread, left\n"
+"open: the caller's open version of the file, e.g. the one it read the shard index from).\n"
 "``chunk_shape``, ``out_dims``, ``itemsize``, ``swap``: as for ``read_boxes``. ``codec``: how\n"
 "each chunk is stored: 0 raw (the elements in C order), 1 zstd, 2 blosc, 3 gzip, 4 zlib,\n"
 "5 gzip or zlib by its magic, each decoding to the raw elements (needs ``set_decoders`` /\n"
@@ -771,14 +773,26 @@ PyDoc_STRVAR(read_spans_doc,
 "2 not read (past the end, a size or decode mismatch, damage): read that chunk another way.");
 
 static PyObject *read_spans(PyObject *self, PyObject *args) {
-    PyObject *out_obj, *shape_obj, *dims_obj, *path_obj = NULL, *jobs_obj;
+    PyObject *out_obj, *shape_obj, *dims_obj, *file_obj, *path_obj = NULL, *jobs_obj;
     Py_buffer view;
     Py_ssize_t itemsize, tail;
-    int swap, codec;
+    int swap, codec, given_fd = -1;
     Py_buffer work = {0};
-    if (!PyArg_ParseTuple(args, "OOOnpiO&nO|w*", &out_obj, &shape_obj, &dims_obj, &itemsize, &swap, &codec,
-                          PyUnicode_FSConverter, &path_obj, &tail, &jobs_obj, &work))
+    if (!PyArg_ParseTuple(args, "OOOnpiOnO|w*", &out_obj, &shape_obj, &dims_obj, &itemsize, &swap, &codec,
+                          &file_obj, &tail, &jobs_obj, &work))
         return NULL;
+    if (PyLong_Check(file_obj)) {
+        long v = PyLong_AsLong(file_obj);
+        if (!PyErr_Occurred() && (v < 0 || v > INT_MAX))
+            PyErr_SetString(PyExc_ValueError, "not a file descriptor");
+        given_fd = (int)v;
+    } else {
+        PyUnicode_FSConverter(file_obj, &path_obj);
+    }
+    if (PyErr_Occurred()) {
+        if (work.buf) PyBuffer_Release(&work);
+        return NULL;
+    }
     plan_t pl;
     job_t *jobs = NULL;
     Py_ssize_t njobs = 0;
@@ -828,10 +842,11 @@ static PyObject *read_spans(PyObject *self, PyObject *args) {
         goto done;
     }
     Py_BEGIN_ALLOW_THREADS
-    int fd = open(PyBytes_AS_STRING(path_obj), O_RDONLY | O_CLOEXEC);
+    /* a descriptor given is the caller's (never closed here); a path is opened for this call */
+    int fd = given_fd >= 0 ? given_fd : open(PyBytes_AS_STRING(path_obj), O_RDONLY | O_CLOEXEC);
     struct stat st;
     if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
-        close(fd);
+        if (given_fd < 0) close(fd);
         fd = -1;
     }
     if (fd >= 0) {
@@ -845,7 +860,7 @@ static PyObject *read_spans(PyObject *self, PyObject *args) {
 #endif
         for (Py_ssize_t i = 0; i < njobs; i++)
             status[i] = (char)run_span(&pl, codec, ld, fd, end, &jobs[i], &w);
-        close(fd);
+        if (given_fd < 0) close(fd);
     } else {
         memset(status, ST_FALLBACK, (size_t)njobs);
     }

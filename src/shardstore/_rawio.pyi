@@ -34,7 +34,7 @@ def read_spans(
     itemsize: int,
     swap: bool,
     codec: int,
-    path: _Path,
+    file: _Path | int,
     tail: int,
     jobs: Sequence[tuple[int, int, Sequence[int]]],
     work: Any = ...,

@@ -41,20 +41,24 @@ _MEMCPYED = 0x02
 _MAX_TYPESIZE = 255
 
 
-_imagecodecs: Any = None  # the imagecodecs module once imported; False when it has no blosc
+def _load_ctx_codecs() -> Any:
+    """imagecodecs, or None when it has no blosc."""
+    try:
+        import imagecodecs
+    except ImportError:  # pragma: no cover - imagecodecs is a dependency
+        return None
+    return imagecodecs if imagecodecs.BLOSC.available else None
+
+
+# Loaded with this module, as numcodecs.blosc is, not on first use: the import takes several
+# milliseconds, which otherwise land in the middle of the first blosc write or read, under
+# the import lock that every other codec thread then waits on.
+_imagecodecs: Any = _load_ctx_codecs()
 
 
 def _ctx_codecs() -> Any:
-    """imagecodecs (imported on first use: it takes milliseconds), or None without blosc."""
-    global _imagecodecs
-    if _imagecodecs is None:
-        try:
-            import imagecodecs
-        except ImportError:  # pragma: no cover - imagecodecs is a dependency
-            _imagecodecs = False
-        else:
-            _imagecodecs = imagecodecs if imagecodecs.BLOSC.available else False
-    return _imagecodecs or None
+    """imagecodecs, or None without blosc."""
+    return _imagecodecs
 
 
 def compress_chunk(data: bytes, cname: str, clevel: int, shuffle: int, blocksize: int, typesize: int) -> bytes:

@@ -11,7 +11,7 @@ shard index with NumPy, for all of a batch's chunks of a shard at once.
 The decoders are the libraries imagecodecs ships and the Python path decodes with (libzstd,
 c-blosc, libdeflate), loaded here with ctypes and handed to the C module by address, so
 building the module needs none of their headers. Chunks the native call does not read exactly
-(missing ones, damaged ones, another decoded size, a shard replaced meanwhile) go back to the
+(missing ones, damaged ones, another decoded size) go back to the
 generic path, which fills, decodes or raises the proper ``CodecError`` naming the key.
 
 ``IOConfig(native=False)`` (or ``SHARDSTORE_NATIVE=0``) reads everything through the generic
@@ -104,8 +104,8 @@ def loaded_codecs() -> tuple[int, ...]:
 
 def span_units(layout: ChunkLayout, projections: Iterable[ChunkProjection]) -> list[Items]:
     """A read's chunks as ``(projection, key, None)`` items in batches for ``share_now``: one
-    per shard (a native call's unit: one open, one index lookup, the generation checked
-    around it), and with few shards, shards cut into pieces so that every codec thread has
+    per shard (a native call's unit: one open file, its index and chunks read from it), and
+    with few shards, shards cut into pieces so that every codec thread has
     chunks to decode."""
     units: dict[tuple[int, ...], Items] = {}
     for p in projections:
@@ -173,13 +173,13 @@ def span_reader(layout: ChunkLayout, out: np.ndarray) -> Callable[[list[Items]],
             boxes = [[v for d in range(nd - 1, -1, -1) for v in box[4 * d : 4 * d + 4]] for box in boxes]
             dims = dims[::-1]
 
-        def read_file(path: str, which: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, tail: int) -> np.ndarray:
+        def read_file(fd: int, which: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, tail: int) -> np.ndarray:
             sizes = lengths.tolist()
             jobs = [(o, n, boxes[w]) for w, o, n in zip(which.tolist(), offsets.tolist(), sizes)]
             # this thread's reused buffer (a fresh one per call costs page faults): the decoded
             # chunk, then the largest stored span (a bigger one is sized by the kernel itself)
             work = scratch_buffer(decoded + min(max(sizes), bound), scratch_max)
-            status = read_spans(out, kernel_shape, dims, itemsize, swap, codec, path, tail, jobs, work)
+            status = read_spans(out, kernel_shape, dims, itemsize, swap, codec, fd, tail, jobs, work)
             return np.frombuffer(status, dtype=np.uint8) == 0
 
         done = spans.read_spans_sync([item[1] for item in taken], read_file)

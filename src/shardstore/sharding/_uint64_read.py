@@ -14,7 +14,7 @@ from __future__ import annotations
 import struct
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Generator, Hashable, Sequence
+from collections.abc import Callable, Generator, Hashable, Iterator, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from ..errors import CodecError, ConflictError
@@ -540,34 +540,23 @@ class SyncReads:
             self._consistent(read)
         return out
 
-    def spans_many(self, keys: Sequence[int]) -> tuple[list[tuple[str, int, int, int, str]], dict[str, Hashable | None]]:
-        """Where the values of ``keys`` lie, without reading them (for native readers):
-        ``(data key, start, end, position in keys, shard stem)`` of each stored one, in file
-        order, and the generation of the shard version whose indexes gave them. Only shards
-        this store can hold open are planned; the caller reads the spans by path, then keeps
-        what it read from shards ``changed`` does not name (the rest: the generic path)."""
-        fetch: list[tuple[str, int, int, int, str]] = []
-        seen: dict[str, Hashable | None] = {}
+    def open_spans(self, keys: Sequence[int]) -> Iterator[tuple[OpenValue, list[_Span]]]:
+        """Where the values of ``keys`` lie, without reading them (for native readers): per
+        shard this store can hold open, that open version of it and ``(position in keys,
+        start, end)`` of each stored value, in file order, located with the indexes of that
+        very version; the caller reads the spans from it before asking for the next shard
+        (each is closed then). Shards that cannot be held open are left out."""
         for shard, reqs in self._by_shard(keys).items():
             stem = self._spec.shard_name(shard)
             value = self._opened(stem)
             if value is None:
                 continue
             try:
-                seen[stem] = value.generation
                 located = self._spans(_OpenIO(self._cache, stem, value), stem, reqs)
+                if located is not None and located[1]:
+                    yield value, located[1]
             finally:
                 value.close()
-            if located is not None:
-                data_key, spans = located
-                fetch.extend((data_key, s, e, pos, stem) for pos, s, e in spans)
-        fetch.sort()
-        return fetch, seen
-
-    def changed(self, seen: dict[str, Hashable | None]) -> set[str]:
-        """The stems of ``seen`` (from ``spans_many``) whose shard was replaced since."""
-        gen = self._generation
-        return {stem for stem, g in seen.items() if gen(stem + ".shard") != g}
 
     def open_units(self, keys: Sequence[str]) -> OpenUnits:
         """``UnitReads`` of the values of ``keys`` (decimal keys, validated here): each shard

@@ -71,16 +71,11 @@ class OpenShards:
             store._cache_put(shard_key, NOT_FOUND, MISSING)
             return _Shard(None, None, 0, name)
         try:
-            isz = store.layout.index_size
-            at_start = store.layout.codec.index_location == "start"
-            index = store._cached_index(shard_key, value.generation)
-            if index is NOT_FOUND:  # (not cached at this generation)
-                data = value.read(0, isz) if at_start else value.read(max(value.size - isz, 0), value.size)
-                index = store._keep_index(shard_key, data, value.generation)
+            index = store.open_index(shard_key, value)
         except BaseException:
             value.close()
             raise
-        return _Shard(value, index, value.size - (0 if at_start else isz), name)  # type: ignore[arg-type]
+        return _Shard(value, index, value.size - store._end_guard, name)
 
     def get_sync(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
         found = self._locate(key)

@@ -406,7 +406,8 @@ class Uint64ShardedStore(Store):
     # -- native reads of shard files (declared when the base is plain local files) -----------
     @property
     def file_spans(self) -> SupportsFileSpans | None:
-        return None if self.sync_ids is None or self.base.file_paths is None else self
+        plain_files = self.base.file_paths is not None and self.base.sync_opens is not None
+        return self if self.sync_ids is not None and plain_files else None
 
     @property
     def value_encoding(self) -> str | None:
@@ -415,29 +416,21 @@ class Uint64ShardedStore(Store):
         return "gzip" if self.spec.data_encoding == "gzip" else None
 
     def read_spans_sync(self, keys: Sequence[str], read: SpanReader) -> np.ndarray:
-        """See ``SupportsFileSpans``: the spans planned from the shards' cached indexes, read
-        per shard file, kept where the shard still has the generation its indexes had."""
-        ids, paths = self.sync_ids, self.base.file_paths
-        assert ids is not None and paths is not None, "called only when file_spans is declared"
+        """See ``SupportsFileSpans``: per shard file held open, the spans located with its
+        (cached) indexes at that version and read from that same open file."""
+        ids = self.sync_ids
+        assert ids is not None, "called only when file_spans is declared"
         done = np.zeros(len(keys), dtype=bool)
         try:
-            fetch, seen = ids.spans_many([parse_uint64_key(k) for k in keys])
+            for value, located in ids.open_spans([parse_uint64_key(k) for k in keys]):
+                fd = value.fileno()
+                if fd < 0:
+                    continue
+                spans = np.array(located, dtype=np.int64)  # (position, start, end)
+                which = spans[:, 0].astype(np.intp)
+                done[which[read(fd, which, spans[:, 1], spans[:, 2] - spans[:, 1], 0)]] = True
         except CodecError:
-            return done  # a damaged index: the generic path raises, naming the shard
-        results = []
-        i = 0
-        while i < len(fetch):  # one read call per shard file (fetch is in file order)
-            j = i + 1
-            while j < len(fetch) and fetch[j][0] == fetch[i][0]:
-                j += 1
-            spans = np.array([(s, e - s, pos) for _, s, e, pos, _ in fetch[i:j]], dtype=np.int64)
-            which = spans[:, 2].astype(np.intp)
-            results.append((fetch[i][4], which, read(paths.file_path(fetch[i][0]), which, spans[:, 0], spans[:, 1], 0)))
-            i = j
-        changed = ids.changed(seen)
-        for stem, which, ok in results:
-            if stem not in changed:
-                done[which[ok]] = True
+            pass  # a damaged index: the generic path raises for the keys not read, naming the shard
         return done
 
     def generation_sync(self, key: str) -> Hashable | None:

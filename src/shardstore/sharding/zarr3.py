@@ -66,6 +66,7 @@ from ._zarr3_open import NOT_FOUND, OpenShards
 if TYPE_CHECKING:
     from ..store.streamed import Buffer, SupportsUnitStreams
     from ..store.sync_protocols import (
+        OpenValue,
         SpanReader,
         SupportsFileSpans,
         SupportsGetManySync,
@@ -548,17 +549,19 @@ class ZarrShardingStore(Store):
     # -- native reads of shard files (declared when the base is plain local files) -----------
     @property
     def file_spans(self) -> SupportsFileSpans | None:
-        return None if self._base_reads is None or self.base.file_paths is None else self
+        plain_files = self.base.file_paths is not None and self._base_opens is not None
+        return self if self._base_reads is not None and plain_files else None
 
     #: the spans hold the inner codecs' bytes as they are (``SupportsFileSpans``)
     value_encoding: str | None = None
 
     def read_spans_sync(self, keys: Sequence[str], read: SpanReader) -> np.ndarray:
-        """See ``SupportsFileSpans``: per shard, its index (cached while the file's generation
-        holds) gives every wanted chunk's span at once; the read is kept only when the file
-        still has that generation afterwards (a shard replaced meanwhile: the generic path)."""
-        base, paths = self._base_reads, self.base.file_paths
-        assert base is not None and paths is not None, "called only when file_spans is declared"
+        """See ``SupportsFileSpans``: per shard, the file held open once; its index (cached
+        while the open file's generation holds) gives every wanted chunk's span at once, and
+        ``read`` reads them from that same open file: one version of the shard, nothing to
+        compare afterwards (as ``OpenShards``)."""
+        opens = self._base_opens
+        assert opens is not None, "called only when file_spans is declared"
         layout, rank = self.layout, self._rank
         done = np.zeros(len(keys), dtype=bool)
         by_shard: dict[tuple[int, ...], tuple[list[int], list[int]]] = {}
@@ -569,34 +572,44 @@ class ZarrShardingStore(Store):
             wanted[1].append(i)
         for shard, (positions, inner) in by_shard.items():
             shard_key = layout.shard_key(shard)
-            gen = base.generation_sync(shard_key)
+            value = opens.open_sync(shard_key)
+            if value is None:
+                continue  # (a missing shard: the generic path fills)
             try:
-                index = self._index_array(base, shard_key, gen)
-            except CodecError:
-                continue  # a damaged index: the generic path raises, naming the shard
-            if index is None:
-                continue
-            entries = index[inner]
-            present = ~((entries[:, 0] == _EMPTY) & (entries[:, 1] == _EMPTY))
-            which = np.asarray(positions, dtype=np.intp)[present]
-            spans = entries[present].astype(np.int64)  # (offsets past 2**63: refused by the reader)
-            if not len(which):
-                continue
-            # with the index at the end, chunk data must end before it (the generic path
-            # raises for an entry that runs into it, so it must not decode here)
-            ok = read(paths.file_path(shard_key), which, spans[:, 0], spans[:, 1], self._end_guard)
-            if base.generation_sync(shard_key) == gen:
+                if value.fileno() < 0:
+                    continue
+                try:
+                    index = self._index_array(shard_key, value)
+                except CodecError:
+                    continue  # a damaged index: the generic path raises, naming the shard
+                entries = index[inner]
+                present = ~((entries[:, 0] == _EMPTY) & (entries[:, 1] == _EMPTY))
+                which = np.asarray(positions, dtype=np.intp)[present]
+                spans = entries[present].astype(np.int64)  # (offsets past 2**63: refused by the reader)
+                if not len(which):
+                    continue
+                # with the index at the end, chunk data must end before it (the generic path
+                # raises for an entry that runs into it, so it must not decode here)
+                ok = read(value.fileno(), which, spans[:, 0], spans[:, 1], self._end_guard)
                 done[which[ok]] = True
+            finally:
+                value.close()
         return done
 
-    def _index_array(self, base: SupportsGetSync, shard_key: str, gen: Hashable | None) -> np.ndarray | None:
-        """The shard's index at ``gen`` as a ``(chunks, 2)`` uint64 array (None: no shard),
-        from the index cache (the array made once per cached index)."""
-        index = self._cached_index(shard_key, gen)
-        if index is _MISSING:
-            index = self._keep_index(shard_key, base.get_sync(shard_key, self._index_range()), gen)
-        if index is None:
-            return None
+    def open_index(self, shard_key: str, value: OpenValue) -> list[list[int]]:
+        """The index of the shard version ``value`` holds open: cached at its generation, or
+        read from it (and cached)."""
+        index = self._cached_index(shard_key, value.generation)
+        if index is _MISSING:  # (not cached at this generation)
+            isz = self.layout.index_size
+            at_start = self.layout.codec.index_location == "start"
+            data = value.read(0, isz) if at_start else value.read(max(value.size - isz, 0), value.size)
+            index = self._keep_index(shard_key, data, value.generation)
+        return index  # type: ignore[return-value]  # (an open shard is never cached missing)
+
+    def _index_array(self, shard_key: str, value: OpenValue) -> np.ndarray:
+        """``open_index`` as a ``(chunks, 2)`` uint64 array (made once per cached index)."""
+        index = self.open_index(shard_key, value)
         made = self._index_arrays.get(shard_key)
         if made is not None and made[0] is index:
             return made[1]

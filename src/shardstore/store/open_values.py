@@ -45,6 +45,9 @@ class FileVersion:
             got += n
         return buf
 
+    def fileno(self) -> int:
+        return self._fd
+
     def close(self) -> None:
         fd, self._fd = self._fd, -1
         if fd >= 0:
@@ -66,6 +69,9 @@ class BytesVersion:
 
     def read_transient(self, start: int, end: int, max_bytes: int) -> bytes | memoryview:
         return memoryview(self._value)[start:end]  # (no copy at all)
+
+    def fileno(self) -> int:
+        return -1
 
     def close(self) -> None:
         self._value = b""

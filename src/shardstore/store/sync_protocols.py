@@ -35,11 +35,12 @@ __all__ = [
 if TYPE_CHECKING:  # (numpy only in annotations: this layer handles bytes)
     import numpy as np
 
-    #: ``read(path, which, offsets, lengths, tail) -> done``: reads the values ``which``
-    #: (positions in the caller's keys) that are byte spans of one local file (int64 arrays),
+    #: ``read(fd, which, offsets, lengths, tail) -> done``: reads the values ``which``
+    #: (positions in the caller's keys) that are byte spans of one local file held open by
+    #: the caller as descriptor ``fd`` (``OpenValue.fileno``; int64 arrays),
     #: none of which may reach into the file's last ``tail`` bytes, and says which of them it
     #: read (a bool array)
-    SpanReader = Callable[[str, np.ndarray, np.ndarray, np.ndarray, int], np.ndarray]
+    SpanReader = Callable[[int, np.ndarray, np.ndarray, np.ndarray, int], np.ndarray]
 
 
 class SupportsGetSync(Protocol):
@@ -83,6 +84,11 @@ class OpenValue(Protocol):
         """``read``, possibly into a buffer the calling thread reuses (up to ``max_bytes``):
         valid only until this thread's next ``read_transient``, for a caller that decodes it
         at once (``open_values.read_buffer``)."""
+        ...
+
+    def fileno(self) -> int:
+        """The descriptor of the open file it reads, for native readers that read it
+        themselves (``SupportsFileSpans``); -1 when it is not a file (a value in memory)."""
         ...
 
     def close(self) -> None:
@@ -183,7 +189,9 @@ class SupportsFileSpans(Protocol):
     """Sharding adapters over plain local files: where each value (an inner chunk) lies in
     its shard file, for native readers that read, decode and place a whole shard's chunks in
     one call (``core/spanread.py``). The adapter keeps what only it knows: the index (cached
-    while the shard's generation holds) and that generation, checked around the read."""
+    while the shard's generation holds) and the open version of the shard file (``OpenValue``)
+    the spans are read from, the one its index came from: so no generation is checked around
+    the read, as for the generic path's ``open_units_sync``."""
 
     @property
     def value_encoding(self) -> str | None:
@@ -193,8 +201,8 @@ class SupportsFileSpans(Protocol):
 
     def read_spans_sync(self, keys: Sequence[str], read: SpanReader) -> np.ndarray:
         """Calls ``read`` once per shard file with the spans of the keys' values found in its
-        index, and returns a bool per key: True where ``read`` read it and the file was not
-        replaced meanwhile. False (missing values and shards, a damaged index, a replaced
-        file, the reader's refusals) is for the caller's generic path, which reads those
-        keys again (overwriting anything ``read`` placed for them) and words any error."""
+        index, and returns a bool per key: True where ``read`` read it. False (missing
+        values and shards, a damaged index, the reader's refusals) is for the caller's
+        generic path, which reads those keys again (overwriting anything ``read`` placed for
+        them) and words any error."""
         ...

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import random
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
@@ -414,6 +415,11 @@ class StoreTests:
                 assert opened.size == len(value) and opened.read(0, opened.size) == value
                 assert bytes(opened.read_transient(10, 20, 1 << 20)) == value[10:20]
                 assert opened.generation == reads.generation_sync(keys[0])
+                fd = opened.fileno()  # the open file a native reader reads (-1: none)
+                if fd >= 0:
+                    assert not hasattr(os, "pread") or os.pread(fd, len(value), 0) == value
+                else:
+                    assert store.file_paths is None
             finally:
                 opened.close()
         before = reads.generation_sync(keys[0])
