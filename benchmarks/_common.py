@@ -434,17 +434,26 @@ def tensorstore_rows(default_cache: int = 0) -> list[Row]:
 
 
 def select_rows(declared: Sequence[Row], wanted: Sequence[str]) -> list[Row]:
-    """The declared rows named in ``wanted`` by row name or by library (all of its rows)."""
-    known = {r.name for r in declared} | {r.lib for r in declared}
-    if unknown := sorted(set(wanted) - known):
-        raise SystemExit(f"unknown rows/libraries {unknown}; choose from {sorted(known)}")
-    return [r for r in declared if r.name in wanted or r.lib in wanted]
+    """The declared rows named in ``wanted`` by row name or by library (all of its rows).
+
+    ``=name`` selects only the row of that exact name: ``shardstore`` is also a library, so
+    plain ``shardstore`` brings ``shardstore+cache`` along, which compare_versions must not
+    run on the new side only (the old version has no such row).
+    """
+    exact = {w[1:] for w in wanted if w.startswith("=")}
+    loose = {w for w in wanted if not w.startswith("=")}
+    names = {r.name for r in declared}
+    known = names | {r.lib for r in declared}
+    if unknown := sorted((loose - known) | {f"={w}" for w in exact - names}):
+        raise SystemExit(f"unknown rows/libraries {unknown}; choose from {sorted(known)} "
+                         "(=row for one row by its exact name)")
+    return [r for r in declared if r.name in exact or r.name in loose or r.lib in loose]
 
 
 def add_row_arguments(parser: Any, declared: Sequence[Row]) -> None:
     """``--libs`` (rows or libraries) and the shardstore configuration options."""
     parser.add_argument("--libs", default=",".join(dict.fromkeys(r.lib for r in declared)),
-                        help="comma list of libraries (all their rows) or rows: "
+                        help="comma list of libraries (all their rows), rows, or =row (that row only): "
                         + ", ".join(r.name for r in declared))
     parser.add_argument("--shardstore-config", type=json.loads, default={},
                         help="JSON object of IOConfig fields for every shardstore row "

@@ -135,3 +135,75 @@ def test_n5_blocks_encoded_through_the_thread_buffer_decode_back(dtype: str) -> 
     encoded = [codec.encode(b, spec) for b in blocks]
     for b, data in zip(blocks, encoded):
         np.testing.assert_array_equal(codec.decode(data, spec), b)
+
+
+@pytest.mark.parametrize("dtype", ["<i4", ">f8", "u1", "S3"])
+def test_bloscpack_transient_encode_is_the_file_encode_reads_back(dtype: str) -> None:
+    """bcolz chunk files encoded into the thread's buffer (header and blosc chunk together):
+    the same bytes as ``encode``; consecutive encodes reuse the memory (so each result is
+    written before the next encode), another thread has its own."""
+    from shardstore.codecs.base import ChunkSpec
+    from shardstore.codecs.bloscpack import BloscpackCodec
+
+    native = np.dtype(dtype).newbyteorder("=") if np.dtype(dtype).kind != "S" else np.dtype(dtype)
+    spec = ChunkSpec((1000,), native, np.zeros((), native)[()])
+    codec = BloscpackCodec("lz4", 5, 1, 0, 1000).bind(spec)
+    rows = [(np.arange(1000) * k % 97).astype(dtype) for k in (1, 3)]
+    first = codec.encode_transient(rows[0], spec)
+    assert bytes(first) == codec.encode(rows[0], spec)
+    kept = bytes(first)
+    other: list[bytes] = []
+    t = threading.Thread(target=lambda: other.append(bytes(codec.encode_transient(rows[1], spec))))
+    t.start()
+    t.join()
+    assert bytes(first) == kept  # untouched by the other thread's encode
+    second = codec.encode_transient(rows[1], spec)
+    assert bytes(second) == codec.encode(rows[1], spec) == other[0]
+    assert np.shares_memory(np.frombuffer(first, np.uint8), np.frombuffer(second, np.uint8))
+    np.testing.assert_array_equal(codec.decode(bytes(second), spec), rows[1])
+
+
+def test_blosc_compress_into_agrees_with_compress() -> None:
+    from shardstore.codecs.blosc import MAX_OVERHEAD, compress_chunk, compress_chunk_into
+
+    data = (np.arange(50_000, dtype=np.int32) // 7).tobytes()
+    for cname, typesize in (("lz4", 4), ("zstd", 4), ("blosclz", 3)):  # (3 does not divide: the fallback)
+        out = np.full(len(data) + MAX_OVERHEAD, 0xAB, np.uint8)
+        n = compress_chunk_into(data, cname, 5, 1, 0, typesize, out)
+        assert bytes(out[:n]) == compress_chunk(data, cname, 5, 1, 0, typesize)
+
+
+def test_bcolz_appends_fill_one_pending_chunk(tmp_path: Path) -> None:
+    """Appends complete the pending chunk in one buffer the handle keeps (no array per
+    append); pieces shorter and longer than a chunk, and a failed write, leave the right rows."""
+    from shardstore import bcolz
+
+    ca = bcolz.carray(None, rootdir=tmp_path / "c", dtype="i8", chunklen=100, mode="w")
+    expected = []
+    n = 0
+    for size in (30, 50, 19, 1, 250, 7, 100, 93, 0, 301):
+        piece = np.arange(n, n + size, dtype="i8") * 3
+        ca.append(piece)
+        piece[:] = -1  # the caller's array is its own again once append returns
+        expected.append(np.arange(n, n + size, dtype="i8") * 3)
+        n += size
+        pending = ca._async._pending
+        assert pending.tail is not None and len(pending.tail) == n % 100
+        if len(pending.tail):
+            assert pending.tail.base is pending.buf
+    buf = ca._async._pending.buf
+    store = ca._async.driver.store
+    real = store.set_sync
+
+    def failing(key: str, value: object, atomic: bool = True) -> None:
+        raise OSError("disk full")
+
+    store.set_sync = failing  # type: ignore[method-assign]  # (the chunk the next piece completes)
+    with pytest.raises(OSError):
+        ca.append(np.full(150, -7, dtype="i8"))
+    store.set_sync = real  # type: ignore[method-assign]
+    ca.append(np.arange(n, n + 5, dtype="i8") * 3)
+    expected.append(np.arange(n, n + 5, dtype="i8") * 3)
+    assert ca._async._pending.buf is buf  # one buffer for the handle's life
+    ca.flush()
+    np.testing.assert_array_equal(bcolz.open(tmp_path / "c", mode="r")[:], np.concatenate(expected))

@@ -28,7 +28,7 @@ from ..errors import CodecError, MetadataError, UnsupportedFeatureError
 from .base import BytesBytesCodec, ChunkSpec, N5Compression, NativeDecoder
 from .registry import register_codec
 
-__all__ = ["BloscCodec", "BloscHeader", "compress_chunk", "decompress_bytes", "decompress_into", "read_blosc_header"]
+__all__ = ["BloscCodec", "BloscHeader", "MAX_OVERHEAD", "compress_chunk", "compress_chunk_into", "decompress_bytes", "decompress_into", "read_blosc_header"]
 
 Shuffle = Literal["noshuffle", "shuffle", "bitshuffle"]
 SHUFFLES: tuple[Shuffle, ...] = ("noshuffle", "shuffle", "bitshuffle")  # index = c-blosc constant
@@ -78,6 +78,32 @@ def compress_chunk(data: bytes, cname: str, clevel: int, shuffle: int, blocksize
             if out[3] == typesize:
                 return bytes(out)
     return bytes(_blosc.compress(data, cname.encode(), clevel, shuffle, blocksize, typesize))
+
+
+#: bytes c-blosc may add to the data it compresses (its ``BLOSC_MAX_OVERHEAD``)
+MAX_OVERHEAD = 16
+
+
+def compress_chunk_into(data: bytes | memoryview, cname: str, clevel: int, shuffle: int, blocksize: int, typesize: int,
+                        out: np.ndarray) -> int:
+    """``compress_chunk`` written into ``out`` (uint8, at least ``MAX_OVERHEAD`` bytes more
+    than ``data``); the compressed length. For a caller that reuses ``out``: a fresh chunk
+    per call is an allocation whose pages fault in as c-blosc first writes them."""
+    ic = _ctx_codecs()
+    n = memoryview(data).nbytes
+    if ic is not None and n and n % typesize == 0:
+        items = np.frombuffer(data, dtype=f"V{typesize}") if typesize > 1 else data
+        try:
+            got = ic.blosc_encode(items, clevel, compressor=cname, shuffle=shuffle, typesize=typesize,
+                                  blocksize=blocksize, numthreads=1, out=out)
+        except RuntimeError:  # (as in compress_chunk: numcodecs may have the compressor)
+            pass
+        else:
+            if out[3] == typesize and np.shares_memory(got, out):
+                return len(got)
+    chunk = compress_chunk(data, cname, clevel, shuffle, blocksize, typesize)
+    out[: len(chunk)] = np.frombuffer(chunk, np.uint8)
+    return len(chunk)
 
 
 def decompress_into(data: bytes | memoryview, out: np.ndarray) -> None:
@@ -266,7 +292,8 @@ class BloscCodec(N5Compression, BytesBytesCodec):
             conf["typesize"] = self.typesize
         return conf
 
-    def encode(self, data: bytes, spec: ChunkSpec) -> bytes:
+    def _compress_args(self, data: bytes | memoryview, spec: ChunkSpec) -> tuple[int, int]:
+        """(size of ``data``, the typesize to compress it with), or CodecError when too big."""
         n = memoryview(data).nbytes
         if n > _blosc.MAX_BUFFERSIZE:
             raise CodecError(
@@ -274,10 +301,22 @@ class BloscCodec(N5Compression, BytesBytesCodec):
                 f"{_blosc.MAX_BUFFERSIZE} bytes (use smaller chunks)"
             )
         typesize = self.typesize if self.typesize is not None else np.dtype(spec.dtype).itemsize
-        if typesize > _MAX_TYPESIZE:
-            typesize = 1
+        return n, 1 if typesize > _MAX_TYPESIZE else typesize
+
+    def encode(self, data: bytes, spec: ChunkSpec) -> bytes:
+        n, typesize = self._compress_args(data, spec)
         try:
             return compress_chunk(data, self.cname, self.clevel, SHUFFLES.index(self.shuffle), self.blocksize, typesize)
+        except (RuntimeError, ValueError) as e:
+            raise CodecError(f"codec 'blosc': cannot compress {n} bytes: {e}") from e
+
+    def encode_into(self, data: bytes | memoryview, spec: ChunkSpec, out: np.ndarray) -> int:
+        """``encode`` written into ``out`` (uint8, ``MAX_OVERHEAD`` bytes more than ``data``);
+        the encoded length."""
+        n, typesize = self._compress_args(data, spec)
+        try:
+            return compress_chunk_into(data, self.cname, self.clevel, SHUFFLES.index(self.shuffle), self.blocksize,
+                                       typesize, out)
         except (RuntimeError, ValueError) as e:
             raise CodecError(f"codec 'blosc': cannot compress {n} bytes: {e}") from e
 

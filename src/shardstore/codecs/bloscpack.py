@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import CodecError, MetadataError
-from .base import ArrayBytesCodec, ChunkSpec
+from .base import ArrayBytesCodec, ChunkSpec, scratch_buffer
 from .blosc import HEADER_SIZE as _BLOSC_HEADER_SIZE
-from .blosc import SHUFFLES, BloscCodec, BloscHeader, compress_chunk, decompress_bytes, decompress_into, read_blosc_header
+from .blosc import MAX_OVERHEAD, SHUFFLES, BloscCodec, BloscHeader, compress_chunk, decompress_bytes, decompress_into, read_blosc_header
 from .registry import register_codec
 
 __all__ = [
@@ -58,6 +58,7 @@ _RATIO_CODECS = frozenset({"zstd", "zlib", "lz4hc"})
 #: with up to 1016 blocks (one page; 1 MiB chunks of 64 KiB blocks have 16)
 _HEAD_READ = 4096
 _BLOSCPACK_HEADER = _HEADER.pack(MAGIC, FORMAT_VERSION, b"\0\0\0", 1)
+_ENCODE_SLOT = "bloscpack_encode"  # (the thread's scratch buffer of ``encode_transient``)
 _MEMCPYED = 0x02  # blosc header flag: stored uncompressed
 
 
@@ -224,6 +225,21 @@ class BloscpackCodec(ArrayBytesCodec):
             array = array.astype(array.dtype.newbyteorder("<"))
         raw = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
         return bloscpack_header() + self._blosc.encode(raw.data, spec)
+
+    def encode_transient(self, array: np.ndarray, spec: ChunkSpec) -> memoryview:
+        """``encode`` compressed straight after the header in this thread's scratch buffer,
+        valid until the thread's next transient encode (a caller that writes the file at
+        once): bcolz appends write hundreds of chunk files, and a fresh result per chunk (then
+        the header joined to it, a second one) costs allocations and page faults."""
+        if array.shape != spec.shape or self.quantize:
+            return memoryview(self.encode(array, spec))  # (the checks, and the copies they need)
+        if array.dtype.byteorder == ">":
+            array = array.astype(array.dtype.newbyteorder("<"))
+        raw = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+        out = scratch_buffer(HEADER_SIZE + raw.nbytes + MAX_OVERHEAD, slot=_ENCODE_SLOT)
+        out[:HEADER_SIZE] = np.frombuffer(_BLOSCPACK_HEADER, np.uint8)
+        n = self._blosc.encode_into(raw.data, spec, out[HEADER_SIZE:])
+        return out[: HEADER_SIZE + n].data
 
     def _check_sizes(self, header: BloscHeader, spec: ChunkSpec) -> None:
         """Raise CodecError unless the blosc header's size fits ``spec`` (see module doc)."""

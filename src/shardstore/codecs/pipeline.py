@@ -171,6 +171,14 @@ class CodecPipeline:
             data = bytes(data)  # a codec passed the scratch through: the result must outlive it
         return data
 
+    def encode_transient(self, array: np.ndarray, spec: ChunkSpec) -> bytes | memoryview:
+        """``encode`` for a caller that has written the result before this thread encodes
+        again: a chain of one array->bytes codec may return it in one of the thread's scratch
+        buffers (``ArrayBytesCodec.encode_transient``)."""
+        if self._lone and array.flags.c_contiguous:
+            return self.array_bytes.encode_transient(array, self._plan(spec)[0][-1])
+        return self.encode(array, spec)
+
     def decode_region(self, data: bytes, spec: ChunkSpec, selection: tuple) -> np.ndarray | None:
         """``decode(data, spec)[selection]`` by a partial decode, or None when no codec of the
         chain can do better than decoding the whole chunk (then call ``decode``).

@@ -167,7 +167,8 @@ class SupportsSetSync(Protocol):
     def set_sync(self, key: str, value: bytes | Parts | None, atomic: bool = True) -> None:
         """``set`` (None: ``delete``), synchronously. ``atomic=False`` allows a cheaper write
         that a concurrent reader may see half done, for keys no reader looks at yet (files a
-        format's metadata does not count yet)."""
+        format's metadata does not count yet). The store is done with ``value`` when this
+        returns (a caller may reuse its buffer): one that keeps it keeps a copy."""
         ...
 
     def update_many_sync(self, items: Sequence[tuple[str, bytes | Parts | Update | None]]) -> None:

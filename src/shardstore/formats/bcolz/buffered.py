@@ -69,6 +69,9 @@ class _Pending:
 
     def __init__(self, disk_rows: int) -> None:
         self.tail: np.ndarray | None = None  # rows of the last partial chunk, when known
+        # a chunk of rows that ``tail`` is the start of once an append has set it: appends
+        # fill it in place (see ``BcolzArray._split``)
+        self.buf: np.ndarray | None = None
         self.dirty = False  # the leftover file and meta/sizes lag behind ``tail`` / the shape
         self.disk_rows = disk_rows  # the length meta/sizes on disk gives
         self.lease: Any = None  # the rootdir's writer lease while this handle writes
@@ -347,24 +350,47 @@ class BcolzArray(AsyncArray):
         n, chunklen = self.driver.sizes.shape[0], self.driver.storage.chunklen
         return basic_indexer(slice(n - n % chunklen, n), self.driver.layout.grid)
 
+    def _tail_buffer(self, tail: np.ndarray) -> np.ndarray:
+        """The pending chunk buffer, ``tail`` at its start. Appends fill the rows after it in
+        place: a chunk-sized array per append (the one a piece completes, then the new tail)
+        is an allocation whose pages fault in as they are first written."""
+        pending = self._pending
+        if pending.buf is None:
+            pending.buf = np.empty((self.driver.storage.chunklen, *self.shape[1:]), dtype=self.dtype)
+        if tail.base is not pending.buf:  # (rows read from the file, or of an appended array)
+            pending.buf[: len(tail)] = tail
+        return pending.buf
+
     def _split(self, tail: np.ndarray, arr: np.ndarray) -> tuple[list[tuple[int, np.ndarray]], np.ndarray]:
-        """The chunks ``arr`` after ``tail`` completes, as (chunk index, rows), and the new tail."""
+        """The chunks ``arr`` after ``tail`` completes, as (chunk index, rows), and the new tail.
+
+        The chunk ``tail`` starts is completed in the pending buffer, after ``tail`` (whose
+        rows stay as they are if the write fails); the new tail is a view of ``arr``, which
+        ``_appended`` copies into the buffer once the chunks are written."""
         chunklen = self.driver.storage.chunklen
-        if len(tail) + len(arr) < chunklen:
-            return [], np.concatenate([tail, arr])
+        m = len(tail)
+        if m + len(arr) < chunklen:
+            buf = self._tail_buffer(tail)
+            buf[m : m + len(arr)] = arr
+            return [], buf[: m + len(arr)]
         k = self.driver.sizes.shape[0] // chunklen
-        pos = chunklen - len(tail)
-        jobs = [(k, np.concatenate([tail, arr[:pos]]) if len(tail) else arr[:pos])]
+        pos = chunklen - m
+        if m:
+            buf = self._tail_buffer(tail)
+            buf[m:] = arr[:pos]
+            jobs = [(k, buf)]
+        else:
+            jobs = [(k, arr[:pos])]
         while pos + chunklen <= len(arr):
             k += 1
             jobs.append((k, arr[pos : pos + chunklen]))
             pos += chunklen
-        return jobs, arr[pos:].copy()
+        return jobs, arr[pos:]
 
     def _appended(self, rows: int, tail: np.ndarray, cbytes: int) -> None:
         self.driver.add_full_chunks(cbytes)
         self.driver.set_length(self.driver.sizes.shape[0] + rows)
-        self._pending.tail = tail
+        self._pending.tail = self._tail_buffer(tail)[: len(tail)]
         self._pending.dirty = True
 
     async def append(self, values: Any, axis: int = 0) -> tuple[int, ...]:
@@ -411,11 +437,13 @@ class BcolzArray(AsyncArray):
         finally:
             self._settle()
 
-    def _encoder(self) -> Callable[[int, np.ndarray], tuple[str, bytes]]:
+    def _encoder(self, transient: bool = False) -> Callable[[int, np.ndarray], tuple[str, bytes | memoryview]]:
+        """``encode(k, rows) -> (key, data)``; ``transient``: data in the thread's scratch
+        buffer, to be written before the thread encodes again (``Pipeline.encode_transient``)."""
         driver = self.driver
         layout = driver.layout
         spec = layout.chunk_spec
-        encode = layout.pipeline.encode
+        encode = layout.pipeline.encode_transient if transient else layout.pipeline.encode
         return lambda k, rows: (chunk_file_key(driver.path, k), encode(rows, spec))
 
     def _write_chunks_now(self, jobs: list[tuple[int, np.ndarray]], writes: SupportsSetSync) -> int:
@@ -423,7 +451,7 @@ class BcolzArray(AsyncArray):
         release the GIL); their total blosc size. Only the old leftover is replaced
         atomically: files beyond the length on disk are written in place (no temp file and
         rename), as bcolz writes them, since no reader looks at them yet."""
-        encode = self._encoder()
+        encode = self._encoder(transient=True)  # (set_sync is done with a value when it returns)
         pending, chunklen = self._pending, self.driver.storage.chunklen
 
         def job(k: int, rows: np.ndarray) -> int:
