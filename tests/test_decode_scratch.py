@@ -224,3 +224,56 @@ def test_scratch_max_bytes_of_the_config_limits_the_kept_buffer(monkeypatch) -> 
         assert spy.done > done  # decoded in place, into a scratch buffer either way
         buf = getattr(base._scratch, "buf", None)
         assert (buf is not None and buf.nbytes == 1024) is kept, limit
+
+
+def test_zstd_decodes_to_a_buffer_exactly_what_decode_gives() -> None:
+    """``ZstdCodec.decode_to`` (libzstd into the caller's buffer) agrees with ``decode``, and
+    declines whatever ``decode`` would refuse or size differently, so that ``decode`` words it."""
+    import zstandard
+
+    from shardstore.codecs.base import ChunkSpec
+    from shardstore.codecs.zstd import ZstdCodec
+
+    spec = ChunkSpec((4096,), np.dtype("uint8"))
+    data = np.random.default_rng(5).integers(0, 8, 4096, dtype=np.uint8).tobytes()
+    for codec in (ZstdCodec(3), ZstdCodec(3, checksum=True)):
+        frame = codec.encode(data, spec)
+        out = np.zeros(4096, np.uint8)
+        assert codec.decode_to(memoryview(frame), spec, out) and out.tobytes() == data
+        assert not codec.decode_to(frame, spec, np.zeros(4095, np.uint8))  # too small
+        assert not codec.decode_to(frame, spec, np.zeros(4097, np.uint8))  # larger than the content
+        assert not codec.decode_to(b"", spec, out)
+    # several frames, and a frame without its content size, decode whole as in ``decode``
+    two = zstandard.ZstdCompressor().compress(data[:1000]) + zstandard.ZstdCompressor().compress(data[1000:])
+    unsized = zstandard.ZstdCompressor(write_content_size=False).compressobj()
+    streamed = unsized.compress(data) + unsized.flush()
+    for frames in (two, streamed):
+        out = np.zeros(4096, np.uint8)
+        assert ZstdCodec().decode_to(frames, spec, out) and out.tobytes() == data
+        assert ZstdCodec().decode(frames, spec, 4096) == data
+    # a damaged checksum: declined, and ``decode`` raises
+    frame = bytearray(ZstdCodec(3, checksum=True).encode(data, spec))
+    frame[-1] ^= 0xFF
+    assert not ZstdCodec().decode_to(bytes(frame), spec, np.zeros(4096, np.uint8))
+    with pytest.raises(CodecError):
+        ZstdCodec().decode(bytes(frame), spec, 4096)
+
+
+def test_zarr3_zstd_reads_decode_in_scratch(tmp_path: Path, monkeypatch) -> None:
+    from shardstore.codecs import zstd as zstd_codec
+
+    calls: list[bool] = []
+    real = zstd_codec.ZstdCodec.decode_to
+
+    def spy(self, data, spec, out) -> bool:  # type: ignore[no-untyped-def]
+        calls.append(real(self, data, spec, out))
+        return calls[-1]
+
+    monkeypatch.setattr(zstd_codec.ZstdCodec, "decode_to", spy)
+    data = np.arange(40 * 50, dtype="int32").reshape(40, 50)
+    a = shardstore.zarr3.create(str(tmp_path), shape=data.shape, dtype="int32", chunks=(16, 16), config=GENERIC,
+                                codecs=[{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "zstd"}])
+    a[...] = data
+    b = shardstore.zarr3.open(str(tmp_path), config=GENERIC)
+    np.testing.assert_array_equal(b[3:37, 5:45], data[3:37, 5:45])
+    assert calls and all(calls)

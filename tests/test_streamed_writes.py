@@ -32,7 +32,7 @@ from shardstore.store.memory import MemoryStore
 from shardstore.store.wrappers import RecordingStore
 
 if TYPE_CHECKING:
-    from _servers import SeaweedFS
+    from _servers import CountingProxy, SeaweedFS
 
 CHILD = str(Path(__file__).with_name("_stream_child.py"))
 STREAM = IOConfig(stream_unit_bytes=0, stream_window_bytes=0)  # every whole shard, smallest window
@@ -258,6 +258,23 @@ def test_streamed_shard_on_s3_is_a_multipart_upload(seaweedfs: SeaweedFS, tmp_pa
     etag = shardstore._sync.sync(s3.checked_generation("c/0/0/0"))
     assert str(etag).strip('"').endswith("-4"), etag  # a multipart upload's ETag: 4 parts
 
+
+
+def test_streamed_shard_on_s3_that_fits_one_part_is_one_put(seaweedfs_proxy: tuple[SeaweedFS, CountingProxy],
+                                                             streamed_units: list[int]) -> None:
+    """A multipart upload costs two round trips more (create, complete) than a PUT."""
+    from test_store_s3 import make_s3
+
+    server, proxy = seaweedfs_proxy
+    shape = (128, 128, 128)  # 2 MiB of random bytes: less than one 5 MiB part
+    data = np.frombuffer(np.random.default_rng(4).bytes(int(np.prod(shape))), dtype=np.uint8).reshape(shape)
+    s3 = make_s3(server, multipart_threshold=1 << 40, multipart_chunk_size=5 << 20)
+    a = shardstore.zarr3.create(s3, shape=shape, dtype="uint8", chunks=(64, 64, 64), shards=shape, config=STREAM)
+    proxy.reset()
+    a[...] = data
+    assert streamed_units == [8]
+    assert proxy.count() == proxy.count("PUT") == 1
+    np.testing.assert_array_equal(shardstore.zarr3.open(s3)[...], data)
 
 pytest_plugins = ["_servers"]
 _ = LocalStore  # (the store the local tests write through)

@@ -9,9 +9,15 @@ n5-zstandard are kept for the JSON round trip and ignored.
 
 from __future__ import annotations
 
+import ctypes
+import glob
+import importlib.util
+import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import zstandard
 
 from ..errors import ChecksumError, CodecError, MetadataError
@@ -22,6 +28,34 @@ __all__ = ["ZstdCodec", "unzstd"]
 
 _MIN_LEVEL, _MAX_LEVEL = -131072, 22
 _local = threading.local()
+
+
+def _load_decompress() -> Callable[[int, int, int, int], int] | None:
+    """libzstd's ``ZSTD_decompress(dst, capacity, src, size)`` through ctypes (which releases
+    the GIL around it), or None without the library: zstandard's one-shot decoder returns a
+    fresh bytes object and cannot decode into a given buffer. imagecodecs' copy (a dependency,
+    found without importing it) comes first, as the native span reader's; then the system's.
+    Loaded at import: done on a chunk's first decode it showed up in a read's timing."""
+    candidates: list[str] = []
+    spec = importlib.util.find_spec("imagecodecs")
+    if spec is not None and spec.origin:
+        libs = os.path.join(os.path.dirname(os.path.dirname(spec.origin)), "imagecodecs.libs")
+        candidates += sorted(glob.glob(os.path.join(libs, "libzstd*.so*")))
+    for name in (*candidates, "libzstd.so.1"):
+        try:
+            fn = ctypes.CDLL(name).ZSTD_decompress
+        except (OSError, AttributeError):
+            continue
+        fn.restype = ctypes.c_size_t
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t]
+        return fn
+    return None
+
+
+try:
+    _decompress_to = _load_decompress()
+except Exception:  # pragma: no cover - an odd install: ``decode`` still works
+    _decompress_to = None
 
 
 def _compressor(level: int, checksum: bool) -> zstandard.ZstdCompressor:
@@ -117,6 +151,10 @@ class ZstdCodec(N5Compression, BytesBytesCodec):
 
     name = "zstd"
     slow_decode = True
+    decodes_to = _decompress_to is not None
+    #: a block decodes to at most 128 KiB and takes at least 4 bytes (an RLE block: a 3-byte
+    #: header and its byte), so a chunk claiming more is refused before a buffer is allocated
+    max_ratio = 32768
 
     def __init__(self, level: int = 0, checksum: bool = False) -> None:
         if (
@@ -161,6 +199,16 @@ class ZstdCodec(N5Compression, BytesBytesCodec):
 
     def decode(self, data: bytes, spec: ChunkSpec, max_size: int) -> bytes:
         return unzstd(data, max_size)
+
+    def decode_to(self, data: bytes | memoryview, spec: ChunkSpec, out: np.ndarray) -> bool:
+        """Every frame into ``out`` (the pipeline's scratch buffer: no fresh bytes object per
+        chunk), checksums checked, as ``unzstd``; anything else (an error, another size) is
+        left to ``decode``, which words it."""
+        src = np.frombuffer(data, np.uint8)
+        if _decompress_to is None or not src.nbytes or not out.flags.c_contiguous:
+            return False
+        # an error is a size_t near 2**64 (ZSTD_isError), never the size expected
+        return bool(_decompress_to(out.ctypes.data, out.nbytes, src.ctypes.data, src.nbytes) == out.nbytes)
 
     def native_decoder(self) -> NativeDecoder:
         return "zstd"  # ZSTD_decompress: every frame, checksums checked, as ``unzstd``

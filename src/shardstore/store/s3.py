@@ -217,11 +217,12 @@ class S3Store(ObjectStoreBase):
         await self._put(key, value)
 
     async def set_streamed(self, key: str, value: Streamed) -> None:
-        """A value without a head streams as a multipart upload (parts of
-        ``multipart_chunk_size``, at least the S3 minimum of 5 MiB; the object appears only
-        when the upload completes, so readers see the old value until then). Unconditional,
-        like every whole-value write here; a value with a head (an index at the start) cannot
-        be written before its head is known, so it is collected and put at once."""
+        """A value without a head that fits in one part (``multipart_chunk_size``) is one
+        PUT; a larger one streams as a multipart upload (parts of ``multipart_chunk_size``, at
+        least the S3 minimum of 5 MiB; the object appears only when the upload completes, so
+        readers see the old value until then). Unconditional, like every whole-value write
+        here; a value with a head (an index at the start) cannot be written before its head is
+        known, so it is collected and put at once."""
         if value.head_size:
             await super().set_streamed(key, value)
             return
@@ -229,21 +230,30 @@ class S3Store(ObjectStoreBase):
         validate_key(key)
         body = value.body
         parts = body.__aiter__() if isinstance(body, AsyncIterable) else _as_async(body)
-        try:
-            first = await parts.__anext__()
-        except StopAsyncIteration:  # no part: finish says whether an empty value is stored
+        # up to one part is held before deciding: a multipart upload costs two more round
+        # trips (create, complete) than a PUT, and a single part would hold as much anyway
+        held: list[Buffer] = []
+        size = 0
+        async for part in parts:
+            held.append(part)
+            size += memoryview(part).nbytes
+            if size > self.multipart_chunk_size:
+                break
+        else:  # the whole body fits one part: finish says whether (and what) to store
             ends = checked_ends(key, value)
             if ends is None:
                 await self._delete_many([key])
             else:
-                await self._put(key, ends[1])
+                await self._put(key, Parts([*held, ends[1]]))
             return
 
         failed: list[BaseException] = []  # the body's own error (an encoder's), raised as it is
 
         async def stream() -> AsyncIterator[Buffer]:
             try:
-                yield first
+                for part in held:
+                    yield part
+                held.clear()  # (sent on: not kept for the whole upload)
                 async for part in parts:
                     yield part
                 ends = checked_ends(key, value)

@@ -8,7 +8,8 @@ at the end), or None when nothing is to be stored (the key is deleted).
 
 Stores write it as they can: a local file streams the body into its temp file, writes the
 head at offset 0 and renames it into place (``LocalStore.set_streamed_sync``); S3 streams a
-value without a head as a multipart upload (``S3Store.set_streamed``); every other store
+value without a head larger than one part as a multipart upload, a smaller one as one PUT
+(``S3Store.set_streamed``); every other store
 collects the parts and writes them with one ``set`` (``collect`` / ``collect_async``).
 """
 
