@@ -26,6 +26,7 @@ from shardstore.codecs.bytes_ import BytesCodec
 from shardstore.codecs.memory_order import copy_to_c_order, first_axis_fastest
 from shardstore.codecs.n5_block import N5BlockCodec
 from shardstore.codecs.precomputed_raw import PrecomputedRawCodec
+from shardstore.core import rawwrite
 from shardstore.store import LocalStore
 from shardstore.testing.runners import RUNNERS, Runner, on_runner
 
@@ -217,7 +218,8 @@ def test_broadcast_and_c_ordered_values_are_not_fortran() -> None:
 @pytest.mark.parametrize("fmt", ["zarr3", "n5-raw", "n5-gzip"])
 def test_fortran_input_takes_the_two_pass_copy(fmt: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Zarr v3 and N5 lay a Fortran-ordered chunk out by ``copy_to_c_order`` (not NumPy's
-    element-by-element transposing copy, nor the native raw writer's)."""
+    element-by-element transposing copy, nor the native raw writer's: it writes raw N5
+    blocks laid out by it)."""
     calls: list[tuple[int, ...]] = []
     real = memory_order.copy_to_c_order
 
@@ -225,7 +227,7 @@ def test_fortran_input_takes_the_two_pass_copy(fmt: str, tmp_path: Path, monkeyp
         calls.append(a.shape)
         real(a, out)
 
-    for module in (bytes_, n5_block):
+    for module in (bytes_, n5_block, rawwrite):
         monkeypatch.setattr(module, "copy_to_c_order", counted)
     a = FORMATS[fmt][0](LocalStore(tmp_path), (16, 16, 16))
     x = np.asfortranarray(_values((16, 16, 16), 8))
