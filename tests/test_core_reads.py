@@ -291,7 +291,7 @@ def test_feed_hands_out_shrinking_batches_each_item_once() -> None:
 
     takes = DEFAULTS.feed_takes
     items = list(range(500))
-    feed = Feed(items, 2, takes)
+    feed = Feed(items, 2, takes, print, ())
     batches = []
     while batch := feed.take():
         batches.append(batch)
@@ -299,13 +299,47 @@ def test_feed_hands_out_shrinking_batches_each_item_once() -> None:
     sizes = [len(b) for b in batches]
     assert sizes[0] == 500 // (takes * 2)
     assert sizes == sorted(sizes, reverse=True) and sizes[-takes * 2 :] == [1] * takes * 2
-    assert len(Feed(items, 2, 1).take()) == 500 // 2  # fewer takes: larger first batches
-
-    failing = Feed(items, 2, takes)
+    assert len(Feed(items, 2, 1, print, ()).take()) == 500 // 2  # fewer takes: larger first batches
 
     def boom(batch: list) -> None:
         raise ValueError("decode failed")
 
+    failing = Feed(items, 2, takes, boom, ())
     with pytest.raises(ValueError):
-        failing.drain(boom)
+        failing.drain()
     assert failing.take() == []
+
+
+def test_shared_call_keeps_no_reference_to_its_work() -> None:
+    """Once ``run_shared`` returns, nothing of the call's work is referenced any more (the
+    output array, here): helpers cancelled before they started stay queued in their pool
+    until a thread takes them, and freeing outputs late, out of order, made glibc hand
+    their memory back to the kernel after every read (page faults on each fresh output)."""
+    import gc
+    import weakref
+
+    from shardstore._sync import codec_pool
+    from shardstore.core.threads import run_shared
+
+    config = IOConfig(codec_threads=3)  # a pool of its own, all of whose threads are kept busy
+    pool = codec_pool(config.codec_threads)
+    release = threading.Event()
+    busy = [pool.submit(release.wait) for _ in range(3)]
+    out = np.zeros(1000, np.uint8)
+    ref = weakref.ref(out)
+
+    def fill(batch: list, target: np.ndarray) -> None:
+        for i in batch:
+            target[i] = 1
+
+    try:
+        # the helpers cannot start: this thread does everything, and they stay queued
+        run_shared(fill, list(range(1000)), (out,), "codec", None, (False, True, False, False), config)
+        assert out.all()
+        del out
+        gc.collect()
+        assert ref() is None
+    finally:
+        release.set()
+        for f in busy:
+            f.result()

@@ -23,9 +23,10 @@ from shardstore import bcolz as sbz
 from shardstore.codecs import bytes_, memory_order, n5_block, precomputed_raw
 from shardstore.codecs.base import ArrayBytesCodec
 from shardstore.codecs.bytes_ import BytesCodec
-from shardstore.codecs.memory_order import copy_to_c_order, first_axis_fastest
+from shardstore.codecs.memory_order import copy_to_c_order, first_axis_fastest, rows_laid_out
 from shardstore.codecs.n5_block import N5BlockCodec
 from shardstore.codecs.precomputed_raw import PrecomputedRawCodec
+from shardstore.core import rawwrite
 from shardstore.store import LocalStore
 from shardstore.testing.runners import RUNNERS, Runner, on_runner
 
@@ -207,6 +208,18 @@ def test_copy_to_c_order_lays_out_fortran_boxes(shape: tuple[int, ...], out_dtyp
         np.testing.assert_array_equal(out, x, err_msg=name)
 
 
+@pytest.mark.parametrize("shape", [(5, 7), (4, 6, 8), (3, 1, 5, 2), (8, 8, 8), (1, 9)])
+def test_rows_laid_out_is_a_view_of_the_values_in_the_buffer(shape: tuple[int, ...]) -> None:
+    x = np.random.default_rng(8).integers(0, 60000, shape).astype(np.uint16)
+    for name, value in _layouts(x):
+        if not first_axis_fastest(value):
+            continue
+        buf = np.full(x.size, 1, np.uint16)
+        laid = rows_laid_out(value, buf)
+        assert laid.shape == x.shape and np.shares_memory(laid, buf) and not np.shares_memory(laid, value)
+        np.testing.assert_array_equal(laid, x, err_msg=name)
+
+
 def test_broadcast_and_c_ordered_values_are_not_fortran() -> None:
     assert not first_axis_fastest(np.zeros((4, 5)))
     assert not first_axis_fastest(np.broadcast_to(np.arange(5.0), (4, 5)).T)
@@ -217,16 +230,22 @@ def test_broadcast_and_c_ordered_values_are_not_fortran() -> None:
 @pytest.mark.parametrize("fmt", ["zarr3", "n5-raw", "n5-gzip"])
 def test_fortran_input_takes_the_two_pass_copy(fmt: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Zarr v3 and N5 lay a Fortran-ordered chunk out by ``copy_to_c_order`` (not NumPy's
-    element-by-element transposing copy, nor the native raw writer's)."""
+    element-by-element transposing copy, nor the native raw writer's: it gathers raw N5
+    blocks from the first pass of it, ``rows_laid_out``)."""
     calls: list[tuple[int, ...]] = []
-    real = memory_order.copy_to_c_order
+    real, real_rows = memory_order.copy_to_c_order, memory_order.rows_laid_out
 
     def counted(a: np.ndarray, out: np.ndarray) -> None:
         calls.append(a.shape)
         real(a, out)
 
+    def counted_rows(a: np.ndarray, buf: np.ndarray) -> np.ndarray:
+        calls.append(a.shape)
+        return real_rows(a, buf)
+
     for module in (bytes_, n5_block):
         monkeypatch.setattr(module, "copy_to_c_order", counted)
+    monkeypatch.setattr(rawwrite, "rows_laid_out", counted_rows)
     a = FORMATS[fmt][0](LocalStore(tmp_path), (16, 16, 16))
     x = np.asfortranarray(_values((16, 16, 16), 8))
     a[...] = x

@@ -34,6 +34,9 @@ _pid: int | None = None
 #: thread pools by (kind, size), and the process they were made in
 _pools: dict[tuple[str, int], ThreadPoolExecutor] = {}
 _pools_pid: int | None = None
+# counted once: ``os.cpu_count`` reads a file under /sys on Linux, and every blocking read
+# asks for its codec pool (tens of microseconds a call, a few percent of a 100^3 box read)
+_DEFAULT_CODEC_THREADS = max(os.cpu_count() or 1, 2)
 _local = threading.local()
 
 
@@ -101,7 +104,7 @@ def codec_pool_size(threads: int | None = None) -> int:
 def codec_pool(threads: int | None = None) -> ThreadPoolExecutor:
     """Threads for encode/decode (the C codecs and numpy release the GIL): one pool per size
     (``IOConfig.codec_threads``; None: the number of CPUs, at least 2)."""
-    return _pool_of("codec", threads or max(os.cpu_count() or 1, 2))
+    return _pool_of("codec", threads or _DEFAULT_CODEC_THREADS)
 
 
 def _pool_of(kind: str, threads: int) -> ThreadPoolExecutor:

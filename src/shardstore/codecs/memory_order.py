@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["copy_to_c_order", "first_axis_fastest"]
+__all__ = ["copy_to_c_order", "first_axis_fastest", "rows_laid_out"]
 
 
 def first_axis_fastest(a: np.ndarray) -> bool:
@@ -34,9 +34,28 @@ def copy_to_c_order(a: np.ndarray, out: np.ndarray) -> None:
     """``out[...] = a`` for a ``first_axis_fastest`` array ``a`` and a C-contiguous ``out``
     of the same shape (any dtype ``a`` casts to safely: the byte order is converted in the
     last pass)."""
-    b = a.T  # axes reversed, the last one fastest: ``out`` is ``b.T`` laid out in C order
-    last = b.shape[-1]
+    rows = _outer_reversed(a, None)
+    out.reshape(rows.shape[-1], -1)[...] = rows.reshape(-1, rows.shape[-1]).T
+
+
+def rows_laid_out(a: np.ndarray, buf: np.ndarray) -> np.ndarray:
+    """The first pass of ``copy_to_c_order`` for a ``first_axis_fastest`` array ``a``, into
+    ``buf`` (C-contiguous, ``a.size`` elements of ``a.dtype``): a view of ``a``'s values of
+    ``a``'s shape whose copy in C order is the last pass, a transpose within ``buf``. For a
+    consumer that copies anyway (the native raw N5 writer gathers each block into its file
+    buffer): one pass and one buffer fewer."""
+    rows = _outer_reversed(a, buf)
+    return rows.transpose(rows.ndim - 1, *range(rows.ndim - 1))
+
+
+def _outer_reversed(a: np.ndarray, buf: np.ndarray | None) -> np.ndarray:
+    """``a.T`` with its outer axes reversed, copied by whole rows (of ``a.shape[0]`` elements,
+    the last axis of ``a.T`` and its fastest), into ``buf`` or a new array."""
+    b = a.T  # axes reversed, the last one fastest: the C-ordered copy of ``a`` is ``b.T``
     outer = b.ndim - 1
-    # the outer axes of ``b`` reversed by copies of whole rows (of ``last`` elements)
-    rows = np.ascontiguousarray(b.transpose(*range(outer - 1, -1, -1), outer)).reshape(-1, last)
-    out.reshape(last, -1)[...] = rows.T
+    src = b.transpose(*range(outer - 1, -1, -1), outer)
+    if buf is None:
+        return np.ascontiguousarray(src)
+    rows = buf.reshape(src.shape)
+    np.copyto(rows, src)
+    return rows
