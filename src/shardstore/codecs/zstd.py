@@ -10,9 +10,6 @@ n5-zstandard are kept for the JSON round trip and ignored.
 from __future__ import annotations
 
 import ctypes
-import glob
-import importlib.util
-import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +17,7 @@ from typing import Any
 import numpy as np
 import zstandard
 
+from .._clibs import find_functions
 from ..errors import ChecksumError, CodecError, MetadataError
 from .base import BytesBytesCodec, ChunkSpec, N5Compression, NativeDecoder
 from .registry import register_codec
@@ -33,23 +31,16 @@ _local = threading.local()
 def _load_decompress() -> Callable[[int, int, int, int], int] | None:
     """libzstd's ``ZSTD_decompress(dst, capacity, src, size)`` through ctypes (which releases
     the GIL around it), or None without the library: zstandard's one-shot decoder returns a
-    fresh bytes object and cannot decode into a given buffer. imagecodecs' copy (a dependency,
-    found without importing it) comes first, as the native span reader's; then the system's.
-    Loaded at import: done on a chunk's first decode it showed up in a read's timing."""
-    candidates: list[str] = []
-    spec = importlib.util.find_spec("imagecodecs")
-    if spec is not None and spec.origin:
-        libs = os.path.join(os.path.dirname(os.path.dirname(spec.origin)), "imagecodecs.libs")
-        candidates += sorted(glob.glob(os.path.join(libs, "libzstd*.so*")))
-    for name in (*candidates, "libzstd.so.1"):
-        try:
-            fn = ctypes.CDLL(name).ZSTD_decompress
-        except (OSError, AttributeError):
-            continue
-        fn.restype = ctypes.c_size_t
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t]
-        return fn
-    return None
+    fresh bytes object and cannot decode into a given buffer. The copy imagecodecs ships comes
+    first, as for the native span reader. Loaded at import: done on a chunk's first decode it
+    showed up in a read's timing."""
+    found = find_functions("libzstd", "libzstd.so.1", ["ZSTD_decompress"])
+    if found is None:
+        return None
+    fn = found[0]
+    fn.restype = ctypes.c_size_t
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t]
+    return fn
 
 
 try:

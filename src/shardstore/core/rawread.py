@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import ctypes
 import math
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .._clibs import find_functions
 from .indexing import ChunkProjection
 from .layout import ChunkLayout
 
@@ -43,7 +43,7 @@ __all__ = ["available", "inflate_available", "plan_boxes", "raw_reader"]
 #: a chunk of a read: its projection, its key, and None (the slot `_scatter` takes its bytes in)
 Items = list[tuple[ChunkProjection, str, None]]
 _LIBDEFLATE_FUNCTIONS = ("alloc_decompressor", "free_decompressor", "gzip_decompress_ex", "zlib_decompress_ex")
-_libdeflate: ctypes.CDLL | None | bool = None  # the loaded library, False when none was found
+_libdeflate: bool | None = None  # whether libdeflate was found and handed over (None: not looked for yet)
 
 
 def available() -> bool:
@@ -52,32 +52,18 @@ def available() -> bool:
     return _rawio is not None
 
 
-def _libdeflate_candidates() -> Iterator[str]:
-    try:
-        import imagecodecs
-    except ImportError:  # pragma: no cover - imagecodecs is a dependency
-        pass
-    else:  # its wheels ship libdeflate as a shared library beside the package
-        libs = Path(imagecodecs.__file__).resolve().parent.parent / "imagecodecs.libs"
-        yield from sorted(str(p) for p in libs.glob("libdeflate*.so*"))
-    yield "libdeflate.so.0"  # the system's (Debian: libdeflate0)
-
-
 def inflate_available() -> bool:
     """Whether the native reader can inflate: libdeflate found and handed to it (once)."""
     global _libdeflate
     if _libdeflate is None:
         _libdeflate = False
-        for name in _libdeflate_candidates() if _rawio is not None else ():
-            try:
-                lib = ctypes.CDLL(name)
-                fns = [getattr(lib, "libdeflate_" + f) for f in _LIBDEFLATE_FUNCTIONS]
-            except (OSError, AttributeError):  # not there, or too old for the _ex functions
-                continue
+        fns = None
+        if _rawio is not None:  # (not there, or too old for the _ex functions: None)
+            fns = find_functions("libdeflate", "libdeflate.so.0", ["libdeflate_" + f for f in _LIBDEFLATE_FUNCTIONS])
+        if fns is not None:
             _rawio.set_libdeflate(*(ctypes.cast(f, ctypes.c_void_p).value or 0 for f in fns))  # 0: refused
-            _libdeflate = lib  # kept: the module calls into it for the life of the process
-            break
-    return _libdeflate is not False
+            _libdeflate = True
+    return bool(_libdeflate)
 
 
 def raw_reader(layout: ChunkLayout, out: np.ndarray) -> Callable[[Items], Items] | None:

@@ -24,15 +24,14 @@ reads of many chunks gain 1.2-5x.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import math
-from collections.abc import Callable, Iterable, Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .._clibs import find_functions
 from .._sync import codec_pool_size
 from ..codecs.base import expansion_bound, scratch_buffer
 from .indexing import ChunkProjection
@@ -58,22 +57,6 @@ _LIBRARIES = (
     ("BLOSC", "libblosc-", "libblosc.so.1", ("blosc_cbuffer_validate", "blosc_decompress_ctx")),
 )
 _loaded: tuple[int, ...] | None = None
-_libraries: list[ctypes.CDLL] = []  # kept: the module calls into them for the life of the process
-
-
-def _candidates(codec: str, prefix: str, soname: str) -> Iterator[str]:
-    try:
-        import imagecodecs
-    except ImportError:  # pragma: no cover - imagecodecs is a dependency
-        pass
-    else:  # its wheels ship the libraries beside the package (as libdeflate, see rawread)
-        # loaded by imagecodecs' own extension first: the library's dependencies (libblosc's
-        # liblz4, ...) are found by their sonames only once something loaded them
-        with contextlib.suppress(Exception):  # (a build without it: the system's, if any)
-            getattr(imagecodecs, codec).available  # noqa: B018 (the attribute imports the extension)
-        libs = Path(imagecodecs.__file__).resolve().parent.parent / "imagecodecs.libs"
-        yield from sorted(str(p) for p in libs.glob(prefix + "*.so*"))
-    yield soname  # the system's
 
 
 def loaded_codecs() -> tuple[int, ...]:
@@ -85,17 +68,9 @@ def loaded_codecs() -> tuple[int, ...]:
             return _loaded
         addresses: list[int] = []
         for codec, prefix, soname, functions in _LIBRARIES:
-            found = [0] * len(functions)
-            for name in _candidates(codec, prefix, soname):
-                try:
-                    lib = ctypes.CDLL(name)
-                    fns = [getattr(lib, f) for f in functions]
-                except (OSError, AttributeError):  # not there, or too old (blosc_cbuffer_validate: 1.16)
-                    continue
-                found = [ctypes.cast(f, ctypes.c_void_p).value or 0 for f in fns]
-                _libraries.append(lib)
-                break
-            addresses += found
+            # (not there, or too old: blosc_cbuffer_validate came with c-blosc 1.16)
+            fns = find_functions(prefix, soname, functions, extension=codec) or []
+            addresses += [ctypes.cast(f, ctypes.c_void_p).value or 0 for f in fns] or [0] * len(functions)
         _rawio.set_decoders(*addresses)
         inflate_available()  # libdeflate, for gzip and zlib
         _loaded = tuple(_rawio.decoders())
