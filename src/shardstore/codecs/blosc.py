@@ -61,22 +61,31 @@ def _ctx_codecs() -> Any:
     return _imagecodecs
 
 
-def compress_chunk(data: bytes, cname: str, clevel: int, shuffle: int, blocksize: int, typesize: int) -> bytes:
-    """One Blosc-1 chunk, single-threaded through c-blosc's context API where possible."""
+def _ctx_encode(data: bytes | memoryview, cname: str, clevel: int, shuffle: int, blocksize: int, typesize: int,
+                out: np.ndarray | None = None) -> Any:
+    """c-blosc's context API through imagecodecs (into ``out`` when given): the chunk as an
+    array, or None where it cannot (no blosc in imagecodecs, a typesize that does not divide
+    the data, a compressor this c-blosc build lacks, a header not saying the typesize)."""
     ic = _ctx_codecs()
     n = memoryview(data).nbytes
-    if ic is not None and n and n % typesize == 0:
-        # imagecodecs takes the typesize from the buffer's item size (and, in older
-        # releases, from ``typesize``): give both, and check the header says so
-        items = np.frombuffer(data, dtype=f"V{typesize}") if typesize > 1 else data
-        try:
-            out = ic.blosc_encode(items, clevel, compressor=cname, shuffle=shuffle, typesize=typesize,
-                                  blocksize=blocksize, numthreads=1)
-        except RuntimeError:  # e.g. a compressor this c-blosc build lacks: numcodecs may have it
-            pass
-        else:
-            if out[3] == typesize:
-                return bytes(out)
+    if ic is None or not n or n % typesize:
+        return None
+    # imagecodecs takes the typesize from the buffer's item size (and, in older releases,
+    # from ``typesize``): give both, and check the header says so
+    items = np.frombuffer(data, dtype=f"V{typesize}") if typesize > 1 else data
+    try:
+        got = ic.blosc_encode(items, clevel, compressor=cname, shuffle=shuffle, typesize=typesize,
+                              blocksize=blocksize, numthreads=1, out=out)
+    except RuntimeError:  # e.g. a compressor this c-blosc build lacks: numcodecs may have it
+        return None
+    return got if got[3] == typesize else None
+
+
+def compress_chunk(data: bytes, cname: str, clevel: int, shuffle: int, blocksize: int, typesize: int) -> bytes:
+    """One Blosc-1 chunk, single-threaded through c-blosc's context API where possible."""
+    got = _ctx_encode(data, cname, clevel, shuffle, blocksize, typesize)
+    if got is not None:
+        return bytes(got)
     return bytes(_blosc.compress(data, cname.encode(), clevel, shuffle, blocksize, typesize))
 
 
@@ -89,18 +98,9 @@ def compress_chunk_into(data: bytes | memoryview, cname: str, clevel: int, shuff
     """``compress_chunk`` written into ``out`` (uint8, at least ``MAX_OVERHEAD`` bytes more
     than ``data``); the compressed length. For a caller that reuses ``out``: a fresh chunk
     per call is an allocation whose pages fault in as c-blosc first writes them."""
-    ic = _ctx_codecs()
-    n = memoryview(data).nbytes
-    if ic is not None and n and n % typesize == 0:
-        items = np.frombuffer(data, dtype=f"V{typesize}") if typesize > 1 else data
-        try:
-            got = ic.blosc_encode(items, clevel, compressor=cname, shuffle=shuffle, typesize=typesize,
-                                  blocksize=blocksize, numthreads=1, out=out)
-        except RuntimeError:  # (as in compress_chunk: numcodecs may have the compressor)
-            pass
-        else:
-            if out[3] == typesize and np.shares_memory(got, out):
-                return len(got)
+    got = _ctx_encode(data, cname, clevel, shuffle, blocksize, typesize, out)
+    if got is not None and np.shares_memory(got, out):
+        return len(got)
     chunk = compress_chunk(data, cname, clevel, shuffle, blocksize, typesize)
     out[: len(chunk)] = np.frombuffer(chunk, np.uint8)
     return len(chunk)
