@@ -180,6 +180,8 @@ DAMAGE = {
     "blosc-bad-header": ("blosc-lz4", lambda b: b"\x02\x01\x01\x01" + b[4:]),
     "blosc-huge-nbytes": ("blosc-lz4", lambda b: b[:4] + struct.pack("<I", 1 << 30) + b[8:]),
     "blosc-truncated": ("blosc-lz4", lambda b: b[: len(b) - 7]),
+    # stored uncompressed (MEMCPYED) but the header's total size disagrees with the span's
+    "blosc-memcpyed-cbytes": ("blosc-lz4", lambda b: b[:12] + struct.pack("<I", len(b) + 1) + b[16:]),
     "blosc-other-size": ("blosc-lz4", lambda b: bytes(__import__("numcodecs").Blosc("lz4").encode(b"\x00" * 64))),
     "gzip-bad-crc": ("gzip", lambda b: b[:-8] + bytes([b[-8] ^ 0xFF]) + b[-7:]),
     "gzip-other-size": ("gzip", lambda b: gzip.compress(b"\x00" * 10)),
@@ -212,6 +214,21 @@ def test_damaged_chunks_raise_the_same_codec_error_on_every_path(damage: str, tm
                 assert spy.back >= 1 and spy.done >= 1  # refused natively, raised by Python
     assert len(set(messages.values())) == 1, messages
     assert "c/0/0/0" in messages["native"]
+
+
+def test_blosc_chunks_stored_uncompressed_are_copied_out_natively(tmp_path: Path, monkeypatch) -> None:
+    """Noise does not compress: c-blosc stores it verbatim (the MEMCPYED flag) and the native
+    reader copies those bytes out without a decode; the result matches the generic path."""
+    data = random_array((40, 36, 20), "uint16", 5)
+    a = _create(tmp_path, CODECS["blosc-lz4"])
+    a[...] = data
+    stored = _stored_chunk(tmp_path / "c" / "0" / "0" / "0", 0, 4)
+    assert stored[2] & 0x02 and len(stored) == 8 * 12 * 10 * 2 + 16  # verbatim after the header
+    spy = Spy(monkeypatch)
+    b = _open(tmp_path, "native", monkeypatch)
+    np.testing.assert_array_equal(b[...], data)
+    np.testing.assert_array_equal(b[3:37, 5:30, 1:19], data[3:37, 5:30, 1:19])
+    assert spy.done >= 20 and spy.back == 0
 
 
 def test_missing_chunks_and_shards_fill_or_raise_strictly(tmp_path: Path, monkeypatch) -> None:

@@ -31,6 +31,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #define MAXDIM 32
@@ -171,22 +172,35 @@ static void scatter_box(const plan_t *pl, const job_t *job, const char *payload,
             inner = d;
         }
     }
+    /* the first row's addresses, and the bytes one step of each dimension moves them (the
+     * odometer below moves the two pointers instead of recomputing them from every index per
+     * row: rows of 64-element chunks are short, and that arithmetic cost as much as the copy) */
+    const char *src = payload - first * isz;
+    char *dst = pl->out;
+    Py_ssize_t src_by[MAXDIM], dst_by[MAXDIM];
+    for (int d = 0; d < nd; d++) {
+        src += job->start[d] * pl->chunk_strides[d] * isz;
+        dst += job->out_start[d] * pl->out_stride[d];
+        src_by[d] = job->step[d] * pl->chunk_strides[d] * isz;
+        dst_by[d] = pl->out_stride[d];
+    }
     for (;;) {
-        Py_ssize_t src_el = -first, dst_off = 0;
-        for (int d = 0; d < nd; d++) {
-            Py_ssize_t i = d == inner ? 0 : idx[d];
-            src_el += (job->start[d] + i * job->step[d]) * pl->chunk_strides[d];
-            dst_off += (job->out_start[d] + i) * pl->out_stride[d];
-        }
-        const char *src = payload + src_el * isz;
-        char *dst = pl->out + dst_off;
         if (contiguous) {
             memcpy(dst, src, (size_t)(n_inner * isz));
         } else {
             for (Py_ssize_t i = 0; i < n_inner; i++) copy_item(dst + i * dst_step, src + i * src_step, isz, pl->swap);
         }
         int d = inner - 1;
-        while (d >= 0 && ++idx[d] == job->count[d]) idx[d--] = 0;
+        for (; d >= 0; d--) {
+            if (++idx[d] < job->count[d]) {
+                src += src_by[d];
+                dst += dst_by[d];
+                break;
+            }
+            idx[d] = 0; /* back to this dimension's first row; the next one up moves on */
+            src -= (job->count[d] - 1) * src_by[d];
+            dst -= (job->count[d] - 1) * dst_by[d];
+        }
         if (d < 0) break;
     }
 }
@@ -719,7 +733,52 @@ done:
 typedef struct {
     char *buf, *scratch, *own, *own_scratch;
     size_t cap;
+    /* the later spans' reads were started (posix_fadvise): done once, at the first span not
+     * in the page cache; before it each span is read only if cached (RWF_NOWAIT), since the
+     * advice on cached pages costs about as much as copying them */
+    int advised;
+    const job_t *jobs;
+    Py_ssize_t njobs;
 } span_work_t;
+
+/* Start the kernel reading the spans after ``from`` that do not follow on from the one before
+ * (on a cold disk the reads of scattered chunks overlap). A run of adjacent spans is left to
+ * the kernel's own readahead of sequential reads: pages that the advice brings in are cached
+ * as single pages, and every later read of them from the page cache is about twice as slow
+ * as of the large folios sequential readahead makes. */
+static void advise_spans(int fd, span_work_t *w, Py_ssize_t from) {
+    w->advised = 1;
+#ifdef POSIX_FADV_WILLNEED
+    for (Py_ssize_t i = from + 1; i < w->njobs; i++) {
+        const job_t *j = &w->jobs[i], *prev = &w->jobs[i - 1];
+        if (j->offset >= 0 && j->length > 0 && j->offset != prev->offset + prev->length)
+            posix_fadvise(fd, (off_t)j->offset, (off_t)j->length, POSIX_FADV_WILLNEED);
+    }
+#else
+    (void)fd;
+    (void)from;
+#endif
+}
+
+/* Read a span: first only from the page cache; on a miss, advise the rest, then wait for it. */
+static int read_span(int fd, span_work_t *w, const job_t *job, char *buf, size_t n, off_t at) {
+#if defined(RWF_NOWAIT) && defined(__linux__)
+    if (!w->advised) {
+        struct iovec v = {buf, n};
+        ssize_t got = preadv2(fd, &v, 1, at, RWF_NOWAIT);
+        if (got == (ssize_t)n) return 0;
+        if (got > 0) { /* the cached head is kept */
+            buf += got;
+            n -= (size_t)got;
+            at += got;
+        }
+        advise_spans(fd, w, job - w->jobs);
+    }
+#else
+    if (!w->advised) advise_spans(fd, w, job - w->jobs);
+#endif
+    return read_full(fd, buf, n, at);
+}
 
 static int run_span(const plan_t *pl, int codec, void *ld, int fd, Py_ssize_t end, const job_t *job, span_work_t *w) {
     Py_ssize_t first, last;
@@ -744,9 +803,14 @@ static int run_span(const plan_t *pl, int codec, void *ld, int fd, Py_ssize_t en
         w->own = w->buf = grown;
         w->cap = len;
     }
-    if (len && read_full(fd, w->buf, len, at) != 0) return ST_FALLBACK;
+    if (len && read_span(fd, w, job, w->buf, len, at) != 0) return ST_FALLBACK;
     if (codec == CODEC_RAW) {
         scatter_box(pl, job, w->buf, first);
+        return ST_OK;
+    }
+    const unsigned char *verbatim = stored_verbatim(codec, (const unsigned char *)w->buf, len, nbytes);
+    if (verbatim) {
+        scatter_box(pl, job, (const char *)verbatim, 0);
         return ST_OK;
     }
     if (!declares_size(codec, (const unsigned char *)w->buf, len, nbytes)) return ST_FALLBACK;
@@ -796,7 +860,7 @@ static PyObject *read_spans(PyObject *self, PyObject *args) {
     plan_t pl;
     job_t *jobs = NULL;
     Py_ssize_t njobs = 0;
-    span_work_t w = {NULL, NULL, NULL, NULL, 0};
+    span_work_t w = {NULL, NULL, NULL, NULL, 0, 0, NULL, 0};
     void *ld = NULL;
     PyObject *shape = NULL, *dims = NULL, *jl = NULL, *result = NULL;
     int have_view = 0;
@@ -828,12 +892,16 @@ static PyObject *read_spans(PyObject *self, PyObject *args) {
     }
     if (!(result = PyBytes_FromStringAndSize(NULL, njobs))) goto done;
     char *status = PyBytes_AS_STRING(result);
-    if (work.buf && work.len > (codec == CODEC_RAW ? 0 : pl.chunk_nbytes)) {
-        /* the decoded chunk first, the stored bytes after it */
-        size_t decoded = codec == CODEC_RAW ? 0 : (size_t)pl.chunk_nbytes;
-        w.scratch = decoded ? work.buf : NULL;
-        w.buf = (char *)work.buf + decoded;
-        w.cap = (size_t)work.len - decoded;
+    w.jobs = jobs;
+    w.njobs = njobs;
+    /* the decoded chunk first, the stored bytes after it, each at a 64-byte boundary (the
+     * kernel's copy into a misaligned buffer, and copies out of it, run markedly slower) */
+    size_t skip = (size_t)(-(uintptr_t)work.buf & 63), decoded = codec == CODEC_RAW ? 0 : (size_t)pl.chunk_nbytes;
+    size_t gap = (size_t)(-decoded & 63);
+    if (work.buf && (size_t)work.len > skip + decoded + gap) {
+        w.scratch = decoded ? (char *)work.buf + skip : NULL;
+        w.buf = (char *)work.buf + skip + decoded + gap;
+        w.cap = (size_t)work.len - skip - decoded - gap;
     }
     if (codec >= CODEC_GZIP) ld = ld_alloc();
     if (codec >= CODEC_GZIP && !ld) {
@@ -851,13 +919,6 @@ static PyObject *read_spans(PyObject *self, PyObject *args) {
     }
     if (fd >= 0) {
         Py_ssize_t end = tail < 0 ? -1 : (Py_ssize_t)st.st_size - tail; /* where chunk data must end */
-#ifdef POSIX_FADV_WILLNEED
-        /* the kernel starts reading every span at once: on a cold disk the reads overlap (for
-         * one span the pread right after asks for the same, and the advice only adds a call) */
-        for (Py_ssize_t i = 0; i < njobs && njobs > 1; i++)
-            if (jobs[i].offset >= 0 && jobs[i].length > 0)
-                posix_fadvise(fd, (off_t)jobs[i].offset, (off_t)jobs[i].length, POSIX_FADV_WILLNEED);
-#endif
         for (Py_ssize_t i = 0; i < njobs; i++)
             status[i] = (char)run_span(&pl, codec, ld, fd, end, &jobs[i], &w);
         if (given_fd < 0) close(fd);

@@ -42,6 +42,17 @@ static ld_alloc_t ld_alloc;
 static ld_free_t ld_free;
 static ld_decompress_ex_t ld_gzip, ld_zlib;
 
+/* Where the elements of a chunk stored uncompressed inside its codec's frame begin, or NULL:
+ * a blosc frame with the MEMCPYED flag (0x02: c-blosc found compression did not pay, common
+ * for noisy EM data with lz4) holds the ``cap`` bytes verbatim after its 16-byte header, so
+ * they are copied out directly instead of decoded into a buffer first. */
+static const unsigned char *stored_verbatim(int codec, const unsigned char *src, size_t len, size_t cap) {
+    if (codec != CODEC_BLOSC || len != cap + 16 || cap > UINT32_MAX || !(src[2] & 0x02)) return NULL;
+    uint32_t nbytes = (uint32_t)src[4] | (uint32_t)src[5] << 8 | (uint32_t)src[6] << 16 | (uint32_t)src[7] << 24;
+    uint32_t cbytes = (uint32_t)src[12] | (uint32_t)src[13] << 8 | (uint32_t)src[14] << 16 | (uint32_t)src[15] << 24;
+    return (nbytes == cap && cbytes == len) ? src + 16 : NULL;
+}
+
 /* Whether chunks stored as ``codec`` can be decoded here (its library was handed over). */
 static int codec_loaded(int codec) {
     switch (codec) {

@@ -149,13 +149,18 @@ def span_reader(layout: ChunkLayout, out: np.ndarray) -> Callable[[list[Items]],
             dims = dims[::-1]
 
         def read_file(fd: int, which: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, tail: int) -> np.ndarray:
-            sizes = lengths.tolist()
-            jobs = [(o, n, boxes[w]) for w, o, n in zip(which.tolist(), offsets.tolist(), sizes)]
+            # in file order: runs of adjacent chunks are read sequentially (the kernel's readahead)
+            order = np.argsort(offsets, kind="stable")
+            sizes = lengths[order].tolist()
+            jobs = [(o, n, boxes[w]) for w, o, n in zip(which[order].tolist(), offsets[order].tolist(), sizes)]
             # this thread's reused buffer (a fresh one per call costs page faults): the decoded
-            # chunk, then the largest stored span (a bigger one is sized by the kernel itself)
-            work = scratch_buffer(decoded + min(max(sizes), bound), scratch_max)
+            # chunk, then the largest stored span (a bigger one is sized by the kernel itself), and
+            # room to put both at 64-byte boundaries
+            work = scratch_buffer(decoded + min(max(sizes), bound) + 128, scratch_max)
             status = read_spans(out, kernel_shape, dims, itemsize, swap, codec, fd, tail, jobs, work)
-            return np.frombuffer(status, dtype=np.uint8) == 0
+            done = np.empty(len(sizes), dtype=bool)
+            done[order] = np.frombuffer(status, dtype=np.uint8) == 0
+            return done
 
         done = spans.read_spans_sync([item[1] for item in taken], read_file)
         rest += [item for item, d in zip(taken, done.tolist()) if not d]
