@@ -11,7 +11,6 @@ as it is then. Arrays in memory stores cannot be opened elsewhere: pickling them
 
 from __future__ import annotations
 
-import hashlib
 import pickle
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,6 +46,8 @@ class NodeRecord:
     def token(self) -> str:
         """A digest naming the node (the same for the same store, path, mode and options),
         e.g. for Dask task keys; raises ``NotPicklableError`` like pickling does."""
+        import hashlib  # here, not at import: it loads OpenSSL, 3-4 MiB of every process's RSS
+
         return hashlib.sha256(pickle.dumps(self, protocol=4)).hexdigest()[:32]
 
 

@@ -10,7 +10,6 @@ it as a node or a chunk (format listings look for ``zarr.json``, ``attributes.js
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -26,6 +25,8 @@ _VERSION = 1
 
 
 def digest(args: Any) -> str:
+    import hashlib  # here, not at import: it loads OpenSSL, 3-4 MiB of every process's RSS
+
     return hashlib.sha256(json.dumps(args, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
