@@ -11,8 +11,8 @@ from a stale ``.gz``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Hashable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator, Generator, Hashable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ...codecs.gzip import gunzip
 from ...errors import CodecError
@@ -20,7 +20,7 @@ from ...store.base import ByteRange, Parts, Store, Update, slice_range
 from ...store.wrappers import _Wrapper
 
 if TYPE_CHECKING:
-    from ...store.sync_protocols import SupportsGetSync, SupportsGetTransientSync
+    from ...store.sync_protocols import SupportsGetSync, SupportsGetTransientSync, SupportsSetSync
 
 __all__ = ["GzipChunkFiles"]
 
@@ -39,6 +39,7 @@ class GzipChunkFiles(_Wrapper):
         self.accepts_parts = base.accepts_parts
         self._gz_reads = base.sync_reads
         self._gz_transient = base.transient_reads
+        self._gz_writes = None if self.read_only else base.sync_writes
 
     def __repr__(self) -> str:
         return f"GzipChunkFiles({self.base!r})"
@@ -65,8 +66,8 @@ class GzipChunkFiles(_Wrapper):
                     values[i] = self._inflate(key, gz, br)
         return values
 
-    # -- synchronous reads: its own (the base's would miss the .gz files); no sync writes
-    # (a delete must remove the .gz too) and no file paths (native readers would miss them)
+    # -- synchronous reads and writes: its own (the base's would miss the .gz files, and a
+    # delete must remove the .gz too); no file paths (native readers would miss them)
     @property
     def sync_reads(self) -> SupportsGetSync | None:
         return None if self._gz_reads is None else self
@@ -146,10 +147,62 @@ class GzipChunkFiles(_Wrapper):
     ) -> list[bytes | None] | None:
         return await self.get_many([(key, br) for br in ranges])  # (no generations here)
 
+    @property
+    def sync_writes(self) -> SupportsSetSync | None:
+        return None if self._gz_writes is None or self._gz_reads is None else self
+
+    def set_sync(self, key: str, value: bytes | Parts | None, atomic: bool = True) -> None:
+        writes = self._gz_writes
+        assert writes is not None, "called only when sync_writes is declared"
+        self._check_writable(key)
+        writes.set_sync(key, value, atomic)
+        if value is None:
+            writes.set_sync(key + GZ, None)
+
     async def update_many(self, items: Sequence[tuple[str, bytes | Parts | Update | None]]) -> None:
-        """The base's read-modify-write of ``<name>``; an update of a chunk that only has a
-        ``.gz`` starts from the inflated ``.gz`` (which shardstore never rewrites, so it may be
-        read beforehand), and a chunk that becomes empty loses its ``.gz`` too.
+        steps = self._update_steps(items)
+        step = next(steps, None)
+        while step is not None:
+            kind, arg = step
+            try:
+                result: Any = await (self.base.update_many(arg) if kind == "update" else
+                                     self.base.get_many(arg) if kind == "get" else self.base.set_many(arg))
+            except _NeedGz as e:
+                step = steps.throw(e)
+                continue
+            step = _send(steps, result)
+
+    def update_many_sync(self, items: Sequence[tuple[str, bytes | Parts | Update | None]]) -> None:
+        writes, reads = self._gz_writes, self._gz_reads
+        assert writes is not None and reads is not None, "called only when sync_writes is declared"
+        steps = self._update_steps(items)
+        step = next(steps, None)
+        while step is not None:
+            kind, arg = step
+            result: Any = None
+            try:
+                if kind == "update":
+                    writes.update_many_sync(arg)
+                elif kind == "get":
+                    result = [reads.get_sync(k, br) for k, br in arg]
+                else:
+                    for k, v in arg:
+                        writes.set_sync(k, v)
+            except _NeedGz as e:
+                step = steps.throw(e)
+                continue
+            step = _send(steps, result)
+
+    def _update_steps(
+        self, items: Sequence[tuple[str, bytes | Parts | Update | None]]
+    ) -> Generator[tuple[str, Any], Any, None]:
+        """The one description of ``update_many`` (run by ``update_many`` and
+        ``update_many_sync``, which only differ in how they wait): the base's
+        read-modify-write of ``<name>``; an update of a chunk that only has a ``.gz`` starts
+        from the inflated ``.gz`` (which shardstore never rewrites, so it may be read
+        beforehand), and a chunk that becomes empty loses its ``.gz`` too. Yields
+        ``("update", items)`` (the base's ``update_many``; a ``_NeedGz`` it raises is thrown
+        back in), ``("get", requests)`` (values sent back) and ``("set", items)``.
 
         A ``.gz`` is fetched only for chunks found missing: their updates stop the batch,
         which is then run again knowing those ``.gz`` files (the core's updates are merges
@@ -180,15 +233,23 @@ class GzipChunkFiles(_Wrapper):
         out += [(k + GZ, None) for k, v in items if v is None]
         while True:  # (each round learns the .gz of at least one more missing chunk)
             try:
-                await self.base.update_many(out)
+                yield "update", out
                 break
             except _NeedGz:
                 keys = [k for k in dict.fromkeys(need) if k not in gz_old]
                 if not keys:
                     raise
-                gz_old.update(zip(keys, await self.base.get_many([(k + GZ, None) for k in keys])))
+                gz_old.update(zip(keys, (yield "get", [(k + GZ, None) for k in keys])))
         if emptied:
-            await self.base.set_many([(k + GZ, None) for k in dict.fromkeys(emptied)])
+            yield "set", [(k + GZ, None) for k in dict.fromkeys(emptied)]
+
+
+def _send(steps: Generator[tuple[str, Any], Any, None], result: Any) -> tuple[str, Any] | None:
+    """The next step of an ``_update_steps`` given the last one's result (None: done)."""
+    try:
+        return steps.send(result)
+    except StopIteration:
+        return None
 
 
 def _pair(plain: Hashable | None, gz: Hashable | None) -> Hashable | None:
