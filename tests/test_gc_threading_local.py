@@ -1,8 +1,9 @@
 """No array handle leaves a ``threading.local`` for the garbage collector to free.
 
-CPython before 3.11.9 / 3.12.3 deadlocks, holding the GIL, when a collection that runs
-inside ``sys._current_frames()`` frees a ``threading.local`` (gh-106883: ``local_clear``
-takes the interpreter lock that ``_current_frames`` already holds). A Dask worker's profiler
+CPython 3.11 deadlocks, holding the GIL, when a collection that runs inside
+``sys._current_frames()`` frees a ``threading.local`` (gh-106883, never fixed in 3.11;
+``local_clear`` takes the interpreter lock that ``_current_frames`` already holds; 3.12
+collects only between bytecodes). A Dask worker's profiler
 calls ``sys._current_frames()`` every 10 ms, so a per-reader ``threading.local`` that died in
 a reference cycle froze a worker mid-task (``tests/test_downsample_workers.py``'s Dask test
 hung about once in 40 runs). Handles die in cycles routinely; what they hold must not be

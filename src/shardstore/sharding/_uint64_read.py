@@ -40,9 +40,10 @@ _REPLACED = object()
 
 # The generations a ``SyncReads._consistent`` read in progress on this thread has seen, as
 # (reader, seen). One module-level slot rather than a ``threading.local`` per reader: a
-# reader dies in a reference cycle, and CPython before 3.11.9 / 3.12.3 deadlocks, holding the
-# GIL, when the garbage collector frees a ``threading.local`` inside ``sys._current_frames()``
-# (gh-106883), which a Dask worker's profiler calls every 10 ms: the whole worker froze.
+# reader dies in a reference cycle, and CPython 3.11 deadlocks, holding the GIL, when the
+# garbage collector frees a ``threading.local`` inside ``sys._current_frames()`` (gh-106883,
+# dask/distributed#8616; 3.12 collects only between bytecodes), which a Dask worker's
+# profiler calls every 10 ms: the whole worker froze.
 _reading = threading.local()
 
 _PAIR = struct.Struct("<QQ")
