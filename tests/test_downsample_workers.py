@@ -58,8 +58,12 @@ def test_n5_workers_equal_reference(tmp_path: Path) -> None:
         np.testing.assert_array_equal(shardstore.open(tmp_path / "vol" / f"s{k}")[...], want)
 
 
-def test_cli_on_a_dask_cluster(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_on_a_dask_cluster(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                               monkeypatch: pytest.MonkeyPatch) -> None:
     distributed = pytest.importorskip("distributed")
+    # a stuck run fails with the report of its pending tasks and their stacks, well before
+    # pytest-timeout's 300 s ends it with none (the tasks take about a second)
+    monkeypatch.setenv("SHARDSTORE_TASK_STALL_SECONDS", "90")
     x = segmentation((40, 36, 18))
     _precomputed(tmp_path / "seg", x, "segmentation", sharded=True)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",

@@ -76,11 +76,14 @@ def _no_temp_files(root: Path) -> None:
 
 #: the reference arrays: written through the generic path
 GENERIC = IOConfig(native=False)
+#: the arrays under test: the environment's settings, but the native writer on whatever
+#: ``SHARDSTORE_NATIVE`` says (these tests are about that writer)
+NATIVE = IOConfig.from_env().replace(native=True)
 
 
 def _create(path: Path, shape, blocks, dtype, config: IOConfig | None = None) -> n5.N5Array:
     return n5.create(str(path), "d", shape=shape, dtype=dtype, block_size=blocks, compression={"type": "raw"}, mode="w",
-                     config=config)
+                     config=config or NATIVE)
 
 
 def _full_blocks(shape, blocks) -> int:
@@ -290,7 +293,7 @@ def test_read_only_stores_are_never_written(tmp_path, monkeypatch) -> None:
     for store in (ReadOnlyStore(layout.store), ReadOnlyStore(PrefixStore(layout.store, "d"))):
         assert store.file_paths is not None  # (it could: the gate must say no)
         assert rawwrite.raw_writer(dataclasses.replace(layout, store=store), value) is None
-    r = n5.open(str(tmp_path / "c.n5"), mode="r", path="d")
+    r = n5.open(str(tmp_path / "c.n5"), mode="r", path="d", config=NATIVE)
     spy = Spy(monkeypatch)
     with pytest.raises(ReadOnlyError):
         r[...] = value
@@ -311,7 +314,7 @@ def test_layouts_the_native_writer_declines(tmp_path, monkeypatch) -> None:
     assert rawwrite.raw_writer(layout, value.astype(np.float64)) is None
     assert rawwrite.raw_writer(layout, value[0]) is None
     g = n5.create(str(tmp_path / "g.n5"), "d", shape=(16, 16), dtype="float32", block_size=(8, 8),
-                  compression={"type": "gzip"}, mode="w")
+                  compression={"type": "gzip"}, mode="w", config=NATIVE)
     assert rawwrite.raw_writer(g.driver.layout, value) is None
     assert rawwrite.raw_writer(dataclasses.replace(layout, config=GENERIC), value) is None
 

@@ -40,6 +40,17 @@ _DEFAULT_CODEC_THREADS = max(os.cpu_count() or 1, 2)
 _local = threading.local()
 
 
+def _after_fork_in_child() -> None:
+    # a fork while another thread held ``_lock`` (making the loop or a pool) would leave the
+    # child's first blocking call waiting on it forever; the loop and pools are remade lazily
+    global _lock
+    _lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _ensure_loop() -> asyncio.AbstractEventLoop:
     global _loop, _thread, _pid
     with _lock:

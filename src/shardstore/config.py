@@ -144,6 +144,12 @@ class IOConfig:
     #: ``ConflictError``
     bcolz_writer_wait: float = 10.0
 
+    # -- scale-out -----------------------------------------------------------------------------
+    #: ``--scheduler`` runs (``ops.scaleout.run_tasks`` on Dask): fail with ``ShardStoreError``
+    #: naming the pending tasks and their workers when no task has finished for this long
+    #: (seconds; 0: wait forever). A task is one block or box, so an hour is a hang
+    task_stall_seconds: float = 3600.0
+
     # -- process-wide side effects (opt-in) ----------------------------------------------------
     #: raise glibc's mmap/trim thresholds so chunk-sized buffers are reused instead of mapped
     #: and unmapped per read (process-wide, once; Linux/glibc only). Off unless asked for

@@ -38,6 +38,14 @@ __all__ = ["OpenUnits", "ShardReplaced", "SyncReads", "ShardCache", "ShardState"
 T = TypeVar("T")
 _REPLACED = object()
 
+# The generations a ``SyncReads._consistent`` read in progress on this thread has seen, as
+# (reader, seen). One module-level slot rather than a ``threading.local`` per reader: a
+# reader dies in a reference cycle, and CPython 3.11 deadlocks, holding the GIL, when the
+# garbage collector frees a ``threading.local`` inside ``sys._current_frames()`` (gh-106883,
+# dask/distributed#8616; 3.12 collects only between bytecodes), which a Dask worker's
+# profiler calls every 10 ms: the whole worker froze.
+_reading = threading.local()
+
 _PAIR = struct.Struct("<QQ")
 
 Located = tuple[str, int, int]  # (data key, absolute start, stored size)
@@ -350,7 +358,6 @@ class SyncReads:
         self._generation = base.generation_sync
         self._open = None if opens is None else opens.open_sync
         self._store_io = _StoreIO(self, base)
-        self._seen = threading.local()  # generations seen by the read in progress (per thread)
 
     def _state(self, stem: str, shard_gen: Hashable | None) -> ShardState:
         gen = self._generation
@@ -367,9 +374,10 @@ class SyncReads:
         index and value came from one version of its shard (a replaced file never returns to
         a generation). A CodecError from a shard replaced meanwhile is retried, not raised."""
         gen = self._generation
+        outer = getattr(_reading, "slot", None)  # (a read of another reader, on this thread)
         for _ in range(self._attempts):
             seen: dict[str, Hashable | None] = {}
-            self._seen.value = seen
+            _reading.slot = (self, seen)
             value: object
             try:
                 value = read()
@@ -378,7 +386,7 @@ class SyncReads:
                     raise
                 value = _REPLACED
             finally:
-                self._seen.value = None
+                _reading.slot = outer
             changed = [stem for stem, g in seen.items() if gen(stem + ".shard") != g]
             if value is not _REPLACED and not changed:
                 return value  # type: ignore[return-value]
@@ -390,9 +398,9 @@ class SyncReads:
         """``_state`` noting the generation it saw for ``_consistent``."""
         g = self._generation(stem + ".shard")
         # threads that read outside ``_consistent`` (a write's merge) never set the slot
-        seen = getattr(self._seen, "value", None)
-        if seen is not None:
-            seen.setdefault(stem, g)
+        slot = getattr(_reading, "slot", None)
+        if slot is not None and slot[0] is self:
+            slot[1].setdefault(stem, g)
         return self._state(stem, g)
 
     def _load_index(self, io: _IO, stem: str, st: ShardState, minishards: set[int]) -> None:

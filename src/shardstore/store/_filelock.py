@@ -16,6 +16,11 @@ one.
   lock daemon does; where it does not, ``flock`` fails or locks only per client, and
   concurrent writers from several machines can then lose updates. Use S3 there.
 - Windows has no ``fcntl``: the lock is then only a lock within this process.
+- A process forked while another of its threads holds (or waits for) a unit's lock does not
+  inherit it: the child starts with fresh thread locks and closes its copies of those lock
+  files. Otherwise the child would wait forever on a thread lock no thread of it will
+  release, and its copy of the descriptor would keep the ``flock`` held for every process
+  until the child exits (a lock belongs to the open file, which the child shares).
 """
 
 from __future__ import annotations
@@ -51,6 +56,24 @@ def is_lock_name(name: str) -> bool:
 # (each open file description is its own lock owner), but a process-local lock costs nothing
 _local: weakref.WeakValueDictionary[str, threading.Lock] = weakref.WeakValueDictionary()
 _local_guard = threading.Lock()
+#: descriptors of the lock files ``locked`` has open, and the threads that opened them
+_open_fds: dict[int, int] = {}
+
+
+def _after_fork_in_child() -> None:
+    global _local, _local_guard
+    _local = weakref.WeakValueDictionary()
+    _local_guard = threading.Lock()
+    me = threading.get_ident()  # (the forking thread goes on in the child, with its locks)
+    for fd, owner in list(_open_fds.items()):
+        if owner != me:
+            _open_fds.pop(fd, None)
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _thread_lock(path: str) -> threading.Lock:
@@ -109,6 +132,7 @@ def locked(path: str) -> Iterator[None]:
             return
         while True:
             fd = _open_lock(sidecar)
+            _open_fds[fd] = threading.get_ident()
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 if not _current(fd, sidecar):
@@ -119,6 +143,7 @@ def locked(path: str) -> Iterator[None]:
                     _unlink_quietly(sidecar)  # (still holding it: see the module doc)
                 return
             finally:
+                _open_fds.pop(fd, None)
                 os.close(fd)  # (releases the flock)
 
 
