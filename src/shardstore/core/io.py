@@ -220,13 +220,11 @@ def read_into_now(
         spans = span_reader(layout, out) if len(projections) > 1 else None  # (one: core/spanread.py)
     if spans is not None:
         # shard files read, decoded and placed natively (core/spanread.py); the chunks it
-        # leaves (missing, damaged) take the generic path, one by one
-        # (threads as for the generic path's decodes: a second one pays off for slow decoders
-        # sooner; measured, the thresholds of GIL-free batches sent blosc reads to two threads
-        # that lost to one)
+        # leaves (missing, damaged) take the generic path, one by one. The native calls hold
+        # no GIL, so a second thread pays off as for any GIL-free batch
         share_now(_native_then, span_units(layout, projections), spans, _scatter, layout, out, strict,
                   _StoreReads(reads, layout.store.transient_reads),
-                  config=config, slow=pipeline.slow_decode, memo=layout.threads_memo)
+                  config=config, free=True, memo=layout.threads_memo)
         return True
     if unit_reads is not None:
         # shards: each opened once at one version (its index read once), then the threads
