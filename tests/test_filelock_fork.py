@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -34,18 +35,24 @@ def _wait_for_child(pid: int, seconds: float) -> int | None:
     return None
 
 
-def test_a_child_forked_during_a_locked_write_locks_the_unit_itself(tmp_path) -> None:
-    unit = str(tmp_path / "shard")
+def _held_by_a_thread(lock: Any) -> tuple[threading.Thread, threading.Event]:
+    """A thread holding ``lock`` (a context manager) until the returned event is set."""
     held, release = threading.Event(), threading.Event()
 
-    def parent_writer() -> None:
-        with locked(unit):
+    def holder() -> None:
+        with lock:
             held.set()
             release.wait(10)
 
-    t = threading.Thread(target=parent_writer)
+    t = threading.Thread(target=holder)
     t.start()
     held.wait(10)
+    return t, release
+
+
+def test_a_child_forked_during_a_locked_write_locks_the_unit_itself(tmp_path) -> None:
+    unit = str(tmp_path / "shard")
+    t, release = _held_by_a_thread(locked(unit))  # a read-modify-write in flight
     pid = os.fork()
     if pid == 0:  # the child: lock the unit itself, once the parent has let go
         code = 1
@@ -63,16 +70,7 @@ def test_a_child_forked_during_a_locked_write_locks_the_unit_itself(tmp_path) ->
 
 
 def test_a_child_forked_while_another_thread_holds_the_loop_lock_can_use_the_loop() -> None:
-    held, release = threading.Event(), threading.Event()
-
-    def maker() -> None:  # as a thread making the event loop or a pool
-        with _sync._lock:
-            held.set()
-            release.wait(10)
-
-    t = threading.Thread(target=maker)
-    t.start()
-    held.wait(10)
+    t, release = _held_by_a_thread(_sync._lock)  # as a thread making the event loop or a pool
     pid = os.fork()
     if pid == 0:
         code = 1
