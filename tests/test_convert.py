@@ -13,8 +13,8 @@ from _convert_sources import KINDS, OFFSET_XYZ, RESOLUTION_XYZ, as_precomputed, 
 import shardstore
 from shardstore.cli import main
 from shardstore.codecs.pipeline import CodecPipeline
-from shardstore.ops.convert import MANIFEST_KEY, THREAD_CHUNK_BUFFERS
-from shardstore.ops.scaleout import threads_per_worker
+from shardstore.config import IOConfig
+from shardstore.ops.convert import MANIFEST_KEY, chunk_buffers_reserved
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -208,8 +208,8 @@ def test_each_source_chunk_is_decoded_once_when_boxes_align(tmp_path: Path, monk
     src[...] = data
     calls = _count_decodes(monkeypatch)
     r = shardstore.convert(tmp_path / "s.zarr", tmp_path / "d.zarr", chunks=(8, 8, 8), shards=(16, 16, 16),
-                           # a task holds one 48^3 box, beside each thread's chunk buffers
-                           max_memory=4 * 48**3 * 2 + (threads_per_worker(1) + 1) * THREAD_CHUNK_BUFFERS * 24**3 * 2)
+                           # a task holds one 48^3 box, beside the chunk buffers of threads and reads in flight
+                           max_memory=4 * 48**3 * 2 + chunk_buffers_reserved(IOConfig()) * 24**3 * 2)
     assert calls[0] == 2 * 4 * 3  # every source chunk once
     monkeypatch.undo()
     assert r.tasks == 1 * 2 * 2 and r.chunks_reencoded == 6 * 12 * 9

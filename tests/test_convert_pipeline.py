@@ -12,6 +12,7 @@ import pytest
 
 import shardstore
 import shardstore.ops.convert as conv
+from shardstore.config import IOConfig
 from shardstore.ops import scaleout
 from shardstore.ops.convert_plan import MEMORY_FACTOR, Endpoint
 from shardstore.ops.convert_task import read_box
@@ -20,7 +21,7 @@ SHAPE = (64, 64, 64)  # uint16: 512 KiB, four 32^3-shard boxes along axis 0 at t
 SHARDS = (16, 64, 64)  # 128 KiB a box
 BOX_BYTES = 16 * 64 * 64 * 2
 #: what the planner sets aside for the threads' chunk buffers (16^3 uint16 chunks)
-THREADS_RESERVE = (scaleout.threads_per_worker(1) + 1) * conv.THREAD_CHUNK_BUFFERS * 16**3 * 2
+THREADS_RESERVE = conv.chunk_buffers_reserved(IOConfig()) * 16**3 * 2
 
 
 def _source(tmp_path: Path) -> tuple[Path, np.ndarray]:

@@ -89,17 +89,27 @@ class _RunOptions:
 #: chunk-sized buffers a reading or encoding thread may hold besides the boxes (the stored
 #: bytes, the decoded chunk, an encoder's input copy and its output: some kept for reuse)
 THREAD_CHUNK_BUFFERS = 4
+#: ... and each read in flight on an I/O thread (the stored bytes and the decoded chunk): when
+#: reads wait (a cold disk, a loaded machine) ``IOConfig.io_reads_in_flight`` of them overlap
+IO_READ_CHUNK_BUFFERS = 2
+
+
+def chunk_buffers_reserved(config: IOConfig, workers: int = 1) -> int:
+    """How many chunk-sized buffers the planner sets aside in each of ``workers`` processes
+    opened with ``config``: ``THREAD_CHUNK_BUFFERS`` per codec thread and the calling one,
+    ``IO_READ_CHUNK_BUFFERS`` per read in flight."""
+    threads = (config.codec_threads or threads_per_worker(workers)) + 1
+    return threads * THREAD_CHUNK_BUFFERS + config.io_reads_in_flight * IO_READ_CHUNK_BUFFERS
 
 
 def _box_budget(run: _RunOptions, arrays: list[Array]) -> int:
     """The part of ``run.budget`` the boxes may use (``MEMORY_FACTOR`` per box, plus a box
-    read ahead): what is left after every thread of every process holds its chunk buffers
-    (``THREAD_CHUNK_BUFFERS`` of the largest chunk, source or destination). At least half of
-    the budget, so that a budget too small for the threads still makes progress."""
+    read ahead): what is left after every process holds its chunk buffers
+    (``chunk_buffers_reserved`` of the largest chunk, source or destination). At least half
+    of the budget, so that a budget too small for the threads still makes progress."""
     chunk = max((math.prod(a.chunks) * a.dtype.itemsize for a in arrays), default=0)
     config = run.worker_config if run.workers > 1 and run.worker_config is not None else run.config
-    threads = (config.codec_threads or threads_per_worker(run.workers)) + 1  # (and the calling thread)
-    reserve = run.workers * threads * THREAD_CHUNK_BUFFERS * chunk
+    reserve = run.workers * chunk_buffers_reserved(config, run.workers) * chunk
     return max(run.budget - reserve, run.budget // 2)
 
 
