@@ -175,15 +175,15 @@ static void scatter_box(const plan_t *pl, const job_t *job, const char *payload,
     /* the first row's addresses, and the bytes one step of each dimension moves them (the
      * odometer below moves the two pointers instead of recomputing them from every index per
      * row: rows of 64-element chunks are short, and that arithmetic cost as much as the copy) */
-    const char *src = payload - first * isz;
-    char *dst = pl->out;
-    Py_ssize_t src_by[MAXDIM], dst_by[MAXDIM];
+    Py_ssize_t src_off = -first * isz, dst_off = 0, src_by[MAXDIM], dst_by[MAXDIM];
     for (int d = 0; d < nd; d++) {
-        src += job->start[d] * pl->chunk_strides[d] * isz;
-        dst += job->out_start[d] * pl->out_stride[d];
+        src_off += job->start[d] * pl->chunk_strides[d] * isz;
+        dst_off += job->out_start[d] * pl->out_stride[d];
         src_by[d] = job->step[d] * pl->chunk_strides[d] * isz;
         dst_by[d] = pl->out_stride[d];
     }
+    const char *src = payload + src_off; /* (offsets summed first: no pointer leaves the buffers) */
+    char *dst = pl->out + dst_off;
     for (;;) {
         if (contiguous) {
             memcpy(dst, src, (size_t)(n_inner * isz));
