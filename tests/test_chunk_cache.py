@@ -1,6 +1,6 @@
 """The decoded-chunk cache (``core/chunk_cache.py``): the LRU itself, and the core's use of it
 on both runners: overlapping reads make no fetch and no decode for cached chunks, another
-writer's update is never served stale, whole-volume reads bypass it, the budget holds."""
+writer's update is never served stale, reads bigger than the budget bypass it, the budget holds."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import shardstore
-from shardstore.core import io
+from shardstore.core import io, rawread
 from shardstore.core.chunk_cache import ChunkCache
 from shardstore.store.base import ByteRange
 from shardstore.store.open_values import BytesVersion
@@ -180,6 +180,8 @@ def _box(a: shardstore.Array, lo: int, hi: int) -> tuple[slice, ...]:
 
 
 FORMATS = ["zarr3-sharded", "n5", "precomputed", "precomputed-sharded"]
+#: the formats of FORMATS whose local files the native readers read (``core/rawread.py``, ``core/spanread.py``)
+NATIVE_READS = {"zarr3-sharded", "n5"}
 
 
 @pytest.fixture
@@ -260,24 +262,58 @@ def test_files_rewritten_by_another_process_are_not_served_stale(fmt: str, tmp_p
 
 
 @pytest.mark.parametrize("runner", RUNNERS)
-def test_whole_volume_and_oversized_reads_bypass_the_cache(runner: Runner, count_decodes: list[int]) -> None:
+def test_a_whole_read_that_fits_is_cached_and_oversized_reads_bypass(runner: Runner, count_decodes: list[int]) -> None:
     create, _ = _make("zarr3-sharded", on_runner(shardstore.MemoryStore(), runner))
     a = create()
     vol = _vol()
     a[...] = vol
     a.chunk_cache_bytes = 16 * MIB
-    np.testing.assert_array_equal(a[5:40, 5:40, 5:40], vol[5:40, 5:40, 5:40])
-    cache = a._async.chunk_cache
-    assert cache is not None and len(cache) == 27
     np.testing.assert_array_equal(np.asarray(a), vol)
-    assert len(cache) == 27  # neither filled nor evicted by the whole read
+    cache = a._async.chunk_cache
+    assert cache is not None and len(cache) == 64 and count_decodes[0] == 64
+    np.testing.assert_array_equal(np.asarray(a), vol)  # a second whole read: copies only
+    assert count_decodes[0] == 64
     a.chunk_cache_bytes = 8 * 8192  # room for 8 chunks of 16^3 uint16
     cache = a._async.chunk_cache
     assert cache is not None
-    np.testing.assert_array_equal(a[0:40, 0:40, 0:40], vol[0:40, 0:40, 0:40])  # 27 chunks > 8
-    assert len(cache) == 0
     np.testing.assert_array_equal(a[0:20, 0:20, 0:20], vol[0:20, 0:20, 0:20])  # 8 chunks: kept
-    assert len(cache) == 8 and cache.nbytes <= cache.max_bytes
+    assert len(cache) == 8
+    kept = {key: id(entry[1]) for key, entry in cache._entries.items()}
+    np.testing.assert_array_equal(np.asarray(a), vol)  # 64 chunks > 8
+    np.testing.assert_array_equal(a[0:40, 0:40, 0:40], vol[0:40, 0:40, 0:40])  # 27 chunks > 8
+    assert {key: id(entry[1]) for key, entry in cache._entries.items()} == kept  # neither filled nor evicted by the oversized reads
+    assert cache.nbytes <= cache.max_bytes
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_cold_read_of_local_files_keeps_the_chunks_it_places_whole(fmt: str, tmp_path: Path,
+                                                                      count_decodes: list[int]) -> None:
+    """The chunks a read takes whole come through the native readers where they apply
+    (no decode of their own) and are kept as placed; the partly read ones are decoded whole."""
+    store = shardstore.LocalStore(str(tmp_path / "v"))
+    create, reopen = _make(fmt, store)
+    a = create()
+    vol = _view(a, _vol())
+    a[...] = vol
+    b = reopen()
+    b.chunk_cache_bytes = 16 * MIB
+    box = _box(b, 8, 40)  # 16:32 whole along each axis (1 chunk), 8:16 and 32:40 partly (26)
+    np.testing.assert_array_equal(b[box], vol[box])
+    cache = b._async.chunk_cache
+    assert cache is not None and len(cache) == 27
+    if rawread.available() and b.config.native and fmt in NATIVE_READS:
+        assert count_decodes[0] == 26
+    for _, chunk, _ in cache._entries.values():
+        assert not chunk.flags.writeable
+    decoded = count_decodes[0]
+    np.testing.assert_array_equal(np.asarray(b), vol)  # the rest is fetched; the 27 come from the cache
+    assert len(cache) == 64
+    np.testing.assert_array_equal(b[_box(b, 3, 61)], vol[_box(b, 3, 61)])  # all hits
+    np.testing.assert_array_equal(np.asarray(b), vol)
+    assert count_decodes[0] - decoded <= 64 - 27
+    a[_box(a, 16, 32)] = 3  # another handle's write: never served stale
+    vol[_box(a, 16, 32)] = 3
+    np.testing.assert_array_equal(np.asarray(b), vol)
 
 
 @pytest.mark.parametrize("runner", RUNNERS)

@@ -16,8 +16,10 @@ cheaply are asked with ``Store.checked_generation``: HTTP and S3 answer with a H
 and read call (the async runner asks its units concurrently), so a hit costs one small
 request instead of a ranged GET and a decode; stores that cannot tell at all are not cached.
 
-Reads bigger than the budget (a whole-volume read, or more chunks than fit) bypass the
-cache entirely, so they neither evict what smaller reads keep nor pay for lookups.
+Reads of more chunk bytes than the budget holds (a whole-volume read of a large volume)
+bypass the cache entirely: they would only evict themselves, along with what smaller reads
+keep, and pay for lookups. A whole read that fits is cached like any other (as tensorstore's
+``cache_pool`` does), so reading a small volume again costs copies, not decodes.
 
 Default budget 0 (off, as tensorstore's ``cache_pool``): it holds memory per handle (a Dask
 job opens many), and chunks it keeps are decoded whole where a partial-decode codec (blosc)
@@ -44,7 +46,10 @@ if TYPE_CHECKING:
     from .indexing import ChunkProjection
     from .layout import ChunkLayout
 
-__all__ = ["ChunkCache", "Generations", "bypassed", "owned", "take_cached", "unit_generations", "unit_generations_async"]
+__all__ = [
+    "ChunkCache", "Generations", "Hit", "bypassed", "keep_placed", "owned", "place_hits", "take_cached",
+    "unit_generations", "unit_generations_async",
+]
 
 #: chunk key -> the generation of its unit the read asked before fetching (cacheable misses)
 Generations = dict[str, Hashable]
@@ -52,19 +57,25 @@ Generations = dict[str, Hashable]
 
 class ChunkCache:
     """A thread-safe LRU of read-only decoded chunks keyed by (chunk key, unit generation),
-    holding at most ``max_bytes`` of array data (0: holds nothing)."""
+    holding at most ``max_bytes`` of memory (0: holds nothing).
+
+    Entries may be views of one larger block (``keep_placed`` copies a batch of chunks into
+    one allocation: one large, huge-page backed block is cheaper to fault in than many
+    chunk-sized ones); a block counts in full for as long as any entry views it, so the
+    budget bounds the memory really held."""
 
     def __init__(self, max_bytes: int) -> None:
         if max_bytes < 0:
             raise ValueError(f"chunk cache budget must be >= 0 bytes, got {max_bytes}")
         self.max_bytes = int(max_bytes)
-        self._entries: OrderedDict[str, tuple[Hashable, np.ndarray]] = OrderedDict()
+        self._entries: OrderedDict[str, tuple[Hashable, np.ndarray, int]] = OrderedDict()
+        self._blocks: dict[int, list[int]] = {}  # id of an entry's memory -> [its bytes, entries on it]
         self._bytes = 0
         self._lock = threading.Lock()
 
     @property
     def nbytes(self) -> int:
-        """Bytes of array data held now."""
+        """Bytes of memory held now."""
         return self._bytes
 
     def __len__(self) -> int:
@@ -86,17 +97,19 @@ class ChunkCache:
     def put(self, key: str, generation: Hashable, chunk: np.ndarray) -> None:
         """Keep ``chunk`` (made read-only, not copied: the caller hands it over) as ``key`` at
         ``generation``, evicting the least recently used entries to stay within budget."""
-        size = chunk.nbytes
-        if size > self.max_bytes:
+        block = _memory_of(chunk)
+        if block.nbytes > self.max_bytes:
             return
         chunk.flags.writeable = False
+        bid = id(block)  # (stable: the entry keeps the block alive)
         with self._lock:
             if key in self._entries:
                 self._drop(key)
-            while self._entries and self._bytes + size > self.max_bytes:
+            while self._entries and self._bytes + self._cost(bid, block) > self.max_bytes:
                 self._drop(next(iter(self._entries)))
-            self._entries[key] = (generation, chunk)
-            self._bytes += size
+            self._bytes += self._cost(bid, block)
+            self._blocks.setdefault(bid, [block.nbytes, 0])[1] += 1
+            self._entries[key] = (generation, chunk, bid)
 
     def discard(self, keys: Iterable[str]) -> None:
         """Forget ``keys`` (chunks this handle just wrote: their entries can never match)."""
@@ -108,50 +121,68 @@ class ChunkCache:
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
+            self._blocks.clear()
             self._bytes = 0
 
+    def _cost(self, bid: int, block: np.ndarray) -> int:
+        return 0 if bid in self._blocks else block.nbytes
+
     def _drop(self, key: str) -> None:
-        self._bytes -= self._entries.pop(key)[1].nbytes
+        bid = self._entries.pop(key)[2]
+        counted = self._blocks[bid]
+        counted[1] -= 1
+        if not counted[1]:
+            del self._blocks[bid]
+            self._bytes -= counted[0]
+
+
+def _memory_of(chunk: np.ndarray) -> np.ndarray:
+    """The array owning the memory ``chunk`` views (``chunk`` itself when it owns it)."""
+    root = chunk
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    return root
 
 
 def owned(chunk: np.ndarray) -> np.ndarray:
     """``chunk`` itself when it holds its own memory (or views all of an array that does),
     else a copy: an entry must not keep alive a larger buffer (a whole shard's bytes)."""
-    root = chunk
-    while isinstance(root.base, np.ndarray):
-        root = root.base
+    root = _memory_of(chunk)
     if root.base is None and root.nbytes == chunk.nbytes:
         return chunk
     return chunk.copy()
 
 
 def bypassed(layout: ChunkLayout, projections: Sequence[ChunkProjection]) -> bool:
-    """Whether a read skips the cache: no cache, a read of every chunk, or more chunk bytes
-    than the budget holds (it would only evict itself)."""
+    """Whether a read skips the cache: no cache, or more chunk bytes than the budget holds
+    (it would only evict itself)."""
     cache = layout.chunk_cache
     if cache is None or not projections:
         return True
-    n = len(projections)
-    return n >= layout.grid.nchunks or n * layout.chunk_spec.nbytes > cache.max_bytes
+    return len(projections) * layout.chunk_spec.nbytes > cache.max_bytes
+
+
+#: a chunk the cache holds, with the projection that takes a part of it
+Hit = tuple["ChunkProjection", np.ndarray]
 
 
 def take_cached(
     layout: ChunkLayout,
     projections: Sequence[ChunkProjection],
-    out: np.ndarray,
     generations: Sequence[Hashable | None],
-) -> tuple[list[ChunkProjection], Generations]:
-    """Place the chunks the cache holds at their unit's current generation into ``out``.
+) -> tuple[list[ChunkProjection], Generations, list[Hit]]:
+    """Look the chunks up in the cache at their unit's current generation.
 
     ``generations``: per projection, its unit's generation asked now (None or ``MISSING``:
-    not cached). Returns the projections still to fetch and, for the cacheable ones among them,
-    the generation to store their decoded chunk under.
+    not cached). Returns the projections still to fetch; for the cacheable ones among them,
+    the generation to store their decoded chunk under; and the hits, for ``place_hits``.
     """
     cache = layout.chunk_cache
     if cache is None:
-        return list(projections), {}
+        return list(projections), {}, []
     rest: list[ChunkProjection] = []
     gens: Generations = {}
+    hits: list[Hit] = []
     for p, gen in zip(projections, generations):
         if gen is None or gen == MISSING:
             # MISSING: a unit not there has no chunks to keep, and one found anyway lives
@@ -164,8 +195,41 @@ def take_cached(
             rest.append(p)
             gens[key] = gen
         else:
-            assign(out, p.out_selection, chunk[p.chunk_selection])
-    return rest, gens
+            hits.append((p, chunk))
+    return rest, gens, hits
+
+
+def place_hits(hits: Sequence[Hit], out: np.ndarray) -> list:
+    """Copy each hit's part into ``out`` (a batch for the runners' thread sharing: the
+    copies of a large read of cached chunks run without the GIL)."""
+    for p, chunk in hits:
+        assign(out, p.out_selection, chunk[p.chunk_selection])
+    return []
+
+
+def keep_placed(projections: Sequence[ChunkProjection], layout: ChunkLayout, out: np.ndarray, gens: Generations) -> list:
+    """Keep in the cache the whole chunks that a native read placed into ``out`` (copies of
+    their boxes, at the generation asked before the fetch): the native path fetches, decodes
+    and places a cold read's whole chunks faster than decoding each into an array of its own.
+    The copies share one block when it fits well inside the budget (see ``ChunkCache``).
+    (A batch for the runners' thread sharing, like ``place_hits``.)"""
+    cache = layout.chunk_cache
+    kept = [(p, key, gen) for p in projections if (gen := gens.get(key := layout.chunk_key(p.coords))) is not None]
+    if cache is None or not kept:
+        return []
+    boxes = [out[p.out_selection] for p, _, _ in kept]
+    shape = boxes[0].shape
+    fortran = out.ndim > 1 and out.strides[0] < out.strides[-1]  # (precomputed returns Fortran order)
+    if all(b.shape == shape for b in boxes) and len(boxes) * boxes[0].nbytes <= cache.max_bytes // 4:
+        block = np.empty((len(boxes), *(shape[::-1] if fortran else shape)), dtype=out.dtype)
+        chunks = [c.T if fortran else c for c in block]
+    else:
+        chunks = [np.empty_like(b) for b in boxes]
+    whole = (slice(None),) * out.ndim
+    for (_, key, gen), box, chunk in zip(kept, boxes, chunks):
+        assign(chunk, whole, box)
+        cache.put(key, gen, chunk)
+    return []
 
 
 def unit_generations(

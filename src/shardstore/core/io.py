@@ -25,7 +25,16 @@ from ..config import IOConfig
 from ..errors import ChunkNotFoundError, CodecError
 from ..store.base import RangeBR
 from ..store.sync_protocols import SupportsGetSync, SupportsGetTransientSync, SupportsSetSync, UnitReads
-from .chunk_cache import Generations, bypassed, owned, take_cached, unit_generations, unit_generations_async
+from .chunk_cache import (
+    Generations,
+    bypassed,
+    keep_placed,
+    owned,
+    place_hits,
+    take_cached,
+    unit_generations,
+    unit_generations_async,
+)
 from .indexing import ChunkProjection
 from .layout import ChunkLayout, fill_mask
 from .rawread import raw_reader
@@ -210,22 +219,31 @@ def read_into_now(
         projections = list(projections)
         if not bypassed(layout, projections):
             generations = unit_generations(layout, projections, reads.generation_sync)
-            projections, gens = take_cached(layout, projections, out, generations)
+            projections, gens, hits = take_cached(layout, projections, generations)
+            share_now(place_hits, hits, out, config=config, free=True)
             if not projections:
                 return True
     unit_reads = None if layout.one_chunk_units else layout.store.sync_unit_reads
     spans = None
-    if not gens and unit_reads is not None:
+    if unit_reads is not None:
         projections = list(projections)
         spans = span_reader(layout, out) if len(projections) > 1 else None  # (one: core/spanread.py)
     if spans is not None:
         # shard files read, decoded and placed natively (core/spanread.py); the chunks it
         # leaves (missing, damaged) take the generic path, one by one. The native calls hold
-        # no GIL, so a second thread pays off as for any GIL-free batch
-        share_now(_native_then, span_units(layout, projections), spans, _scatter, layout, out, strict,
-                  _StoreReads(reads, layout.store.transient_reads),
-                  config=config, free=True, memo=layout.threads_memo)
-        return True
+        # no GIL, so a second thread pays off as for any GIL-free batch. Chunks to cache go
+        # native only when the read places them whole (``keep_placed`` copies them back)
+        whole, projections = _placed_whole(layout, projections) if gens else (projections, [])
+        units = span_units(layout, whole)
+        chunk_reads = _StoreReads(reads, layout.store.transient_reads)
+        if gens:
+            share_now(_native_kept, [[unit] for unit in units], spans, layout, out, strict, chunk_reads, gens,
+                      config=config, free=True, memo=layout.threads_memo)
+        else:
+            share_now(_native_then, units, spans, _scatter, layout, out, strict, chunk_reads,
+                      config=config, free=True, memo=layout.threads_memo)
+        if not projections:
+            return True
     if unit_reads is not None:
         # shards: each opened once at one version (its index read once), then the threads
         # read the chunks they decode from it, so reading overlaps decoding
@@ -246,13 +264,19 @@ def read_into_now(
                 read_units(g)
         return True
 
-    items = [(p, layout.chunk_key(p.coords), None) for p in projections]
-    native = None if gens else raw_reader(layout, out)
     chunks = _StoreReads(reads, layout.store.transient_reads)
+    native = raw_reader(layout, out)
     if native is not None:
-        share_now(_native_then, items, native, _scatter, layout, out, strict, chunks, config=config, free=True,
-                  memo=layout.threads_memo)
-    else:
+        whole, projections = _placed_whole(layout, projections) if gens else (list(projections), [])
+        items = [(p, layout.chunk_key(p.coords), None) for p in whole]
+        if gens:
+            share_now(_native_kept, [[it] for it in items], native, layout, out, strict, chunks, gens, config=config,
+                      free=True, memo=layout.threads_memo)
+        else:
+            share_now(_native_then, items, native, _scatter, layout, out, strict, chunks, config=config, free=True,
+                      memo=layout.threads_memo)
+    items = [(p, layout.chunk_key(p.coords), None) for p in projections]
+    if items:
         share_now(_scatter, items, layout, out, strict, chunks, gens, config=config, slow=pipeline.slow_decode,
                   gil=pipeline.holds_gil, memo=layout.threads_memo)
     return True
@@ -277,11 +301,36 @@ class _StoreReads:
         pass
 
 
+def _placed_whole(
+    layout: ChunkLayout, projections: Iterable[ChunkProjection]
+) -> tuple[list[ChunkProjection], list[ChunkProjection]]:
+    """(the chunks a read places whole into its output, the others)."""
+    whole: list[ChunkProjection] = []
+    rest: list[ChunkProjection] = []
+    for p in projections:
+        (whole if p.is_complete and _whole_chunk(p, layout.spec_for(p.coords).shape) else rest).append(p)
+    return whole, rest
+
+
 def _native_then(batch: list[tuple[ChunkProjection, str]], native: Callable, generic: Callable, *args: Any) -> Any:
     """``native(batch)`` (``core/rawread.py``, ``core/rawwrite.py``), then ``generic(rest,
     *args)`` for the chunks it leaves."""
     rest = native(batch)
     return generic(rest, *args) if rest else []
+
+
+def _native_kept(
+    batch: list[list], native: Callable, layout: ChunkLayout, out: np.ndarray, strict: bool, reads: UnitReads,
+    gens: Generations,
+) -> list:
+    """``_native_then`` for each native call of ``batch`` (the items of one chunk file, or a
+    list of one shard's items), keeping the whole chunks it placed in the chunk cache right
+    after (``keep_placed``), while they are still in the CPU's caches."""
+    for call in batch:
+        _native_then(call, native, _scatter, layout, out, strict, reads)
+        items = call[0] if call and isinstance(call[0], list) else call
+        keep_placed([item[0] for item in items], layout, out, gens)
+    return []
 
 
 async def _spread(fn: Callable[..., list], items: list, *args: Any, config: IOConfig, light: bool = False) -> list:
@@ -343,7 +392,8 @@ async def read_into(
         if not bypassed(layout, projections):
             # (remote stores: a HEAD per unit, so that a hit is never another writer's old data)
             generations = await unit_generations_async(layout, projections, layout.store.checked_generation)
-            projections, gens = take_cached(layout, projections, out, generations)
+            projections, gens, hits = take_cached(layout, projections, generations)
+            await _spread(place_hits, hits, out, config=config)
             if not projections:
                 return
     groups = _group(layout, projections)
