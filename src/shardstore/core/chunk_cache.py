@@ -150,7 +150,7 @@ def owned(chunk: np.ndarray) -> np.ndarray:
     root = _memory_of(chunk)
     if root.base is None and root.nbytes == chunk.nbytes:
         return chunk
-    return chunk.copy()
+    return chunk.copy(order="K")  # (its memory order: hits are copied out in that order, not transposed)
 
 
 def bypassed(layout: ChunkLayout, projections: Sequence[ChunkProjection]) -> bool:
