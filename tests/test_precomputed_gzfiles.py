@@ -84,3 +84,28 @@ def test_set_of_none_deletes_both_files(tmp_path: Path, runner: str) -> None:
     else:
         asyncio.run(files.set_many([("e", None)]))
     assert not (tmp_path / "e").exists() and not (tmp_path / "e.gz").exists()
+
+
+@pytest.mark.parametrize("runner", ["sync", "async"])
+def test_the_generation_follows_the_file_reads_take(tmp_path: Path, runner: str) -> None:
+    """Reads take ``<name>`` when it exists, else ``<name>.gz``: the generation (what the chunk
+    cache checks) must change exactly when the value a read gets can have changed."""
+    files = GzipChunkFiles(LocalStore(tmp_path), max_size=1 << 20)
+
+    def gen(key: str) -> object:
+        return files.generation_sync(key) if runner == "sync" else asyncio.run(files.checked_generation(key))
+
+    (tmp_path / "c.gz").write_bytes(gzip.compress(b"one"))
+    first = gen("c")
+    (tmp_path / "c.gz.tmp").write_bytes(gzip.compress(b"two"))
+    (tmp_path / "c.gz.tmp").replace(tmp_path / "c.gz")  # a rewrite of the .gz read from
+    second = gen("c")
+    assert second != first
+    (tmp_path / "c").write_bytes(b"plain")  # now shadows the .gz
+    third = gen("c")
+    assert third not in (first, second)
+    (tmp_path / "c.gz.tmp").write_bytes(gzip.compress(b"three"))
+    (tmp_path / "c.gz.tmp").replace(tmp_path / "c.gz")  # not what reads take: one stat suffices
+    assert gen("c") == third
+    (tmp_path / "c").unlink()
+    assert gen("c") not in (first, second, third)
