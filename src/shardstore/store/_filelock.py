@@ -21,6 +21,13 @@ one.
   files. Otherwise the child would wait forever on a thread lock no thread of it will
   release, and its copy of the descriptor would keep the ``flock`` held for every process
   until the child exits (a lock belongs to the open file, which the child shares).
+- A ``Lease`` belongs to the process that took it, not to its forked children: a child
+  closes its copies of the parent's lease files at once, and its ``Lease`` objects are
+  neither ``held`` nor release anything (releasing would unlink the lock file the parent
+  still holds, letting a third writer in). Closing a copy leaves the parent's ``flock`` as
+  it was: the lock is released only when every descriptor of the open file is closed (or
+  unlocked explicitly, which the child never does). Kept open, the child's copy would hold
+  the lease past the parent's death.
 """
 
 from __future__ import annotations
@@ -56,14 +63,23 @@ def is_lock_name(name: str) -> bool:
 # (each open file description is its own lock owner), but a process-local lock costs nothing
 _local: weakref.WeakValueDictionary[str, threading.Lock] = weakref.WeakValueDictionary()
 _local_guard = threading.Lock()
-#: descriptors of the lock files ``locked`` has open, and the threads that opened them
+#: descriptors of the lock files ``locked`` (or ``Lease.acquire``) has open, and the threads
+#: that opened them
 _open_fds: dict[int, int] = {}
+#: the leases this process holds, by descriptor
+_leases: dict[int, Lease] = {}
 
 
 def _after_fork_in_child() -> None:
     global _local, _local_guard
     _local = weakref.WeakValueDictionary()
     _local_guard = threading.Lock()
+    for fd, lease in list(_leases.items()):  # the parent's, whichever thread took them
+        lease._fd = None
+        _open_fds.pop(fd, None)
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _leases.clear()
     me = threading.get_ident()  # (the forking thread goes on in the child, with its locks)
     for fd, owner in list(_open_fds.items()):
         if owner != me:
@@ -149,11 +165,13 @@ def locked(path: str) -> Iterator[None]:
 
 class Lease:
     """An exclusive ``flock`` on ``path`` held until ``release`` (or the process's end): a
-    writer's claim on a whole dataset (bcolz: one writing handle per rootdir at a time)."""
+    writer's claim on a whole dataset (bcolz: one writing handle per rootdir at a time). A
+    forked child does not inherit it (see the module doc)."""
 
     def __init__(self, path: str, fd: int) -> None:
         self.path = path
         self._fd: int | None = fd
+        _leases[fd] = self
 
     @classmethod
     def acquire(cls, path: str, timeout: float) -> Lease | None:
@@ -165,27 +183,31 @@ class Lease:
         delay = 0.001
         while True:
             fd = _open_lock(path)
+            # (a child forked by another thread meanwhile closes its copy, as for ``locked``)
+            _open_fds[fd] = threading.get_ident()
             try:
                 if fcntl is not None:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     if not _current(fd, path):
                         os.close(fd)  # unlinked by its previous holder: take the current one
                         continue
+                return cls(path, fd)
             except BlockingIOError:
                 os.close(fd)
-                if time.monotonic() >= deadline:
-                    return None
-                time.sleep(delay)
-                delay = min(delay * 2, 0.05)
-                continue
             except BaseException:
                 os.close(fd)
                 raise
-            return cls(path, fd)
+            finally:
+                _open_fds.pop(fd, None)
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
 
     def release(self) -> None:
         fd, self._fd = self._fd, None
         if fd is not None:
+            _leases.pop(fd, None)
             _unlink_quietly(self.path)  # (still holding it: see the module doc)
             os.close(fd)  # (releases the flock)
 

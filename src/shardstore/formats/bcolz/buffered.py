@@ -25,12 +25,24 @@ never interleave. A handle that gets the lease after another writer changed the 
 (``meta/sizes`` has another generation) first re-reads ``meta/sizes`` and continues from
 there. Readers see a prefix: chunk files before the ``meta/sizes`` that counts them. Other
 stores (S3) have no such lease: one writer per rootdir there.
+
+A process forked while a handle has rows pending: those rows are the parent's, which holds
+the lease and flushes them. The child's copy of the handle drops them at the fork and is
+back at the last flush (its length, its tail), without the lease (``Store.lease`` is not
+inherited): it never writes, nor flushes at exit, rows of the parent, and never releases the
+parent's lease. A write through it in the child then takes the lease as any other handle
+does (waiting for the parent to flush, then continuing after the parent's rows, or failing
+with ``ConflictError`` after ``bcolz_writer_wait``). Waiting rather than always refusing:
+the child's handle is then just another writer of the rootdir, as a handle the child opened
+itself would be. Flush before forking when the rows should be on disk whatever the parent
+does next (a parent that ends without flushing loses them, as on a crash).
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
+import os
 import threading
 import warnings
 import weakref
@@ -45,6 +57,7 @@ from ...core.array import AsyncArray
 from ...core.indexing import Indexer, basic_indexer
 from ...errors import ConflictError
 from .driver import BcolzDriver, chunk_file_key
+from .metadata import Sizes
 
 if TYPE_CHECKING:
     from ...store.sync_protocols import SupportsSetSync
@@ -67,19 +80,27 @@ def _sync_writes(driver: BcolzDriver) -> SupportsSetSync | None:
 class _Pending:
     """What a handle has appended that is not on disk yet (shared with its finalizer)."""
 
-    def __init__(self, disk_rows: int) -> None:
+    def __init__(self, disk: Sizes) -> None:
         self.tail: np.ndarray | None = None  # rows of the last partial chunk, when known
         # a chunk of rows that ``tail`` is the start of once an append has set it: appends
         # fill it in place (see ``BcolzArray._split``)
         self.buf: np.ndarray | None = None
         self.dirty = False  # the leftover file and meta/sizes lag behind ``tail`` / the shape
-        self.disk_rows = disk_rows  # the length meta/sizes on disk gives
+        self.disk = disk  # the meta/sizes on disk (as this handle last wrote or read it)
         self.lease: Any = None  # the rootdir's writer lease while this handle writes
 
     def visible(self, k: int, chunklen: int) -> bool:
         """Whether readers of the files look at chunk file ``k``: the others (beyond the
         length on disk) may be written in place, as bcolz writes every chunk."""
-        return k < -(-self.disk_rows // chunklen)
+        return k < -(-self.disk.shape[0] // chunklen)
+
+    def drop(self, driver: BcolzDriver) -> None:
+        """Forget the pending rows and the lease (a forked child's copy: both are the
+        parent's): back to the carray of the last flush."""
+        self.lease = None  # (not released: the parent holds it; the child closed its copy)
+        self.dirty = False
+        self.tail = self.buf = None
+        driver.set_sizes(self.disk)
 
 
 def _leftover(driver: BcolzDriver, pending: _Pending) -> tuple[str, bytes] | None:
@@ -102,7 +123,7 @@ async def _flush(driver: BcolzDriver, pending: _Pending) -> None:
     await driver.save_sizes()
     await driver.ensure_data_dir()
     pending.dirty = False
-    pending.disk_rows = driver.sizes.shape[0]
+    pending.disk = driver.sizes
 
 
 def _flush_now(driver: BcolzDriver, pending: _Pending) -> None:
@@ -120,7 +141,7 @@ def _flush_now(driver: BcolzDriver, pending: _Pending) -> None:
     writes.set_sync(driver.sizes_key, driver.sizes.to_bytes())
     driver.ensure_data_dir_now()
     pending.dirty = False
-    pending.disk_rows = driver.sizes.shape[0]
+    pending.disk = driver.sizes
 
 
 #: the finalizers of live writable handles, run at interpreter exit (see ``_flush_at_exit``)
@@ -140,6 +161,20 @@ try:
     (_register_exit or atexit.register)(_flush_at_exit)
 except RuntimeError:  # imported during shutdown
     pass
+
+
+def _after_fork_in_child() -> None:
+    # every writable handle is in _LIVE; the copies of their finalizers stay registered, and
+    # find nothing pending at the child's exit
+    for fin in list(_LIVE.values()):
+        alive = fin.peek()
+        if alive is not None:
+            driver, pending, _ = alive[2]
+            pending.drop(driver)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _flush_on_own_loop(driver: BcolzDriver, pending: _Pending) -> None:
@@ -199,7 +234,7 @@ class BcolzArray(AsyncArray):
     def __init__(self, driver: BcolzDriver, *, read_only: bool, name: str = "", config: IOConfig | None = None) -> None:
         super().__init__(driver, read_only=read_only, name=name, config=config)
         self.autoflush = False
-        self._pending = _Pending(driver.sizes.shape[0])
+        self._pending = _Pending(driver.sizes)
         self._seen = None if read_only else self._sizes_generation()
         if not read_only:
             key = id(self._pending)
@@ -242,7 +277,7 @@ class BcolzArray(AsyncArray):
                     "open it again to write"
                 )
             self._pending.tail = None
-            self._pending.disk_rows = self.driver.sizes.shape[0]
+            self._pending.disk = self.driver.sizes
             self._seen = now
         self._pending.lease = lease
 
@@ -320,9 +355,9 @@ class BcolzArray(AsyncArray):
         self._changed()
         try:
             await super().resize(shape)
+            self._pending.disk = self.driver.sizes
         finally:
             self._settle()
-        self._pending.disk_rows = self.driver.sizes.shape[0]
 
     async def read_chunk_bytes(self, coords: tuple[int, ...]) -> bytes | None:
         await self.flush()

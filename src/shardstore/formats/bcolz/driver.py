@@ -167,9 +167,13 @@ class BcolzDriver(FormatDriver):
         raw = None if reads is None else reads.get_sync(self.sizes_key)
         if raw is None:
             return False
-        self.sizes = parse_sizes(raw, self.where(self.sizes_key))
-        self._layout = None
+        self.set_sizes(parse_sizes(raw, self.where(self.sizes_key)))
         return True
+
+    def set_sizes(self, sizes: Sizes) -> None:
+        """Take ``sizes`` as the carray's, in memory (its layout follows the shape)."""
+        self.sizes = sizes
+        self._layout = None
 
     async def save_sizes(self) -> None:
         await self.store.set(self.sizes_key, self.sizes.to_bytes())
