@@ -29,7 +29,7 @@ from ._unit_streams import stream_shard, stream_shard_sync
 if TYPE_CHECKING:
     from ..store.streamed import Buffer, SupportsUnitStreams
     from ..store.sync_protocols import SupportsSetSync
-    from ._uint64_read import ShardCache
+    from ._uint64_cache import ShardCache
 
 __all__ = ["CompleteShard", "ShardChanges", "Uint64Writes", "grouped", "grouped_values", "merged_shard"]
 

@@ -45,6 +45,7 @@ from ..store.base import (
     Store,
     inherited_retry_conflicts,
 )
+from ._uint64_cache import ShardCache, ShardReplaced, ShardState, shard_generation
 from ._uint64_format import (
     SHARDING_TYPE,
     UINT64_MAX,
@@ -55,14 +56,7 @@ from ._uint64_format import (
     shard_entries,
     sub_range,
 )
-from ._uint64_read import (
-    ShardCache,
-    ShardReplaced,
-    ShardState,
-    SyncReads,
-    shard_generation,
-    value_of,
-)
+from ._uint64_read import SyncReads, value_of
 from ._uint64_write import CompleteShard, Uint64Writes
 
 if TYPE_CHECKING:
