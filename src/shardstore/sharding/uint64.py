@@ -43,8 +43,8 @@ from ..store.base import (
     ByteRange,
     RangeBR,
     Store,
-    inherited_retry_conflicts,
 )
+from ..store.read_modify_write import inherited_retry_conflicts
 from ._uint64_cache import ShardCache, ShardReplaced, ShardState, shard_generation
 from ._uint64_format import (
     SHARDING_TYPE,

@@ -52,11 +52,11 @@ from ..store.base import (
     Store,
     SuffixBR,
     Update,
-    inherited_retry_conflicts,
     joined,
     validate_key,
 )
 from ..store.open_values import PrefetchedReads
+from ..store.read_modify_write import inherited_retry_conflicts
 from ._unit_streams import stream_shard, stream_shard_sync
 from ._zarr3_layout import ShardLayout, inner_key, parse_inner_key
 from ._zarr3_open import NOT_FOUND, OpenShards

@@ -23,6 +23,7 @@ from ..config import IOConfig
 from ..errors import ConflictError, StoreError
 from ._fileio import pread, pread_transient
 from ._filelock import Lease, lock_path, locked
+from ._keys import validate_key, validate_prefix
 from ._local_files import describe, open_version, read_parts, read_versioned, span, write_in_place, write_replacing, write_streamed
 from ._local_tree import list_batch, prune, remove_dirs
 
@@ -40,8 +41,6 @@ from .base import (
     _check_value,
     joined,
     resolve_range,
-    validate_key,
-    validate_prefix,
 )
 
 if TYPE_CHECKING:
