@@ -73,10 +73,10 @@ def rss(path: str, mib: int, stream: bool) -> None:
 
 
 def stall(path: str) -> None:
-    from shardstore.store import local
+    from shardstore.store import _local_files
 
     written = [0]
-    write_all = local._write_all
+    write_all = _local_files.write_all
 
     def slow_write_all(fd: int, value: object) -> None:
         write_all(fd, value)  # type: ignore[arg-type]
@@ -85,7 +85,7 @@ def stall(path: str) -> None:
             print("stalled", flush=True)
             time.sleep(3600)
 
-    local._write_all = slow_write_all
+    _local_files.write_all = slow_write_all
     a = shardstore.zarr3.open(path, mode="r+", config=IOConfig(stream_unit_bytes=0))
     a[...] = random_volume(a.shape, 2)
 

@@ -148,12 +148,12 @@ def test_concurrent_partial_writes_to_shared_chunks_all_survive(tmp_path: Path, 
 def test_a_failing_file_write_names_the_key_and_keeps_the_old_chunk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     a = shardstore.n5.create(str(tmp_path / "c.n5"), "d", shape=(16, 16), dtype="uint8", block_size=(8, 8))
     a[...] = 1
-    from shardstore.store import local
+    from shardstore.store import _local_files
 
     def broken(fd: int, value: bytes) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(local, "_write_all", broken)
+    monkeypatch.setattr(_local_files, "write_all", broken)
     with pytest.raises(StoreError, match=r"d/1/0"):
         a[0:8, 8:16] = 2
     monkeypatch.undo()

@@ -23,6 +23,8 @@ from shardstore.store import (
     SuffixBR,
     store_from_url,
 )
+from shardstore.store import _local_files as local_files
+from shardstore.store import _local_tree as local_tree
 from shardstore.store import _tempfiles as tempfiles
 from shardstore.store import local as local_module
 from shardstore.testing import StoreTests, async_test
@@ -115,14 +117,14 @@ def test_local_failed_write_midway_leaves_old_value(tmp_path: Path, monkeypatch:
         os.write(fd, bytes(value)[:2])  # part of the value lands, then the disk fails
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(local_module, "_write_all", exploding)
+    monkeypatch.setattr(local_files, "write_all", exploding)
     with pytest.raises(StoreError, match="'k'"):
         run(store.set("k", b"new value"))
     monkeypatch.undo()
     assert run(store.get("k")) == b"old"
     assert _files(tmp_path) == ["k"]
     # a failure on a new key leaves nothing at all
-    monkeypatch.setattr(local_module, "_write_all", exploding)
+    monkeypatch.setattr(local_files, "write_all", exploding)
     with pytest.raises(StoreError):
         run(store.set("new/key", b"value"))
     monkeypatch.undo()
@@ -233,7 +235,7 @@ def test_local_list_prefix_starts_deep(tmp_path: Path) -> None:
 
 
 def test_local_list_prefix_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(local_module, "_LIST_BATCH", 3)
+    monkeypatch.setattr(local_tree, "_LIST_BATCH", 3)
     store = LocalStore(tmp_path)
     keys = [f"{i}/{j}" for i in range(4) for j in range(5)]
     run(store.set_many([(k, b"") for k in keys]))
@@ -414,7 +416,7 @@ def test_local_temp_names_are_unique_across_threads() -> None:
         t.join()
     flat = [n for out in names for n in out]
     assert len(set(flat)) == len(flat) == 16000
-    assert all(local_module._is_temp(n) for n in flat)
+    assert all(local_module.is_temp_name(n) for n in flat)
 
 
 @pytest.mark.parametrize("files", [5, 300])
@@ -430,14 +432,14 @@ def test_local_delete_prefix_removes_large_trees_without_following_symlinks(tmp_
     os.symlink(outside, tmp_path / "root" / "ds" / "0" / "link")
     threads_used: set[str] = set()
     batches: list[int] = []
-    real = local_module._unlink_all
+    real = local_tree.unlink_all
 
     def spy(paths):
         threads_used.add(threading.current_thread().name)
         batches.append(len(paths))
         return real(paths)
 
-    monkeypatch.setattr(local_module, "_unlink_all", spy)
+    monkeypatch.setattr(local_tree, "unlink_all", spy)
     run(store.delete_prefix("ds/"))
     assert not (tmp_path / "root" / "ds").exists()
     assert (outside / "f").read_bytes() == b"precious"
@@ -450,7 +452,7 @@ def test_local_delete_prefix_removes_large_trees_without_following_symlinks(tmp_
 def test_local_remove_tree_raises_after_every_batch_finished(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = LocalStore(tmp_path / "root")
     run(store.set_many([(f"ds/{i}", b"x") for i in range(200)]))
-    real = local_module._unlink_all
+    real = local_tree.unlink_all
     done: list[int] = []
 
     def failing(paths):
@@ -459,7 +461,7 @@ def test_local_remove_tree_raises_after_every_batch_finished(tmp_path: Path, mon
         real(paths)
         done.append(len(paths))
 
-    monkeypatch.setattr(local_module, "_unlink_all", failing)
+    monkeypatch.setattr(local_tree, "unlink_all", failing)
     with pytest.raises(StoreError, match="ds/"):
         run(store.delete_prefix("ds/"))
     assert sum(done) == 200 - 50  # the three other batches of 50 all ran

@@ -17,15 +17,14 @@ from typing import TYPE_CHECKING
 from ..codecs.sharding_indexed import EMPTY
 from ..errors import CodecError
 from ..store.base import MISSING, ByteRange, RangeBR
+from ._zarr3_index import NOT_FOUND, checked_chunk, inner_range
 
 if TYPE_CHECKING:
     from ..store.sync_protocols import OpenValue, SupportsOpenSync
     from .zarr3 import ZarrShardingStore
 
-__all__ = ["NOT_FOUND", "OpenShards"]
+__all__ = ["OpenShards"]
 
-#: the adapter's index cache: "no entry at that generation", and the entry of a missing shard
-NOT_FOUND = object()
 _EMPTY = int(EMPTY)
 
 
@@ -68,10 +67,10 @@ class OpenShards:
         name = store._shard_name(shard_key)
         value = self._opens.open_sync(shard_key)
         if value is None:
-            store._cache_put(shard_key, NOT_FOUND, MISSING)
+            store._indexes.put(shard_key, NOT_FOUND, MISSING)
             return _Shard(None, None, 0, name)
         try:
-            index = store.open_index(shard_key, value)
+            index = store._indexes.open_index(shard_key, value)
         except BaseException:
             value.close()
             raise
@@ -82,8 +81,8 @@ class OpenShards:
         if found is None:
             return None
         value, off, n, name, i = found
-        r = self._store._sub_range(off, n, byte_range)
-        return self._store._check_len(value.read(r.start, r.end), r, name, i)
+        r = inner_range(off, n, byte_range)
+        return checked_chunk(value.read(r.start, r.end), r, name, i)
 
     def get_transient_sync(self, key: str, max_bytes: int) -> bytes | memoryview | None:
         found = self._locate(key)
@@ -91,7 +90,7 @@ class OpenShards:
             return None
         value, off, n, name, i = found
         r = RangeBR(off, off + n)
-        return self._store._check_len(value.read_transient(off, off + n, max_bytes), r, name, i)
+        return checked_chunk(value.read_transient(off, off + n, max_bytes), r, name, i)
 
     def _locate(self, key: str) -> tuple[OpenValue, int, int, str, int] | None:
         """(open shard, offset, size, shard name, index entry) of an inner chunk; None: absent."""

@@ -27,6 +27,9 @@ Keys of this store name inner chunks by their coordinates in the array's inner-c
 
 Nested sharding is this adapter over another one: the base keys are then inner-chunk keys of
 the outer adapter, and byte ranges requested from it are relative to that inner chunk.
+
+Its parts: the index cache ``_zarr3_index``, the blocking reads ``_zarr3_open`` (shards held
+open) and ``_zarr3_checked`` (generations compared), the write assembly ``_zarr3_write``.
 """
 
 from __future__ import annotations
@@ -35,7 +38,6 @@ import asyncio
 import contextlib
 import functools
 import itertools
-from collections import OrderedDict
 from collections.abc import AsyncIterable, AsyncIterator, Hashable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -46,25 +48,24 @@ from ..config import IOConfig
 from ..errors import CodecError, ConflictError, ShardStoreError, UnsupportedFeatureError
 from ..store.base import (
     ByteRange,
-    OffsetBR,
     Parts,
     RangeBR,
     Store,
-    SuffixBR,
     Update,
-    inherited_retry_conflicts,
-    joined,
     validate_key,
 )
 from ..store.open_values import PrefetchedReads
+from ..store.read_modify_write import inherited_retry_conflicts
 from ._unit_streams import stream_shard, stream_shard_sync
+from ._zarr3_checked import CheckedReads
+from ._zarr3_index import ShardIndexes, checked_chunk, inner_range
 from ._zarr3_layout import ShardLayout, inner_key, parse_inner_key
-from ._zarr3_open import NOT_FOUND, OpenShards
+from ._zarr3_open import OpenShards
+from ._zarr3_write import covers_shard, shard_writes
 
 if TYPE_CHECKING:
     from ..store.streamed import Buffer, SupportsUnitStreams
     from ..store.sync_protocols import (
-        OpenValue,
         SpanReader,
         SupportsFileSpans,
         SupportsGetManySync,
@@ -76,7 +77,6 @@ if TYPE_CHECKING:
 __all__ = ["ShardLayout", "ZarrShardingStore", "inner_key", "parse_inner_key"]
 
 
-_MISSING = NOT_FOUND
 _EMPTY = int(EMPTY)
 
 
@@ -93,18 +93,12 @@ class ZarrShardingStore(Store):
         #: this often (``IOConfig.read_attempts``)
         self.read_attempts = (config or IOConfig()).read_attempts
         self._rank = len(layout.inner_grid_shape)
-        # shard key -> (decoded index or _MISSING, the base's generation token when read);
-        # an entry is used only while the shard's generation is unchanged (another writer
-        # replacing the shard is noticed), or always when the base cannot tell (None)
-        self._index_cache: OrderedDict[str, tuple[object, Hashable | None]] = OrderedDict()
-        self._index_cache_size = index_cache_size
-        # shard key -> the index fetch in flight, so that concurrent reads of a cold shard
-        # fetch its index once
-        self._index_fetches: dict[str, asyncio.Future] = {}
+        # decoded shard indexes, each used while its shard's generation is unchanged (named
+        # in messages as _shard_name names them: through the base, not this adapter, so
+        # that the cache holds no reference back to it)
+        self._indexes = ShardIndexes(base, layout, index_cache_size, functools.partial(_shard_name_over, base))
         self._base_reads = base.sync_reads
         self._base_opens = base.sync_opens
-        # shard key -> (a cached index, the same as an array): made for native reads
-        self._index_arrays: dict[str, tuple[object, np.ndarray]] = {}
         self._base_writes = base.sync_writes
         # with the index at the end, a ranged read cannot see an entry that runs into the
         # index (the shard size is unknown): reading the index's length past a whole chunk
@@ -121,121 +115,7 @@ class ZarrShardingStore(Store):
     def _shard_name(self, shard_key: str) -> str:
         """How messages name a shard: nested, an inner shard is named with the outer shard's
         key (the file or object to look at) before its own."""
-        base = self.base
-        if not isinstance(base, ZarrShardingStore):
-            return shard_key
-        try:
-            outer = base.layout.shard_key(base.layout.locate(parse_inner_key(shard_key, base._rank))[0])
-        except (ValueError, ShardStoreError):
-            return shard_key
-        return f"{base._shard_name(outer)} (inner shard {shard_key})"
-
-    # -- index handling ---------------------------------------------------------------------
-    def _cache_put(self, shard_key: str, index: object, generation: Hashable | None) -> None:
-        self._index_cache[shard_key] = (index, generation)
-        self._index_cache.move_to_end(shard_key)
-        while len(self._index_cache) > self._index_cache_size:
-            self._index_cache.popitem(last=False)
-
-    def _index_from_bytes(self, shard_key: str, data: bytes, whole: bytes | None) -> list[list[int]]:
-        """Decode and check an index; ``whole`` is the whole shard when we have it."""
-        shard_key = self._shard_name(shard_key)  # (for messages only)
-        layout = self.layout
-        isz = layout.index_size
-        if len(data) < isz:
-            raise CodecError(
-                f"shard {shard_key!r} is truncated: {len(data)} bytes, shorter than its "
-                f"{isz}-byte index"
-            )
-        index = layout.codec.decode_index(data, layout.shard_spec, shard_key)
-        present = ~((index[:, 0] == EMPTY) & (index[:, 1] == EMPTY))
-        if present.any():
-            offsets, sizes = index[present, 0], index[present, 1]
-            at_start = layout.codec.index_location == "start"
-            if at_start and (offsets < np.uint64(isz)).any():
-                raise CodecError(f"shard {shard_key!r}: an index entry overlaps the {isz}-byte index")
-            if whole is not None:  # (a ranged read of an end index cannot know the shard size)
-                end = np.uint64(len(whole) - (0 if at_start else isz))  # where chunk data must end
-                if (sizes > end).any() or (offsets > end - sizes).any():
-                    raise CodecError(
-                        f"shard {shard_key!r}: an index entry points past the chunk data (into "
-                        f"the index or past the end of the {len(whole)}-byte shard)"
-                    )
-        # plain ints: looking entries up per chunk is then ~10x cheaper than numpy scalars
-        return index.tolist()
-
-    def _index_range(self) -> ByteRange:
-        isz = self.layout.index_size
-        return RangeBR(0, isz) if self.layout.codec.index_location == "start" else SuffixBR(isz)
-
-    def _slice_index(self, whole: bytes) -> bytes:
-        isz = self.layout.index_size
-        if len(whole) < isz:
-            return whole
-        return whole[:isz] if self.layout.codec.index_location == "start" else whole[len(whole) - isz :]
-
-    def _cached_index(self, shard_key: str, gen: Hashable | None) -> object:
-        """The cached index (None for a missing shard) if still current at ``gen``, else _MISSING."""
-        cached = self._index_cache.get(shard_key)
-        if cached is None or (gen is not None and cached[1] != gen):
-            return _MISSING
-        with contextlib.suppress(KeyError):  # reads on several threads share the cache
-            self._index_cache.move_to_end(shard_key)
-        return None if cached[0] is _MISSING else cached[0]
-
-    def _keep_index(self, shard_key: str, data: bytes | None, gen: Hashable | None) -> list[list[int]] | None:
-        """Decode, check and cache an index read at ``gen`` (None: the shard is missing)."""
-        if data is None:
-            self._cache_put(shard_key, _MISSING, gen)
-            return None
-        index = self._index_from_bytes(shard_key, data, None)
-        self._cache_put(shard_key, index, gen)
-        return index
-
-    async def _get_index(self, shard_key: str) -> list[list[int]] | None:
-        return (await self._index_at(shard_key))[0]
-
-    async def _index_at(self, shard_key: str) -> tuple[list[list[int]] | None, Hashable | None]:
-        """The shard's index (None: missing) and the generation it was read at; cached while
-        the base reports that generation unchanged, fetched once for concurrent callers."""
-        gen = await self.base.generation(shard_key)
-        cached = self._index_cache.get(shard_key)
-        if cached is not None and (gen is None or cached[1] == gen):
-            with contextlib.suppress(KeyError):
-                self._index_cache.move_to_end(shard_key)
-            return (None if cached[0] is _MISSING else cached[0]), cached[1]  # type: ignore[return-value]
-        loop = asyncio.get_running_loop()
-        pending = self._index_fetches.get(shard_key)
-        if pending is not None and pending.get_loop() is loop:
-            return await asyncio.shield(pending)
-        fut: asyncio.Future = loop.create_future()
-        self._index_fetches[shard_key] = fut
-        try:
-            data, read_gen = await self.base.get_versioned(shard_key, self._index_range())
-            result = self._keep_index(shard_key, data, read_gen), read_gen
-        except BaseException as e:
-            fut.set_exception(e)
-            fut.exception()  # (retrieved: no "never retrieved" warning when nobody waited)
-            raise
-        finally:
-            if self._index_fetches.get(shard_key) is fut:
-                del self._index_fetches[shard_key]
-        fut.set_result(result)
-        return result
-
-    async def _read_whole(self, shard_key: str) -> tuple[bytes | None, list[list[int]] | None]:
-        whole, index, _ = await self._read_versioned(shard_key)
-        return whole, index
-
-    async def _read_versioned(self, shard_key: str) -> tuple[bytes | None, list[list[int]] | None, Hashable | None]:
-        """The whole shard, its index and the generation it was read at (for ``set_if``)."""
-        whole, gen = await self.base.get_versioned(shard_key)
-        if whole is None:
-            self._cache_put(shard_key, _MISSING, gen)
-            return None, None, gen
-        index = self._index_from_bytes(shard_key, self._slice_index(whole), whole)
-        self._cache_put(shard_key, index, gen)
-        return whole, index, gen
+        return _shard_name_over(self.base, shard_key)
 
     @property
     def retry_conflicts(self) -> int:  # type: ignore[override]
@@ -253,30 +133,9 @@ class ZarrShardingStore(Store):
 
     def invalidate(self) -> None:
         """Forget cached indexes (e.g. after another process changed the shards)."""
-        self._index_cache.clear()
+        self._indexes.clear()
 
     # -- reads ------------------------------------------------------------------------------
-    @staticmethod
-    def _sub_range(off: int, n: int, br: ByteRange | None) -> RangeBR:
-        """A byte range of an inner chunk, as an absolute range in its shard."""
-        if br is None:
-            return RangeBR(off, off + n)
-        if isinstance(br, RangeBR):
-            return RangeBR(off + min(br.start, n), off + min(br.end, n))
-        if isinstance(br, OffsetBR):
-            return RangeBR(off + min(br.start, n), off + n)
-        return RangeBR(off + n - min(br.n, n), off + n)
-
-    @staticmethod
-    def _check_len(data: bytes | None, want: RangeBR, shard_key: str, i: int) -> bytes:
-        if data is None or len(data) != want.end - want.start:
-            got = "nothing" if data is None else f"{len(data)} bytes"
-            raise CodecError(
-                f"shard {shard_key!r}: inner chunk {i} should span bytes [{want.start}, {want.end}) "
-                f"but the shard gave {got} (truncated shard or bad index entry)"
-            )
-        return data
-
     async def _get(self, key: str, byte_range: ByteRange | None) -> bytes | None:
         return (await self.get_many([(key, byte_range)]))[0]
 
@@ -300,20 +159,20 @@ class ZarrShardingStore(Store):
     ) -> None:
         shard_key = self.layout.shard_key(shard)
         wanted = {i for _, i, _ in reqs}
-        if shard_key not in self._index_cache and wanted >= set(self.layout.valid_in_shard(shard)):
+        if shard_key not in self._indexes and wanted >= set(self.layout.valid_in_shard(shard)):
             # every inner chunk wanted and the index is cold: one request for the whole shard
-            whole, index = await self._read_whole(shard_key)
+            whole, index = await self._indexes.read_whole(shard_key)
             if whole is None or index is None:
                 return
             for pos, i, br in reqs:
                 off, n = index[i]
                 if off == _EMPTY and n == _EMPTY:
                     continue
-                r = self._sub_range(off, n, br)
+                r = inner_range(off, n, br)
                 results[pos] = whole[r.start : r.end]
             return
         for _ in range(self.read_attempts):
-            index, gen = await self._index_at(shard_key)
+            index, gen = await self._indexes.at(shard_key)
             if index is None:
                 return
             fetch: list[tuple[int, int, RangeBR]] = []
@@ -321,16 +180,16 @@ class ZarrShardingStore(Store):
                 off, n = index[i]
                 if off == _EMPTY and n == _EMPTY:
                     continue
-                fetch.append((pos, i, self._sub_range(off, n, br)))
+                fetch.append((pos, i, inner_range(off, n, br)))
             if not fetch:
                 return
             # the data of the version the index was read at (never another one's bytes)
             datas = await self.base.get_ranges_at(shard_key, [r for _, _, r in fetch], gen)
             if datas is None:  # replaced meanwhile: read its new index, then the data again
-                self._index_cache.pop(shard_key, None)
+                self._indexes.forget(shard_key)
                 continue
             for (pos, i, r), data in zip(fetch, datas):
-                results[pos] = self._check_len(data, r, self._shard_name(shard_key), i)
+                results[pos] = checked_chunk(data, r, self._shard_name(shard_key), i)
             return
         raise ConflictError(f"shard {shard_key!r} kept being replaced while it was read ({self.read_attempts} attempts)")
 
@@ -388,93 +247,7 @@ class ZarrShardingStore(Store):
                 units.close()
         base = self._base_reads
         assert base is not None, "called only when sync_reads is declared"
-        layout, rank = self.layout, self._rank
-        by_shard: dict[tuple[int, ...], list[tuple[int, int, ByteRange | None]]] = {}
-        for pos, (key, br) in enumerate(requests):
-            shard, i = layout.locate(parse_inner_key(key, rank))
-            by_shard.setdefault(shard, []).append((pos, i, br))
-        out: list[bytes | None] = [None] * len(requests)
-        for shard, reqs in by_shard.items():
-            shard_key = layout.shard_key(shard)
-            if (
-                shard_key not in self._index_cache
-                and all(br is None for _, _, br in reqs)
-                and {i for _, i, _ in reqs} >= set(layout.valid_in_shard(shard))
-            ):
-                self._whole_shard_now(base, shard_key, reqs, out)
-                continue
-            for _ in range(self.read_attempts):
-                gen = base.generation_sync(shard_key)
-                try:
-                    datas = self._read_shard_now(base, shard_key, gen, reqs)
-                except CodecError:
-                    if base.generation_sync(shard_key) == gen:
-                        raise  # a truly broken shard, not one replaced while we read it
-                else:
-                    # "absent" needs no check: it is what the index said at some moment
-                    if datas is None or base.generation_sync(shard_key) == gen:
-                        for (pos, _, _), data in zip(reqs, datas or ()):
-                            out[pos] = data
-                        break
-                self._index_cache.pop(shard_key, None)
-            else:
-                raise ConflictError(f"shard {shard_key!r} kept being replaced while it was read ({self.read_attempts} attempts)")
-        return out
-
-    def _whole_shard_now(
-        self, base: SupportsGetSync, shard_key: str, reqs: list[tuple[int, int, ByteRange | None]], out: list[bytes | None]
-    ) -> None:
-        """Every inner chunk of a cold shard: one read of the whole shard (one version)."""
-        gen = base.generation_sync(shard_key)
-        whole = base.get_sync(shard_key)
-        if whole is None:
-            self._cache_put(shard_key, _MISSING, gen)
-            return
-        index = self._index_from_bytes(shard_key, self._slice_index(whole), whole)
-        if base.generation_sync(shard_key) == gen:  # (else cache nothing: it was replaced meanwhile)
-            self._cache_put(shard_key, index, gen)
-        for pos, i, _ in reqs:
-            off, n = index[i]
-            if not (off == _EMPTY and n == _EMPTY):
-                out[pos] = whole[off : off + n]
-
-    def _read_shard_now(
-        self, base: SupportsGetSync, shard_key: str, gen: Hashable | None, reqs: list[tuple[int, int, ByteRange | None]]
-    ) -> list[bytes | None] | None:
-        """The requested inner chunks (or ranges) of one shard at ``gen``, in order (None: the
-        shard is missing)."""
-        index = self._cached_index(shard_key, gen)
-        if index is _MISSING:
-            index = self._keep_index(shard_key, base.get_sync(shard_key, self._index_range()), gen)
-        if index is None:
-            return None
-        fetch: list[tuple[int, int, RangeBR]] = []  # (request number, inner chunk, range)
-        end = -1  # where the last whole chunk read ends
-        for k, (_, i, br) in enumerate(reqs):
-            off, n = index[i]  # type: ignore[index]
-            if not (off == _EMPTY and n == _EMPTY):
-                r = self._sub_range(off, n, br)
-                fetch.append((k, i, r))
-                if br is None:
-                    end = max(end, r.end)
-        out: list[bytes | None] = [None] * len(reqs)
-        if not fetch:
-            return out
-        ranges = [r for _, _, r in fetch]
-        # with the index at the end a ranged read cannot see an entry that runs into the index
-        # (the shard size is unknown): reading the index's length past the last whole chunk
-        # proves that the bytes after it exist, i.e. that every chunk ends before the index
-        guard = self._end_guard if end >= 0 else 0
-        datas = base.get_ranges_sync(shard_key, [*ranges, RangeBR(end, end + guard)] if guard else ranges)
-        name = self._shard_name(shard_key)
-        if guard and (datas[-1] is None or len(datas[-1]) != guard):
-            raise CodecError(
-                f"shard {name!r}: an inner chunk ending at byte {end} runs into the shard index or past the "
-                "end of the shard (truncated shard or bad index entry)"
-            )
-        for (k, i, r), data in zip(fetch, datas):
-            out[k] = self._check_len(data, r, name, i)
-        return out
+        return CheckedReads(self, base).get(requests)
 
     # -- native reads of shard files (declared when the base is plain local files) -----------
     @property
@@ -509,7 +282,7 @@ class ZarrShardingStore(Store):
                 if value.fileno() < 0:
                     continue
                 try:
-                    index = self._index_array(shard_key, value)
+                    index = self._indexes.array(shard_key, value)
                 except CodecError:
                     continue  # a damaged index: the generic path raises, naming the shard
                 entries = index[inner]
@@ -525,30 +298,6 @@ class ZarrShardingStore(Store):
             finally:
                 value.close()
         return done
-
-    def open_index(self, shard_key: str, value: OpenValue) -> list[list[int]]:
-        """The index of the shard version ``value`` holds open: cached at its generation, or
-        read from it (and cached)."""
-        index = self._cached_index(shard_key, value.generation)
-        if index is _MISSING:  # (not cached at this generation)
-            isz = self.layout.index_size
-            at_start = self.layout.codec.index_location == "start"
-            data = value.read(0, isz) if at_start else value.read(max(value.size - isz, 0), value.size)
-            index = self._keep_index(shard_key, data, value.generation)
-        return index  # type: ignore[return-value]  # (an open shard is never cached missing)
-
-    def _index_array(self, shard_key: str, value: OpenValue) -> np.ndarray:
-        """``open_index`` as a ``(chunks, 2)`` uint64 array (made once per cached index)."""
-        index = self.open_index(shard_key, value)
-        made = self._index_arrays.get(shard_key)
-        if made is not None and made[0] is index:
-            return made[1]
-        array = np.array(index, dtype=np.uint64).reshape(-1, 2)
-        self._index_arrays[shard_key] = (index, array)
-        if len(self._index_arrays) > self._index_cache_size:  # (entries of evicted indexes)
-            kept = list(self._index_arrays.items())  # (one step under the GIL: other readers insert)
-            self._index_arrays = {k: v for k, v in kept if k in self._index_cache}
-        return array
 
     def generation_sync(self, key: str) -> Hashable | None:
         base = self._base_reads
@@ -598,18 +347,7 @@ class ZarrShardingStore(Store):
         needed), else the ``Update`` that merges the batch into the stored shard."""
         if items:
             self._check_writable(items[0][0], more=len(items) - 1)
-        by_shard: dict[tuple[int, ...], dict[int, bytes | Parts | Update | None]] = {}
-        for key, value in items:
-            shard, i = self.layout.locate(parse_inner_key(key, self._rank))
-            by_shard.setdefault(shard, {})[i] = value if value is None or callable(value) else joined(value)
-        writes: list[tuple[str, bytes | Parts | Update | None]] = []
-        for shard, new in sorted(by_shard.items()):
-            shard_key = self.layout.shard_key(shard)
-            if self._covers_shard(shard, new) and not any(callable(v) for v in new.values()):
-                writes.append((shard_key, self._merged(shard_key, new, None)))  # no read needed
-            else:
-                writes.append((shard_key, functools.partial(self._merged, shard_key, new)))
-        return writes
+        return shard_writes(self.layout, self._rank, self._indexes, items)
 
     @contextlib.contextmanager
     def _rewriting(self, writes: list[tuple[str, bytes | Parts | Update | None]]) -> Iterator[None]:
@@ -621,36 +359,7 @@ class ZarrShardingStore(Store):
             raise ConflictError(f"shard {e}") from e  # (the message starts with the shard's key)
         finally:
             for shard_key, _ in writes:
-                self._index_cache.pop(shard_key, None)
-
-    def _covers_shard(self, shard: tuple[int, ...], new: dict[int, bytes | Parts | Update | None]) -> bool:
-        return set(new) >= set(self.layout.valid_in_shard(shard))
-
-    def _merged(self, shard_key: str, new: dict[int, bytes | Parts | Update | None], old: bytes | None) -> Parts | None:
-        """The shard ``old`` (None: missing) with the inner chunks ``new`` merged in: the
-        ``Update`` of one shard (None: no inner chunk is left, delete the shard)."""
-        chunks: dict[int, bytes | memoryview] = {}
-        if old is not None:
-            index = self._index_from_bytes(shard_key, self._slice_index(old), old)
-            # views, not copies: the kept inner chunks go to the new shard's parts as they
-            # are (a partial write of a shard copied all of it once more here)
-            view = memoryview(old)
-            for i, (off, n) in enumerate(index):
-                if (off == _EMPTY and n == _EMPTY) or (i in new and not callable(new[i])):
-                    continue  # empty, or replaced whole by this write
-                chunks[i] = view[off : off + n]
-        for i, v in new.items():
-            if callable(v):
-                stored = chunks.get(i)
-                value = v(None if stored is None else bytes(stored))  # (an Update is given bytes)
-            else:
-                value = v
-            if value is None:
-                chunks.pop(i, None)
-            else:
-                chunks[i] = joined(value)
-        parts = self.layout.codec.assemble(chunks, self.layout.shard_spec)
-        return None if parts is None else Parts(parts)
+                self._indexes.forget(shard_key)
 
     # -- streamed whole-shard writes (``store.streamed``): the chunks go to the base as they
     # are encoded, laid out by a ``ShardBuilder``, the index written last -------------------
@@ -668,7 +377,7 @@ class ZarrShardingStore(Store):
         if len(shards) != 1 or len({i for _, i in located}) != len(keys):
             return None
         (shard,) = shards
-        if not self._covers_shard(shard, {i: None for _, i in located}):
+        if not covers_shard(self.layout, shard, {i: None for _, i in located}):
             return None
         return [k for _, k in sorted(zip((i for _, i in located), keys))]
 
@@ -687,21 +396,21 @@ class ZarrShardingStore(Store):
         try:
             stream_shard_sync(self.base, shard_key, builder.head_size, builder.add, builder.finish, order, values)
         finally:
-            self._index_cache.pop(shard_key, None)
+            self._indexes.forget(shard_key)
 
     async def stream_unit(self, keys: Sequence[str], values: AsyncIterable[Buffer | None]) -> None:
         shard_key, builder, order = self._stream_target(keys)
         try:
             await stream_shard(self.base, shard_key, builder.head_size, builder.add, builder.finish, order, values)
         finally:
-            self._index_cache.pop(shard_key, None)
+            self._indexes.forget(shard_key)
 
     # -- listing ----------------------------------------------------------------------------
     async def _list_prefix(self, prefix: str) -> AsyncIterator[str]:
         # keys are coordinates, so listing walks the shard grid and reads each index
         cps = self.layout.chunks_per_shard
         for shard in itertools.product(*map(range, self.layout.shard_grid_shape)):
-            index = await self._get_index(self.layout.shard_key(shard))
+            index = await self._indexes.get(self.layout.shard_key(shard))
             if index is None:
                 continue
             for i, (off, n) in enumerate(index):
@@ -718,3 +427,14 @@ class ZarrShardingStore(Store):
         if prefix:
             raise UnsupportedFeatureError("a sharding adapter deletes inner chunks by key, not by prefix")
         await super().delete_prefix(prefix)
+
+
+def _shard_name_over(base: Store, shard_key: str) -> str:
+    """``ZarrShardingStore._shard_name`` of an adapter over ``base``."""
+    if not isinstance(base, ZarrShardingStore):
+        return shard_key
+    try:
+        outer = base.layout.shard_key(base.layout.locate(parse_inner_key(shard_key, base._rank))[0])
+    except (ValueError, ShardStoreError):
+        return shard_key
+    return f"{base._shard_name(outer)} (inner shard {shard_key})"

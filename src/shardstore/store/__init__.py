@@ -1,6 +1,7 @@
 """Layer 1: key-value stores of bytes (see ``base`` for the interface)."""
 
-from .base import ByteRange, OffsetBR, RangeBR, Store, SuffixBR, slice_range, validate_key
+from ._keys import validate_key
+from .base import ByteRange, OffsetBR, RangeBR, Store, SuffixBR, slice_range
 from .local import LocalStore
 from .memory import MemoryStore
 from .registry import store_from_url

@@ -14,15 +14,19 @@ import weakref
 from collections.abc import AsyncIterator, Hashable, Sequence
 from typing import TYPE_CHECKING, Final, cast
 
-from ..config import IOConfig
-from ..errors import ConflictError, InvalidKeyError, NotPicklableError, ReadOnlyError
-from ._coalesce import DEFAULT_MAX_GAP, DEFAULT_MAX_REQUEST, coalesce_ranges
+from ..errors import ConflictError, NotPicklableError, ReadOnlyError
+from ._coalesce import coalesce_ranges
+from ._declarations import StoreDeclarations
+
+# (re-exported: key validation is part of the store interface)
+from ._keys import validate_key, validate_prefix
 
 # (re-exported: stores and their callers import byte ranges from here)
 from .byte_range import ByteRange, OffsetBR, RangeBR, SuffixBR, resolve_range, slice_range
 
-# (``Update`` and ``conflict_backoff`` re-exported for the stores and adapters)
+# (``Update``, ``conflict_backoff`` and ``DEFAULT_RETRY_CONFLICTS`` re-exported for the stores and adapters)
 from .read_modify_write import (
+    DEFAULT_RETRY_CONFLICTS,
     Update,
     conflict_backoff,
     run_update,
@@ -30,17 +34,7 @@ from .read_modify_write import (
 )
 
 if TYPE_CHECKING:
-    from ._filelock import Lease
-    from .streamed import Streamed, SupportsUnitStreams
-    from .sync_protocols import (
-        SupportsFilePath,
-        SupportsFileSpans,
-        SupportsGetManySync,
-        SupportsGetSync,
-        SupportsGetTransientSync,
-        SupportsOpenSync,
-        SupportsSetSync,
-    )
+    from .streamed import Streamed
 
 #: ``generation`` of a key that does not exist
 MISSING: Final = ("missing",)
@@ -63,50 +57,6 @@ __all__ = [
     "validate_prefix",
 ]
 
-#: read-modify-writes that lost a race are redone this often by default before the
-#: ``ConflictError`` is raised (enough for 16+ writers updating one unit at the same moment)
-DEFAULT_RETRY_CONFLICTS = 32
-
-
-def validate_key(key: str) -> str:
-    """Refuse keys that could escape the store's root or confuse a backend."""
-    if not isinstance(key, str):
-        raise InvalidKeyError(f"store key must be a str, got {type(key).__name__}: {key!r}")
-    if key == "":
-        raise InvalidKeyError("store key must not be empty: ''")
-    if "\x00" in key:
-        raise InvalidKeyError(f"store key contains a NUL character: {key!r}")
-    if "\\" in key:
-        raise InvalidKeyError(f"store key contains a backslash: {key!r}")
-    if key.startswith("/"):
-        raise InvalidKeyError(f"store key must be relative, not absolute: {key!r}")
-    parts = key.split("/")
-    if "" in parts or "." in parts or ".." in parts:
-        raise InvalidKeyError(f"store key has an empty, '.' or '..' path segment: {key!r}")
-    return key
-
-
-def validate_prefix(prefix: str) -> str:
-    """A listing prefix: '' (everything), or complete segments and then a partial last one.
-
-    ``"c/0/"`` and ``"c/0"`` (which also matches ``"c/01"``) are both prefixes; the complete
-    segments follow the key rules, the partial last one may be anything a key segment may
-    start with.
-    """
-    if not isinstance(prefix, str):
-        raise InvalidKeyError(f"listing prefix must be a str, got {type(prefix).__name__}: {prefix!r}")
-    if prefix == "":
-        return prefix
-    head, sep, last = prefix.rpartition("/")
-    if "\x00" in last or "\\" in last or (sep and not head):
-        raise InvalidKeyError(f"invalid listing prefix {prefix!r}")
-    if head:
-        try:
-            validate_key(head)
-        except InvalidKeyError as e:
-            raise InvalidKeyError(f"invalid listing prefix {prefix!r}: {e}") from None
-    return prefix
-
 
 class Parts(tuple):
     """A value given as bytes-like parts, stored as their concatenation.
@@ -128,38 +78,14 @@ def joined(value: bytes | Parts) -> bytes:
     return b"".join(value) if isinstance(value, Parts) else value
 
 
-class Store(abc.ABC):
+class Store(StoreDeclarations, abc.ABC):
     """Asynchronous key-value store.
 
     Subclasses implement ``_get``, ``_set``, ``_delete``, ``_list_prefix`` (and may override
     ``get_many`` / ``set_many`` / ``exists`` / ``_get_parts`` for efficiency). The public
-    methods validate keys and enforce ``read_only`` once, here.
+    methods validate keys and enforce ``read_only`` once, here. The settings and declared
+    abilities of a store are its base class, ``_declarations.StoreDeclarations``.
     """
-
-    #: how many backend requests ``get_many`` / ``set_many`` keep in flight by default
-    max_concurrency: int = 16
-    #: whether ``_set`` takes ``Parts`` values as they are (else they arrive joined)
-    accepts_parts: bool = False
-    #: whether reads may run on any event loop (no loop-bound client sessions inside), so
-    #: the sync API can run them on the caller's thread (see ``_sync``)
-    runs_on_any_loop: bool = False
-    #: ``get_many`` merges ranges of one key closer than this many bytes into one request;
-    #: ``None`` turns merging off (for backends where a request costs nothing, e.g. memory)
-    coalesce_max_gap: int | None = DEFAULT_MAX_GAP
-    #: ...but a merged request does not grow beyond this many bytes
-    coalesce_max_request: int = DEFAULT_MAX_REQUEST
-    #: how often ``update_many`` redoes a read-modify-write whose conditional write lost a
-    #: race before raising ``ConflictError`` (0: raise at the first conflict)
-    retry_conflicts: int = DEFAULT_RETRY_CONFLICTS
-    #: a read-modify-write merge of a value up to this many bytes runs on the event loop
-    #: thread; larger ones in the codec thread pool (``IOConfig.inline_update_bytes``)
-    inline_update_bytes: int = IOConfig.inline_update_bytes
-    #: the size of the codec pool those larger merges run in (``IOConfig.codec_threads``)
-    codec_threads: int | None = IOConfig.codec_threads
-
-    #: how to open this store again, in this process or another: (url, read_only,
-    #: storage_options), set by ``store_from_url``; None for a store built by hand
-    reopen_spec: tuple[str, bool, dict] | None = None
 
     def __init__(self, *, read_only: bool = False) -> None:
         self._read_only = read_only
@@ -174,22 +100,6 @@ class Store(abc.ABC):
         from .registry import reopen_store
 
         return (reopen_store, self.reopen_spec)
-
-    def use_config(self, config: IOConfig) -> None:
-        """Take the store-level fields of ``config`` (``max_concurrency``, ``retry_conflicts``
-        and the ``coalesce_*`` limits when not None, thresholds). ``shardstore.open`` and every format's
-        open/create call it on the stores they build from a path or URL; a Store passed in
-        keeps its own settings. Backends override it to take their own fields too."""
-        if config.max_concurrency is not None:
-            self.max_concurrency = config.max_concurrency
-        if config.retry_conflicts is not None:
-            self.retry_conflicts = config.retry_conflicts
-        if config.coalesce_max_gap is not None:
-            self.coalesce_max_gap = config.coalesce_max_gap
-        if config.coalesce_max_request is not None:
-            self.coalesce_max_request = config.coalesce_max_request
-        self.inline_update_bytes = config.inline_update_bytes
-        self.codec_threads = config.codec_threads
 
     @property
     def read_only(self) -> bool:
@@ -292,61 +202,6 @@ class Store(abc.ABC):
         if len(parts) == 1:
             return [await one(parts[0])]
         return list(await asyncio.gather(*(one(br) for br in parts)))
-
-    # -- declared synchronous support (see ``sync_protocols``) ---------------------------------
-    @property
-    def sync_reads(self) -> SupportsGetSync | None:
-        """This store's reads from any thread (``get_sync``...), or None when it has none.
-
-        Declared by the store, never probed: files, memory and adapters or wrappers over
-        them return themselves; remote stores return None (their reads need the loop).
-        """
-        return None
-
-    @property
-    def sync_opens(self) -> SupportsOpenSync | None:
-        """This store's ``open_sync`` (one version of a value held open for reads from any
-        thread: files, memory), or None. Sharding adapters read a shard's index and data
-        through it, so that they come from one version without a second generation check."""
-        return None
-
-    @property
-    def sync_unit_reads(self) -> SupportsGetManySync | None:
-        """Reads of many values of one unit at once from any thread (``get_many_sync``), or
-        None: declared by sharding adapters with ``sync_reads``, whose shard's chunks the
-        blocking runner then fetches together (index once, one multi-range read)."""
-        return None
-
-    @property
-    def sync_writes(self) -> SupportsSetSync | None:
-        """This store's writes from any thread (``set_sync``, ``update_many_sync``), or None
-        (remote, read-only, or adapters whose writes go through ``update_many`` only)."""
-        return None
-
-    @property
-    def file_spans(self) -> SupportsFileSpans | None:
-        """Where values lie in local files, by byte span (``read_spans_sync``), or None:
-        declared by sharding adapters over plain files, for the core's native shard reads."""
-        return None
-
-    @property
-    def file_paths(self) -> SupportsFilePath | None:
-        """This store's ``file_path(key)`` for native readers and writers, or None (not a
-        plain file store)."""
-        return None
-
-    @property
-    def unit_streams(self) -> SupportsUnitStreams | None:
-        """Writes of a whole unit from a stream of its values (``streamed``), or None:
-        declared by sharding adapters, so the core can encode a shard chunk by chunk straight
-        into its destination instead of holding the whole shard."""
-        return None
-
-    @property
-    def transient_reads(self) -> SupportsGetTransientSync | None:
-        """This store's whole-value reads into a per-thread buffer (``get_transient_sync``),
-        or None: declared by local files and the wrappers over them."""
-        return None
 
     async def generation(self, key: str) -> Hashable | None:
         """A cheap token that changes whenever the value at ``key`` changes, or None.
@@ -577,16 +432,6 @@ class Store(abc.ABC):
             else:  # (Parts reach only backends that take them: accepts_parts)
                 await self._set(key, value if self.accepts_parts else joined(value))  # type: ignore[arg-type]
 
-    def lease(self, key: str, timeout: float) -> Lease | None:
-        """An exclusive claim across processes on the unit ``key`` names (held until its
-        ``release()`` or the holder's exit), waiting up to ``timeout`` seconds for the holder
-        to let go; None when it stays taken, or when the backend has no such locks (then
-        ``leases`` is False). Formats with a single writer per dataset (bcolz) use it."""
-        return None
-
-    #: whether ``lease`` can claim units (local files)
-    leases: bool = False
-
     async def delete(self, key: str) -> None:
         """Remove ``key``; removing a missing key is not an error."""
         self._check_writable(key)
@@ -610,15 +455,3 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def _list_prefix(self, prefix: str) -> AsyncIterator[str]: ...
-
-
-def inherited_retry_conflicts(store: Store | None) -> int:
-    """The ``retry_conflicts`` setting of the first store down a ``.base`` chain that has one
-    (e.g. ``S3Store(retry_conflicts=3)`` under a sharding adapter), else 0. Adapters expose it
-    so the core knows how often to redo a read-merge-write that lost a race."""
-    while store is not None:
-        value = store.__dict__.get("retry_conflicts", getattr(type(store), "retry_conflicts", None))
-        if isinstance(value, int):
-            return value
-        store = getattr(store, "base", None)
-    return 0

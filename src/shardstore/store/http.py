@@ -34,7 +34,8 @@ from typing import Any
 
 from ..config import IOConfig
 from ..errors import StoreError, UnsupportedFeatureError
-from .base import MISSING, ByteRange, OffsetBR, RangeBR, Store, SuffixBR, validate_key
+from ._keys import validate_key
+from .base import MISSING, ByteRange, OffsetBR, RangeBR, Store, SuffixBR
 
 __all__ = ["HTTPStore", "ObjectStoreBase", "RangeCache", "import_obstore", "make_client_options", "retry_config"]
 

@@ -6,24 +6,26 @@ one, and a failed write leaves the old value in place. A read-modify-write (``up
 holds an advisory lock across processes on the unit (``_filelock``), so concurrent writers in
 other processes never lose each other's merges. Blocking file I/O runs in the event
 loop's default executor; ``get_many`` reads every range of one file in a single thread call.
+The blocking operations themselves are in ``_local_files`` (the file of one key) and
+``_local_tree`` (listing, pruning and removing directories).
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
 import os
 import stat
-from collections.abc import AsyncIterator, Hashable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Hashable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from .._sync import io_pool
 from ..config import IOConfig
 from ..errors import ConflictError, StoreError
 from ._fileio import pread, pread_transient
-from ._filelock import Lease, lock_path, locked, open_making_dirs
+from ._filelock import Lease, lock_path, locked
+from ._keys import validate_key, validate_prefix
+from ._local_files import describe, open_version, read_parts, read_versioned, span, write_in_place, write_replacing, write_streamed
+from ._local_tree import list_batch, prune, remove_dirs
 
 # (re-exported: writers that bypass LocalStore and the repair scanner use these names)
 from ._tempfiles import is_temp_name as is_temp_name
@@ -39,128 +41,14 @@ from .base import (
     _check_value,
     joined,
     resolve_range,
-    validate_key,
-    validate_prefix,
 )
-from .open_values import FileVersion
-from .streamed import checked_ends
 
 if TYPE_CHECKING:
+    from .open_values import FileVersion
     from .streamed import Streamed
     from .sync_protocols import SupportsFilePath, SupportsGetSync, SupportsGetTransientSync, SupportsOpenSync, SupportsSetSync
 
 __all__ = ["LocalStore", "is_temp_name", "temp_path"]
-
-
-
-def _unlink_all(paths: Sequence[str]) -> None:
-    for path in paths:
-        try:
-            os.unlink(path)
-        except FileNotFoundError:  # removed meanwhile: what we wanted
-            pass
-
-
-def remove_tree(directory: str, *, parallel_files: int = IOConfig.local_parallel_unlink_files,
-                threads: int = IOConfig.local_unlink_threads, io_threads: int | None = None) -> None:
-    """``shutil.rmtree(directory)`` (symlinks are removed, never followed), with the files of a
-    large tree unlinked by several threads: freeing a file's cached pages and disk blocks is
-    kernel work, and it runs in parallel (measured: the 512 block files of a 512^3 uint8 N5
-    dataset, 88-104 ms by rmtree, 65-74 ms by 4 threads; this is most of the time of an
-    overwriting ``create(mode="w")``)."""
-    files: list[str] = []
-    dirs: list[str] = []
-    stack = [directory]
-    while stack:
-        d = stack.pop()
-        dirs.append(d)  # parents before their children
-        with os.scandir(d) as entries:
-            for entry in entries:
-                (stack if entry.is_dir(follow_symlinks=False) else files).append(entry.path)
-    if len(files) < parallel_files:
-        _unlink_all(files)
-    else:
-        step = -(-len(files) // threads)
-        pool = io_pool(io_threads)
-        futures = [pool.submit(_unlink_all, files[i : i + step]) for i in range(0, len(files), step)]
-        concurrent.futures.wait(futures)  # every batch has finished before an error is raised
-        for f in futures:
-            f.result()
-    for d in reversed(dirs):
-        os.rmdir(d)
-
-
-# directory listings are done in thread calls returning up to this many keys each
-_LIST_BATCH = 4096
-
-
-def _write_all(fd: int, value: bytes | Parts) -> None:
-    """Write all of ``value`` (bytes-like, or ``Parts`` written in order without joining)."""
-    for part in value if isinstance(value, Parts) else (value,):
-        view = memoryview(part).cast("B")
-        while view.nbytes:
-            view = view[os.write(fd, view) :]
-
-
-def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
-    """Write all of ``data`` at ``offset`` (the file position is left alone)."""
-    view = memoryview(data).cast("B")
-    while view.nbytes:
-        n = os.pwrite(fd, view, offset)
-        view, offset = view[n:], offset + n
-
-
-class _TempFile:
-    """An open temp file of ``_replacing``; ``keep = False``: discard it instead."""
-
-    __slots__ = ("fd", "keep")
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self.keep = True
-
-
-@contextlib.contextmanager
-def _replacing(path: str) -> Iterator[_TempFile]:
-    """A temp file beside ``path`` that is renamed over it when the block ends (closed first),
-    or removed when the block raises or sets ``keep = False``: a reader or a crash sees the
-    old value or the new one, never a part."""
-    tmp = temp_path(path)
-    t = _TempFile(_open_creating(tmp, os.O_EXCL))
-    try:
-        try:
-            yield t
-        finally:
-            os.close(t.fd)
-        if t.keep:
-            os.replace(tmp, path)
-        else:
-            os.unlink(tmp)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def _open_creating(path: str, flag: int) -> int:
-    """``os.open(path)`` for writing, created with ``flag`` (``O_EXCL`` / ``O_TRUNC``); the
-    directory is made only when missing (a ``makedirs`` per write costs three system calls and
-    takes the parent directory's lock), again if a concurrent delete prunes it meanwhile."""
-    return open_making_dirs(path, os.O_WRONLY | flag | getattr(os, "O_BINARY", 0))
-
-
-_is_temp = is_temp_name
-
-
-def _describe(e: OSError) -> str:
-    return e.strerror or str(e)
-
-
-
-
-def _span(parts: Sequence[ByteRange | None]) -> int:
-    """Bytes the ranges ask for (callers pass only ranges of known size: RangeBR, SuffixBR)."""
-    return sum(br.end - br.start if isinstance(br, RangeBR) else br.n for br in parts if isinstance(br, (RangeBR, SuffixBR)))
 
 
 class LocalStore(Store):
@@ -192,7 +80,7 @@ class LocalStore(Store):
             try:
                 self._root.mkdir(parents=True, exist_ok=True)
             except OSError as e:
-                raise StoreError(f"cannot create store root {str(self._root)!r}: {_describe(e)}") from e
+                raise StoreError(f"cannot create store root {str(self._root)!r}: {describe(e)}") from e
 
     def use_config(self, config: IOConfig) -> None:
         super().use_config(config)
@@ -234,34 +122,16 @@ class LocalStore(Store):
         """Blocking: read byte ranges of one file; ``None`` for each when it is missing."""
         path = self._path(key)
         try:
-            try:
-                fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
-            except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-                return [None] * len(parts)
-            except PermissionError:
-                if os.path.isdir(path):  # Windows refuses to open directories
-                    return [None] * len(parts)
-                raise
-            try:
-                st = os.fstat(fd)
-                if not stat.S_ISREG(st.st_mode):  # a directory (or device) is not a key
-                    return [None] * len(parts)
-                out: list[bytes | None] = []
-                for br in parts:
-                    start, end = resolve_range(br, st.st_size)
-                    out.append(pread(fd, end - start, start))
-                return out
-            finally:
-                os.close(fd)
+            return read_parts(path, parts)
         except OSError as e:
-            raise StoreError(f"cannot read key {key!r} from {path!r}: {_describe(e)}") from e
+            raise StoreError(f"cannot read key {key!r} from {path!r}: {describe(e)}") from e
 
     async def _get(self, key: str, byte_range: ByteRange | None) -> bytes | None:
         return (await asyncio.to_thread(self._read_parts, key, [byte_range]))[0]
 
     async def get_many(self, requests: Sequence[tuple[str, ByteRange | None]]) -> list[bytes | None]:
         if len(requests) <= self.inline_requests and all(isinstance(br, (RangeBR, SuffixBR)) for _, br in requests):
-            if _span([br for _, br in requests]) <= self.inline_read_bytes:
+            if span([br for _, br in requests]) <= self.inline_read_bytes:
                 # a few small ranges (a shard index, a minishard index, one value): read them
                 # right here; the general path's planning and tasks cost ~4x the reads
                 by_key: dict[str, list[int]] = {}
@@ -277,7 +147,7 @@ class LocalStore(Store):
     async def _get_parts(
         self, key: str, parts: Sequence[ByteRange | None], limit: asyncio.Semaphore
     ) -> list[bytes | None]:
-        if all(isinstance(br, (RangeBR, SuffixBR)) for br in parts) and _span(parts) <= self.inline_read_bytes:
+        if all(isinstance(br, (RangeBR, SuffixBR)) for br in parts) and span(parts) <= self.inline_read_bytes:
             # ranged reads of a shard (its index, some inner chunks) are cheaper here than in
             # a worker thread (see inline_read_bytes); whole values may be large and cold: thread
             return self._read_parts(key, parts)
@@ -299,24 +169,9 @@ class LocalStore(Store):
         root = self._fast_root
         path = root + key if root else self._path(key)
         try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-            return None
-        except PermissionError as e:
-            if os.path.isdir(path):  # Windows refuses to open directories
-                return None
-            raise StoreError(f"cannot read key {key!r} from {path!r}: {_describe(e)}") from e
+            return open_version(path)
         except OSError as e:
-            raise StoreError(f"cannot read key {key!r} from {path!r}: {_describe(e)}") from e
-        try:
-            st = os.fstat(fd)
-        except OSError as e:
-            os.close(fd)
-            raise StoreError(f"cannot read key {key!r} from {path!r}: {_describe(e)}") from e
-        if not stat.S_ISREG(st.st_mode):  # a directory (or device) is not a key
-            os.close(fd)
-            return None
-        return FileVersion(fd, (st.st_ino, st.st_mtime_ns, st.st_size), st.st_size)
+            raise StoreError(f"cannot read key {key!r} from {path!r}: {describe(e)}") from e
 
     @property
     def sync_writes(self) -> SupportsSetSync | None:
@@ -361,7 +216,7 @@ class LocalStore(Store):
                 return pread(fd, end - start, start)
             return pread_transient(fd, st.st_size, 0, keep_bytes)
         except OSError as e:
-            raise StoreError(f"cannot read key {key!r} from {root + key!r}: {_describe(e)}") from e
+            raise StoreError(f"cannot read key {key!r} from {root + key!r}: {describe(e)}") from e
         finally:
             os.close(fd)
 
@@ -377,7 +232,7 @@ class LocalStore(Store):
         except (FileNotFoundError, NotADirectoryError):
             return MISSING
         except OSError as e:
-            raise StoreError(f"cannot stat key {key!r}: {_describe(e)}") from e
+            raise StoreError(f"cannot stat key {key!r}: {describe(e)}") from e
         if not stat.S_ISREG(st.st_mode):
             return MISSING
         return (st.st_ino, st.st_mtime_ns, st.st_size)
@@ -405,28 +260,16 @@ class LocalStore(Store):
                 self._write(key, value)
 
     def _read_versioned(self, key: str, byte_range: ByteRange | None) -> tuple[bytes | None, Hashable]:
-        """Blocking: a value (or range) and the generation of the very file it came from (one
-        open file: a concurrent rename cannot make them disagree)."""
+        """Blocking: a value (or range) and the generation of the very file it came from."""
         path = self._path(key)
         try:
-            try:
-                fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
-            except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-                return None, MISSING
-            try:
-                st = os.fstat(fd)
-                if not stat.S_ISREG(st.st_mode):
-                    return None, MISSING
-                start, end = resolve_range(byte_range, st.st_size)
-                return pread(fd, end - start, start), (st.st_ino, st.st_mtime_ns, st.st_size)
-            finally:
-                os.close(fd)
+            return read_versioned(path, byte_range)
         except OSError as e:
-            raise StoreError(f"cannot read key {key!r} from {path!r}: {_describe(e)}") from e
+            raise StoreError(f"cannot read key {key!r} from {path!r}: {describe(e)}") from e
 
     async def get_versioned(self, key: str, byte_range: ByteRange | None = None) -> tuple[bytes | None, Hashable | None]:
         validate_key(key)
-        if isinstance(byte_range, (RangeBR, SuffixBR)) and _span([byte_range]) <= self.inline_read_bytes:
+        if isinstance(byte_range, (RangeBR, SuffixBR)) and span([byte_range]) <= self.inline_read_bytes:
             return self._read_versioned(key, byte_range)  # (a shard index: inline, see inline_read_bytes)
         return await asyncio.to_thread(self._read_versioned, key, byte_range)
 
@@ -441,27 +284,22 @@ class LocalStore(Store):
         """Blocking: write ``value`` to a temp file beside the target, then rename it into place.
 
         Runs once per chunk of every unsharded write, so it is lean: the directory is made
-        only when missing (``_open_creating``) and the value goes out with ``os.write``.
+        only when missing (``_local_files.write_replacing``) and the value goes out with ``os.write``.
         """
         path = self._path(key)
         try:
-            with _replacing(path) as tmp:
-                _write_all(tmp.fd, value)
+            write_replacing(path, value)
         except OSError as e:
-            raise StoreError(f"cannot write key {key!r} to {path!r}: {_describe(e)}") from e
+            raise StoreError(f"cannot write key {key!r} to {path!r}: {describe(e)}") from e
 
     def _write_in_place(self, key: str, value: bytes) -> None:
         """Blocking: write ``value`` straight into the target file: no temp file and rename,
         but not atomic (a reader may see it partly written); for keys no reader looks at yet."""
         path = self._path(key)
         try:
-            fd = _open_creating(path, os.O_TRUNC)
-            try:
-                _write_all(fd, value)
-            finally:
-                os.close(fd)
+            write_in_place(path, value)
         except OSError as e:
-            raise StoreError(f"cannot write key {key!r} to {path!r}: {_describe(e)}") from e
+            raise StoreError(f"cannot write key {key!r} to {path!r}: {describe(e)}") from e
 
     async def _set(self, key: str, value: bytes) -> None:
         await asyncio.to_thread(self._write, key, value)
@@ -472,24 +310,12 @@ class LocalStore(Store):
         ``_write``, a reader or a crash sees the old value or the new one, never a part."""
         self._check_writable(key)
         validate_key(key)
-        if not isinstance(value.body, Iterable):
-            raise TypeError(f"streamed value of {key!r}: a local file takes a synchronous body")
         path = self._path(key)
         try:
-            with _replacing(path) as tmp:
-                if value.head_size:
-                    os.lseek(tmp.fd, value.head_size, os.SEEK_SET)
-                for part in value.body:
-                    _write_all(tmp.fd, part)
-                ends = checked_ends(key, value)
-                if ends is not None:
-                    _pwrite_all(tmp.fd, ends[0], 0)
-                    _write_all(tmp.fd, ends[1])
-                tmp.keep = ends is not None
-            if ends is None:  # nothing to store: the key goes
+            if not write_streamed(key, path, value):  # nothing to store: the key goes
                 self._remove(key)
         except OSError as e:
-            raise StoreError(f"cannot write key {key!r} to {path!r}: {_describe(e)}") from e
+            raise StoreError(f"cannot write key {key!r} to {path!r}: {describe(e)}") from e
 
     async def set_streamed(self, key: str, value: Streamed) -> None:
         if isinstance(value.body, Iterable):
@@ -522,8 +348,8 @@ class LocalStore(Store):
                 else:
                     raise ConflictError(f"{key!r} at {path!r} kept changing under plain writes during a read-modify-write")
         except OSError as e:
-            raise StoreError(f"cannot lock key {key!r} at {path!r} for a read-modify-write: {_describe(e)}") from e
-        self._prune(os.path.dirname(path))  # (now that the lock file is gone too)
+            raise StoreError(f"cannot lock key {key!r} at {path!r} for a read-modify-write: {describe(e)}") from e
+        prune(str(self._root), os.path.dirname(path))  # (now that the lock file is gone too)
 
     leases = True
 
@@ -577,16 +403,6 @@ class LocalStore(Store):
             if isinstance(result, BaseException):
                 raise result
 
-    def _prune(self, directory: str) -> None:
-        """Remove now-empty directories from ``directory`` up to (not including) the root."""
-        root = str(self._root)
-        while len(directory) > len(root) and directory.startswith(root):
-            try:
-                os.rmdir(directory)
-            except OSError:  # not empty (or gone, or busy): stop here
-                return
-            directory = os.path.dirname(directory)
-
     def _remove(self, key: str) -> None:
         path = self._path(key)
         try:
@@ -598,31 +414,11 @@ class LocalStore(Store):
                 return
             raise StoreError(f"cannot delete key {key!r} at {path!r}: permission denied") from None
         except OSError as e:
-            raise StoreError(f"cannot delete key {key!r} at {path!r}: {_describe(e)}") from e
-        self._prune(os.path.dirname(path))
+            raise StoreError(f"cannot delete key {key!r} at {path!r}: {describe(e)}") from e
+        prune(str(self._root), os.path.dirname(path))
 
     async def _delete(self, key: str) -> None:
         await asyncio.to_thread(self._remove, key)
-
-    def _remove_tree(self, prefix: str) -> None:
-        """Blocking: remove the directory that ``prefix`` ('' or ending in '/') names."""
-        if prefix:
-            directory = self._path(prefix[:-1])
-            if os.path.isdir(directory) and not os.path.islink(directory):
-                remove_tree(directory, parallel_files=self.parallel_unlink_files, threads=self.unlink_threads,
-                            io_threads=self.io_threads)
-            self._prune(os.path.dirname(directory))
-            return
-        try:
-            entries = list(os.scandir(self._root))
-        except FileNotFoundError:
-            return
-        for entry in entries:
-            if entry.is_dir(follow_symlinks=False):
-                remove_tree(entry.path, parallel_files=self.parallel_unlink_files, threads=self.unlink_threads,
-                            io_threads=self.io_threads)
-            else:
-                os.unlink(entry.path)
 
     async def delete_prefix(self, prefix: str) -> None:
         """Remove every key under ``prefix``; a directory prefix goes in one tree removal."""
@@ -632,43 +428,18 @@ class LocalStore(Store):
             await super().delete_prefix(prefix)  # a partial name: only matching keys go
             return
         try:
-            await asyncio.to_thread(self._remove_tree, prefix)
+            directory = self._path(prefix[:-1]) if prefix else None
+            await asyncio.to_thread(remove_dirs, str(self._root), directory, parallel_files=self.parallel_unlink_files,
+                                    threads=self.unlink_threads, io_threads=self.io_threads)
         except OSError as e:
-            raise StoreError(f"cannot delete prefix {prefix!r} under {str(self._root)!r}: {_describe(e)}") from e
+            raise StoreError(f"cannot delete prefix {prefix!r} under {str(self._root)!r}: {describe(e)}") from e
 
     # -- listing -----------------------------------------------------------------------------
-    def _walk(self, stack: list[tuple[str, str, str]]) -> list[str]:
-        """Blocking: pop directories off ``stack`` (path, key prefix, name filter) and list
-        their files as keys, pushing subdirectories, until a batch is full."""
-        keys: list[str] = []
-        while stack and len(keys) < _LIST_BATCH:
-            directory, key_prefix, name_filter = stack.pop()
-            try:
-                with os.scandir(directory) as it:
-                    entries = list(it)
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            except OSError as e:
-                raise StoreError(f"cannot list {directory!r} in {self!r}: {_describe(e)}") from e
-            for entry in entries:
-                name = entry.name
-                if not name.startswith(name_filter) or "\\" in name:
-                    continue
-                try:
-                    if entry.is_file():
-                        if not _is_temp(name):
-                            keys.append(key_prefix + name)
-                    elif entry.is_dir():
-                        stack.append((entry.path, f"{key_prefix}{name}/", ""))
-                except OSError:  # vanished meanwhile, or a dangling link
-                    continue
-        return keys
-
     async def _list_prefix(self, prefix: str) -> AsyncIterator[str]:
         # start in the deepest directory the prefix names; its last segment filters names there
         head, _, name_filter = prefix.rpartition("/")
         start = self._path(head) if head else str(self._root)
         stack = [(start, f"{head}/" if head else "", name_filter)]
         while stack:
-            for key in await asyncio.to_thread(self._walk, stack):
+            for key in await asyncio.to_thread(list_batch, stack, self):
                 yield key

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Hashable, Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import ConflictError, NotPicklableError
+from ._keys import validate_key
 from .base import (
     MISSING,
     ByteRange,
@@ -18,7 +19,6 @@ from .base import (
     _check_value,
     joined,
     slice_range,
-    validate_key,
 )
 from .open_values import BytesVersion
 from .read_modify_write import run_update_steps_sync, update_steps

@@ -2,7 +2,9 @@
 
 ``update_steps`` yields the steps (read with generation, merge, conditional write, wait); the
 event-loop runner (``Store._update``) and the thread runner (``run_update_steps_sync``) differ
-only in how they wait. Every store's ``update_many`` goes through one of them.
+only in how they wait. Every store's ``update_many`` goes through one of them, retrying a
+lost race ``retry_conflicts`` times (``DEFAULT_RETRY_CONFLICTS``; ``inherited_retry_conflicts``
+for an adapter, from the store chain below it).
 """
 
 from __future__ import annotations
@@ -17,13 +19,15 @@ from ..config import IOConfig
 from ..errors import ConflictError
 
 if TYPE_CHECKING:
-    from .base import Parts
+    from .base import Parts, Store
 
 __all__ = [
+    "DEFAULT_RETRY_CONFLICTS",
     "Update",
     "UpdateStep",
     "backoff_seconds",
     "conflict_backoff",
+    "inherited_retry_conflicts",
     "run_update",
     "run_update_steps_sync",
     "update_steps",
@@ -33,6 +37,22 @@ __all__ = [
 #: as stored (None: missing) and ``new`` the value to store (None: delete the key). It must be
 #: a pure function of ``old``: after a lost race it is called again with the newer value.
 Update = Callable[[bytes | None], "bytes | Parts | None"]
+
+#: read-modify-writes that lost a race are redone this often by default before the
+#: ``ConflictError`` is raised (enough for 16+ writers updating one unit at the same moment)
+DEFAULT_RETRY_CONFLICTS = 32
+
+
+def inherited_retry_conflicts(store: Store | None) -> int:
+    """The ``retry_conflicts`` setting of the first store down a ``.base`` chain that has one
+    (e.g. ``S3Store(retry_conflicts=3)`` under a sharding adapter), else 0. Adapters expose it
+    so the core knows how often to redo a read-merge-write that lost a race."""
+    while store is not None:
+        value = store.__dict__.get("retry_conflicts", getattr(type(store), "retry_conflicts", None))
+        if isinstance(value, int):
+            return value
+        store = getattr(store, "base", None)
+    return 0
 
 
 def backoff_seconds(attempt: int) -> float:

@@ -24,15 +24,14 @@ from urllib.parse import urlsplit
 from ..errors import ConflictError, StoreError
 from ._aws_credentials import INSTANCE_METADATA_ENV, s3_credentials
 from ._coalesce import coalesce_ranges
+from ._keys import validate_key
 from .base import (
-    DEFAULT_RETRY_CONFLICTS,
     MISSING,
     ByteRange,
     Parts,
     RangeBR,
     _check_value,
     joined,
-    validate_key,
 )
 from .http import (
     ObjectStoreBase,
@@ -41,6 +40,7 @@ from .http import (
     make_client_options,
     retry_config,
 )
+from .read_modify_write import DEFAULT_RETRY_CONFLICTS
 from .streamed import Buffer, Streamed, checked_ends
 
 __all__ = ["S3Store", "s3_credentials", "s3_store_from_url"]

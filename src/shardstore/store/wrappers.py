@@ -6,14 +6,13 @@ from collections.abc import AsyncIterator, Hashable, Sequence
 from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 from ._coalesce import coalesce_ranges
+from ._keys import validate_key, validate_prefix
 from .base import (
     ByteRange,
     Parts,
     RangeBR,
     Store,
     Update,
-    validate_key,
-    validate_prefix,
 )
 
 if TYPE_CHECKING:
