@@ -2,6 +2,9 @@
 
     python benchmarks/compare_versions.py --old /work/venv-old/bin/python --new /work/venv/bin/python
 
+``--save runs.json`` keeps every run's figures; ``--load runs.json ...`` pools them with the
+runs of a later call (``--runs 0``: report them only).
+
 Each interpreter must import its own shardstore (the scripts themselves are taken from this
 directory for both). Every bench runs with ``--libs =shardstore --json`` (exactly the row
 "shardstore", not shardstore+cache, which only the new version has), old and new alternating
@@ -94,6 +97,9 @@ def main() -> None:
     p.add_argument("--benches", default=",".join(BENCHES))
     p.add_argument("--threshold", type=float, default=0.95)
     p.add_argument("--tiny", action="store_true", help="smoke test: each bench's --quick sizes, 1 run")
+    p.add_argument("--save", type=Path, help="write every run's figures to this JSON file (for --load)")
+    p.add_argument("--load", type=Path, nargs="*", default=[],
+                   help="runs saved by earlier --save calls, pooled with this call's (--runs 0: only them)")
     args = p.parse_args()
     sizes = TINY if args.tiny else BENCHES
     benches = [b if b.startswith("bench_") else f"bench_{b}" for b in args.benches.split(",")]
@@ -101,13 +107,24 @@ def main() -> None:
     if unknown:
         p.error(f"unknown benches {unknown}; known: {', '.join(sizes)}")
     runs = 1 if args.tiny else args.runs
-    print(f"| figure | old median | new median | better ratio (new vs old) | (runs {runs}; sizes: "
+    # bench -> version -> the runs' figures; earlier runs first (noise differs from minute to
+    # minute on a shared machine: pooling runs made at different times evens it out)
+    saved: dict[str, dict[str, list[dict[str, float]]]] = {}
+    for path in args.load:
+        for bench, versions in json.loads(path.read_text()).items():
+            for which, rows in versions.items():
+                saved.setdefault(bench, {}).setdefault(which, []).extend(rows)
+    pooled = {b: len(saved.get(b, {}).get("new", [])) for b in benches}
+    print(f"| figure | old median | new median | better ratio (new vs old) | (runs {runs}"
+          + (f" + {max(pooled.values())} loaded" if args.load else "") + "; sizes: "
           + "; ".join(f"{b} {' '.join(sizes[b])}" for b in benches) + ") |")
     print("|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(prefix="compare-", dir="/tmp") as tmp:
         scratch = Path(tmp)
         for bench in benches:
-            got: dict[str, list[dict[str, float]]] = {"old": [], "new": []}
+            got: dict[str, list[dict[str, float]]] = saved.setdefault(bench, {"old": [], "new": []})
+            got.setdefault("old", [])
+            got.setdefault("new", [])
             for _ in range(runs):
                 for which, python in (("old", args.old), ("new", args.new)):
                     res = run_once(python, bench, sizes[bench], scratch)
@@ -115,6 +132,8 @@ def main() -> None:
                         print(f"| {bench} ({which}) | failed: {res} | | | |", flush=True)
                     else:
                         got[which].append(res)
+                if args.save:
+                    args.save.write_text(json.dumps(saved))
             if not got["old"] or not got["new"]:
                 continue
             keys = [k for k in got["new"][0]
