@@ -447,3 +447,27 @@ def test_batch_decode_names_the_bad_minishard(row, value, encoding):
         ok = _corrupt_store(s, _shard(s, values)) if encoding == "raw" else None
         if ok is not None:
             assert run(ok.get_many([(str(k), None) for k in range(64)])) == list(values.values())
+
+
+@pytest.mark.parametrize("index_encoding", ["raw", "gzip"])
+@pytest.mark.parametrize("minishard_bits", [0, 1, 3, 6])
+@pytest.mark.parametrize("n", [1, 2, 5, 300])
+def test_a_shard_assembled_at_once_is_the_streamed_one_byte_for_byte(index_encoding: str, minishard_bits: int, n: int) -> None:
+    """``assemble_shard`` (NumPy over the whole batch) lays a shard out as ``ShardBuilder``
+    (the streamed write, value by value) does: keys from 0 to 2^64-1, empty values included."""
+    from shardstore.sharding._uint64_format import ShardBuilder
+
+    rng = np.random.default_rng(n * 10 + minishard_bits)
+    spec = ShardingSpec(0, "murmurhash3_x86_128", minishard_bits, 2, index_encoding, "raw")
+    keys = [0, 2**64 - 1, *rng.integers(0, 2**64 - 1, n, dtype=np.uint64, endpoint=True).tolist()][:n]
+    values = {k: rng.integers(0, 256, int(rng.integers(0, 50)), dtype=np.uint8).tobytes() for k in keys}
+    minishard_of = {k: m for k, (_, m) in zip(values, spec.locate_many(list(values)))}
+    builder = ShardBuilder(spec)
+    streamed: list[bytes | memoryview] = []
+    for k in sorted(values, key=lambda k: (minishard_of[k], k)):
+        streamed.extend(builder.add(k, minishard_of[k], values[k]))
+    ends = builder.finish()
+    assert ends is not None
+    whole = assemble_shard(spec, values)
+    assert whole is not None
+    assert b"".join(bytes(p) for p in whole) == ends[0] + b"".join(bytes(p) for p in streamed) + ends[1]
