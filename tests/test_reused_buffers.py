@@ -207,3 +207,25 @@ def test_bcolz_appends_fill_one_pending_chunk(tmp_path: Path) -> None:
     assert ca._async._pending.buf is buf  # one buffer for the handle's life
     ca.flush()
     np.testing.assert_array_equal(bcolz.open(tmp_path / "c", mode="r")[:], np.concatenate(expected))
+
+
+def test_read_buffers_start_at_a_64_byte_boundary() -> None:
+    """The kernel copies from the page cache into a buffer at malloc's 16-byte alignment
+    10-20 % slower than at a 64-byte one."""
+    import threading
+
+    from shardstore.store._fileio import read_buffer
+
+    seen: list[int] = []
+
+    def take() -> None:
+        for n in (1000, 300_000, 5000):
+            view = read_buffer(n, 1 << 20)
+            assert view is not None and len(view) == n
+            seen.append(np.frombuffer(view, np.uint8).ctypes.data % 64)
+
+    t = threading.Thread(target=take)
+    t.start()
+    t.join()
+    take()
+    assert seen == [0] * 6
