@@ -12,6 +12,7 @@ import pytest
 from shardstore.errors import InvalidKeyError, ReadOnlyError, StoreError, UnsupportedFeatureError
 from shardstore.store import (
     AsyncOnlyStore,
+    ByteRange,
     LocalStore,
     MemoryStore,
     OffsetBR,
@@ -465,3 +466,20 @@ def test_local_remove_tree_raises_after_every_batch_finished(tmp_path: Path, mon
     with pytest.raises(StoreError, match="ds/"):
         run(store.delete_prefix("ds/"))
     assert sum(done) == 200 - 50  # the three other batches of 50 all ran
+
+
+@pytest.mark.parametrize("start", [0, 7])
+@pytest.mark.parametrize("size", [0, 1, 10])
+@pytest.mark.parametrize("byte_range", [None, RangeBR(0, 0), RangeBR(2, 5), RangeBR(3, 40), OffsetBR(0), OffsetBR(4),
+                                        OffsetBR(30), SuffixBR(0), SuffixBR(3), SuffixBR(30)])
+def test_a_range_within_a_larger_value_selects_what_the_range_selects_of_the_value(
+    start: int, size: int, byte_range: ByteRange | None
+) -> None:
+    """``range_within`` (inner chunks of shards, values of uint64 shard files) agrees with
+    ``slice_range``, the one definition of what a byte range selects."""
+    from shardstore.store.byte_range import range_within, slice_range
+
+    outer = bytes(range(64))
+    inner = outer[start : start + size]
+    r = range_within(start, size, byte_range)
+    assert outer[r.start : r.end] == slice_range(inner, byte_range)

@@ -25,7 +25,6 @@ import numpy as np
 
 from ..codecs.gzip import gunzip
 from ..errors import CodecError, InvalidKeyError, MetadataError
-from ..store.base import ByteRange, OffsetBR, RangeBR, SuffixBR
 
 __all__ = [
     "SHARDING_TYPE",
@@ -39,8 +38,7 @@ __all__ = [
     "check_index_entry",
     "shard_entries",
     "parse_uint64_key",
-    "sub_range",
-    "gzip_compress",
+        "gzip_compress",
     "gzip_decompress",
     "murmurhash3_x86_128_low64",
 ]
@@ -89,19 +87,6 @@ def parse_uint64_key(key: object) -> int:
     if k > UINT64_MAX:
         raise InvalidKeyError(f"key {key!r} is larger than 2**64 - 1")
     return k
-
-
-def sub_range(start: int, size: int, br: ByteRange | None) -> RangeBR:
-    """A byte range of a raw value at ``[start, start + size)``, as an absolute range in its file."""
-    if br is None:
-        return RangeBR(start, start + size)
-    if isinstance(br, RangeBR):
-        return RangeBR(start + min(br.start, size), start + min(br.end, size))
-    if isinstance(br, OffsetBR):
-        return RangeBR(start + min(br.start, size), start + size)
-    if isinstance(br, SuffixBR):
-        return RangeBR(start + size - min(br.n, size), start + size)
-    raise TypeError(f"not a byte range: {br!r}")
 
 
 def _int_member(obj: Mapping[str, Any], name: str, where: str) -> int:

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, TypeVar
 
 from ..errors import CodecError, ConflictError
 from ..store.base import ByteRange, RangeBR, slice_range
+from ..store.byte_range import range_within
 from ._uint64_cache import ShardCache, ShardState, shard_generation
-from ._uint64_format import MinishardIndex, gzip_decompress, parse_uint64_key, sub_range
+from ._uint64_format import MinishardIndex, gzip_decompress, parse_uint64_key
 
 if TYPE_CHECKING:
     from ..store.sync_protocols import OpenValue, SupportsGetSync, SupportsOpenSync
@@ -217,7 +218,7 @@ class SyncReads:
             return None
         data_key, start, size = hit
         gz = self._spec.data_encoding == "gzip"
-        r = RangeBR(start, start + size) if gz or byte_range is None else sub_range(start, size, byte_range)
+        r = RangeBR(start, start + size) if gz or byte_range is None else range_within(start, size, byte_range)
         return value_of(key, data_key, r.start, r.end, io.read_ranges(data_key, [r])[0], gz, byte_range)
 
     def _by_shard(self, keys: Sequence[int]) -> dict[int, list[tuple[int, int, int]]]:
@@ -414,7 +415,7 @@ class OpenUnits:
         if self._gz or byte_range is None:
             r = RangeBR(start, end)
         else:
-            r = sub_range(start, end - start, byte_range)
+            r = range_within(start, end - start, byte_range)
         return value_of(k, data_key, r.start, r.end, shard.read(r.start, r.end), self._gz, byte_range)
 
     def get_transient_sync(self, key: str, max_bytes: int) -> bytes | memoryview | None:

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 from ..codecs.sharding_indexed import EMPTY
 from ..errors import CodecError, ConflictError
 from ..store.base import ByteRange, RangeBR
-from ._zarr3_index import NOT_FOUND, checked_chunk, inner_range
+from ..store.byte_range import range_within
+from ._zarr3_index import NOT_FOUND, checked_chunk
 from ._zarr3_layout import parse_inner_key
 
 if TYPE_CHECKING:
@@ -102,7 +103,7 @@ class CheckedReads:
         for k, (_, i, br) in enumerate(reqs):
             off, n = index[i]  # type: ignore[index]
             if not (off == _EMPTY and n == _EMPTY):
-                r = inner_range(off, n, br)
+                r = range_within(off, n, br)
                 fetch.append((k, i, r))
                 if br is None:
                     end = max(end, r.end)

@@ -4,7 +4,7 @@
 by shard key with the base's generation it was read at (LRU): an entry is used only while
 the shard's generation is unchanged (another writer replacing the shard is noticed), or
 always when the base cannot tell (None). Concurrent async reads of a cold shard fetch its
-index once. ``inner_range`` turns an index entry (and a byte range of the inner chunk) into
+index once. ``store.byte_range.range_within`` turns an index entry (and a byte range of the inner chunk) into
 the range to read of the shard, ``checked_chunk`` checks what that read gave.
 """
 
@@ -20,27 +20,16 @@ import numpy as np
 
 from ..codecs.sharding_indexed import EMPTY
 from ..errors import CodecError
-from ..store.base import ByteRange, OffsetBR, RangeBR, Store, SuffixBR
+from ..store.base import ByteRange, RangeBR, Store, SuffixBR
 
 if TYPE_CHECKING:
     from ..store.sync_protocols import OpenValue
     from ._zarr3_layout import ShardLayout
 
-__all__ = ["NOT_FOUND", "ShardIndexes", "checked_chunk", "inner_range"]
+__all__ = ["NOT_FOUND", "ShardIndexes", "checked_chunk"]
 
 #: the index cache: "no entry at that generation", and the entry of a missing shard
 NOT_FOUND = object()
-
-
-def inner_range(off: int, n: int, br: ByteRange | None) -> RangeBR:
-    """A byte range of an inner chunk, as an absolute range in its shard."""
-    if br is None:
-        return RangeBR(off, off + n)
-    if isinstance(br, RangeBR):
-        return RangeBR(off + min(br.start, n), off + min(br.end, n))
-    if isinstance(br, OffsetBR):
-        return RangeBR(off + min(br.start, n), off + n)
-    return RangeBR(off + n - min(br.n, n), off + n)
 
 
 def checked_chunk(data: bytes | None, want: RangeBR, shard_key: str, i: int) -> bytes:

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 from ..codecs.sharding_indexed import EMPTY
 from ..errors import CodecError
 from ..store.base import MISSING, ByteRange, RangeBR
-from ._zarr3_index import NOT_FOUND, checked_chunk, inner_range
+from ..store.byte_range import range_within
+from ._zarr3_index import NOT_FOUND, checked_chunk
 
 if TYPE_CHECKING:
     from ..store.sync_protocols import OpenValue, SupportsOpenSync
@@ -81,7 +82,7 @@ class OpenShards:
         if found is None:
             return None
         value, off, n, name, i = found
-        r = inner_range(off, n, byte_range)
+        r = range_within(off, n, byte_range)
         return checked_chunk(value.read(r.start, r.end), r, name, i)
 
     def get_transient_sync(self, key: str, max_bytes: int) -> bytes | memoryview | None:

@@ -44,6 +44,7 @@ from ..store.base import (
     RangeBR,
     Store,
 )
+from ..store.byte_range import range_within
 from ..store.read_modify_write import inherited_retry_conflicts
 from ._uint64_cache import ShardCache, ShardReplaced, ShardState, shard_generation
 from ._uint64_format import (
@@ -54,7 +55,6 @@ from ._uint64_format import (
     gzip_decompress,
     parse_uint64_key,
     shard_entries,
-    sub_range,
 )
 from ._uint64_read import SyncReads, value_of
 from ._uint64_write import CompleteShard, Uint64Writes
@@ -301,7 +301,7 @@ class Uint64ShardedStore(Uint64Writes):
                 if gz or br is None:
                     fetch.append((data_key, start, start + size, pos))
                 else:
-                    r = sub_range(start, size, br)
+                    r = range_within(start, size, br)
                     fetch.append((data_key, r.start, r.end, pos))
         results: list[bytes | None] = [None] * len(keys)
         if not fetch:

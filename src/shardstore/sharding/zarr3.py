@@ -54,11 +54,12 @@ from ..store.base import (
     Update,
     validate_key,
 )
+from ..store.byte_range import range_within
 from ..store.open_values import PrefetchedReads
 from ..store.read_modify_write import inherited_retry_conflicts
 from ._unit_streams import stream_shard, stream_shard_sync
 from ._zarr3_checked import CheckedReads
-from ._zarr3_index import ShardIndexes, checked_chunk, inner_range
+from ._zarr3_index import ShardIndexes, checked_chunk
 from ._zarr3_layout import ShardLayout, inner_key, parse_inner_key
 from ._zarr3_open import OpenShards
 from ._zarr3_write import covers_shard, shard_writes
@@ -168,7 +169,7 @@ class ZarrShardingStore(Store):
                 off, n = index[i]
                 if off == _EMPTY and n == _EMPTY:
                     continue
-                r = inner_range(off, n, br)
+                r = range_within(off, n, br)
                 results[pos] = whole[r.start : r.end]
             return
         for _ in range(self.read_attempts):
@@ -180,7 +181,7 @@ class ZarrShardingStore(Store):
                 off, n = index[i]
                 if off == _EMPTY and n == _EMPTY:
                     continue
-                fetch.append((pos, i, inner_range(off, n, br)))
+                fetch.append((pos, i, range_within(off, n, br)))
             if not fetch:
                 return
             # the data of the version the index was read at (never another one's bytes)

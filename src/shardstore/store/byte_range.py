@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ByteRange", "OffsetBR", "RangeBR", "SuffixBR", "resolve_range", "slice_range"]
+__all__ = ["ByteRange", "OffsetBR", "RangeBR", "SuffixBR", "range_within", "resolve_range", "slice_range"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,3 +63,10 @@ def slice_range(value: bytes | memoryview, byte_range: ByteRange | None) -> byte
     """Apply a byte range to a whole value (the semantics every backend must match)."""
     start, end = resolve_range(byte_range, len(value))
     return bytes(value[start:end])
+
+
+def range_within(start: int, size: int, byte_range: ByteRange | None) -> RangeBR:
+    """``byte_range`` of a value stored at ``[start, start + size)`` of a larger one (an inner
+    chunk of a shard, a value of a uint64 shard file), as an absolute range of the larger one."""
+    first, end = resolve_range(byte_range, size)
+    return RangeBR(start + first, start + end)
