@@ -125,8 +125,11 @@ def main() -> None:
             got: dict[str, list[dict[str, float]]] = saved.setdefault(bench, {"old": [], "new": []})
             got.setdefault("old", [])
             got.setdefault("new", [])
-            for _ in range(runs):
-                for which, python in (("old", args.old), ("new", args.new)):
+            for run in range(runs):
+                # the order alternates: a figure that suffers from running second (the disk still
+                # busy with the first one's files, say) then costs both versions alike
+                pair = [("old", args.old), ("new", args.new)]
+                for which, python in pair if run % 2 == 0 else pair[::-1]:
                     res = run_once(python, bench, sizes[bench], scratch)
                     if isinstance(res, str):
                         print(f"| {bench} ({which}) | failed: {res} | | | |", flush=True)
