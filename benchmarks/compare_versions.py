@@ -8,7 +8,7 @@ runs of a later call (``--runs 0``: report them only).
 Each interpreter must import its own shardstore (the scripts themselves are taken from this
 directory for both). Every bench runs with ``--libs =shardstore --json`` (exactly the row
 "shardstore", not shardstore+cache, which only the new version has), old and new alternating
-so that machine load hits both alike, ``--runs`` times (default 3); the table gives each numeric
+(each running first in every other run) so that machine load hits both alike, ``--runs`` times (default 3); the table gives each numeric
 figure's median per version and a ratio oriented so that above 1 means the new one is better
 (new/old for rates like MB/s and reads/s, old/new for seconds, MiB and file counts), flagged
 below the threshold (default 0.95). Figures are the JSON's numeric leaves.
