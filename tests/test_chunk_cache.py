@@ -187,13 +187,13 @@ NATIVE_READS = {"zarr3-sharded", "n5"}
 @pytest.fixture
 def count_decodes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls = [0]
-    real = io._decode
+    real = io.decode_chunk
 
     def counted(*args: object, **kwargs: object) -> np.ndarray:
         calls[0] += 1
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(io, "_decode", counted)
+    monkeypatch.setattr(io, "decode_chunk", counted)
     return calls
 
 

@@ -17,7 +17,7 @@ import pytest
 import shardstore
 from shardstore._assign import assign
 from shardstore.config import IOConfig
-from shardstore.core import io
+from shardstore.core import batches, writes
 from shardstore.errors import StoreError
 from shardstore.store.memory import MemoryStore
 
@@ -88,7 +88,7 @@ def test_sharded_writes_are_loop_free_over_local_files(tmp_path: Path, monkeypat
     # encodes each shard's chunks and stores the shard once (whole shards, partial shards
     # through the locked read-modify-write), with no event-loop write path
     a = shardstore.create(str(tmp_path / "s.zarr"), shape=(32, 32), dtype="int32", chunks=(8, 8), shards=(16, 16))
-    assert io.writes_now(a.driver.layout)
+    assert writes.writes_now(a.driver.layout)
     _no_loop_writes(monkeypatch)
     vol = np.arange(32 * 32, dtype="int32").reshape(32, 32)
     a[...] = vol  # four whole shards
@@ -104,7 +104,7 @@ def test_sharded_writes_over_a_store_without_sync_writes_take_the_loop(tmp_path:
 
     a = shardstore.zarr3.create(AsyncOnlyStore(LocalStore(tmp_path / "s.zarr")), shape=(32, 32), dtype="int32",
                                 chunks=(8, 8), shards=(16, 16))
-    assert not io.write_from_now(a.driver.layout, [], np.zeros((0, 0), "int32"))
+    assert not writes.write_from_now(a.driver.layout, [], np.zeros((0, 0), "int32"))
     vol = np.arange(32 * 32, dtype="int32").reshape(32, 32)
     a[3:30, 1:31] = vol[3:30, 1:31]
     ref = np.zeros_like(vol)
@@ -248,7 +248,7 @@ def test_bounded_waits_for_running_jobs_before_raising() -> None:
 
     async def go() -> None:
         with pytest.raises(RuntimeError, match="injected"):
-            await io._bounded(2, [slow, failing, never])
+            await batches.bounded(2, [slow, failing, never])
         assert done == ["slow"]
 
     asyncio.run(go())

@@ -20,10 +20,11 @@ import pytest
 
 import shardstore
 from shardstore import n5
+from shardstore._sync import codec_pool, io_pool
 from shardstore.codecs import gzip as gzip_codec
 from shardstore.codecs.n5_block import MODE_DEFAULT, _header_bytes
 from shardstore.config import IOConfig
-from shardstore.core import io, threads
+from shardstore.core import threads
 from shardstore.errors import CodecError
 
 #: the arrays spied on run without the native reader: it takes N5 gzip blocks in local files
@@ -154,7 +155,7 @@ def test_memo_starts_the_codec_threads_at_once_and_updates(monkeypatch) -> None:
     threads.share_now(fn, _items(40), done, config=config, memo=memo)
     assert sorted(done) == _items(40) and memo[fn] == "codec"
     submitted = []
-    pool = io.codec_pool(config.codec_threads)
+    pool = codec_pool(config.codec_threads)
     real_submit = pool.submit
     monkeypatch.setattr(pool, "submit", lambda *a, **k: submitted.append(1) or real_submit(*a, **k))
     slow["on"] = False
@@ -191,7 +192,7 @@ def test_memo_path_adds_io_threads_when_the_data_went_cold(monkeypatch) -> None:
     # depend on the machine's CPU count (with more than io_reads_in_flight cores, none is added)
     config = IOConfig(waiting_item_seconds=0.001, codec_threads=2)
     submitted = []
-    pool = io.io_pool(config.io_threads)
+    pool = io_pool(config.io_threads)
     real_submit = pool.submit
     monkeypatch.setattr(pool, "submit", lambda *a, **k: submitted.append(1) or real_submit(*a, **k))
     memo = {fn: "codec"}

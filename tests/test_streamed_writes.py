@@ -24,7 +24,7 @@ import pytest
 import shardstore
 from shardstore.config import IOConfig
 from shardstore.core import array as core_array
-from shardstore.core import io as core_io
+from shardstore.core import writes as core_writes
 from shardstore.errors import CodecError
 from shardstore.ops.integrity import scan
 from shardstore.store.local import LocalStore, is_temp_name
@@ -54,20 +54,20 @@ def _files(root: Path) -> dict[str, str]:
 def streamed_units(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts the shards the core streams (so a test cannot pass on the buffered path)."""
     calls: list[int] = []
-    real = core_io.stream_unit
+    real = core_writes.stream_unit
 
     async def counted(layout: Any, unit: Any, encode: Any) -> None:
         calls.append(len(unit[1]))
         await real(layout, unit, encode)
 
-    real_now = core_io.stream_unit_now
+    real_now = core_writes.stream_unit_now
 
     def counted_now(layout: Any, unit: Any, encode: Any) -> None:
         calls.append(len(unit[1]))
         real_now(layout, unit, encode)
 
-    monkeypatch.setattr(core_io, "stream_unit", counted)  # (region writes, async runner)
-    monkeypatch.setattr(core_io, "stream_unit_now", counted_now)  # (region writes, blocking runner)
+    monkeypatch.setattr(core_writes, "stream_unit", counted)  # (region writes, async runner)
+    monkeypatch.setattr(core_writes, "stream_unit_now", counted_now)  # (region writes, blocking runner)
     monkeypatch.setattr(core_array, "stream_unit", counted)  # (``Array.write_chunks``)
     return calls
 
@@ -174,7 +174,7 @@ def test_an_encoder_error_mid_shard_leaves_the_old_shard(tmp_path: Path, monkeyp
     old = _volume(0)
     a[...] = old
     before = _files(tmp_path)
-    real, calls = core_io._encode, [0]
+    real, calls = core_writes._encode, [0]
 
     def failing(*args: Any) -> Any:
         calls[0] += 1
@@ -182,7 +182,7 @@ def test_an_encoder_error_mid_shard_leaves_the_old_shard(tmp_path: Path, monkeyp
             raise CodecError("injected encoder failure")
         return real(*args)
 
-    monkeypatch.setattr(core_io, "_encode", failing)
+    monkeypatch.setattr(core_writes, "_encode", failing)
     with pytest.raises(CodecError, match="injected"):
         a[:32, :16, :16] = _volume(1)[:32, :16, :16]
     assert _files(tmp_path) == before  # no temp file left, the old shard in place

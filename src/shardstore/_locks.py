@@ -4,7 +4,7 @@ They order the writes of one handle to one unit (a shard, a chunk), so that they
 each other inside the store's read-modify-write and need no retries; correctness across
 handles, processes and machines comes from that read-modify-write itself
 (``Store.update_many``: file locks, conditional PUTs). They are asyncio locks, taken on the
-event loop; a write that runs on another thread (``core.io.write_from_now``) takes them on the
+event loop; a write that runs on another thread (``core.writes.write_from_now``) takes them on the
 loop too (``hold_from_thread``).
 """
 

@@ -15,9 +15,10 @@ from ..config import IOConfig, default_config
 from ..errors import NotPicklableError, ReadOnlyError, UnsupportedFeatureError
 from .chunk_cache import ChunkCache
 from .indexing import ChunkProjection, Indexer, basic_indexer, orthogonal_indexer
-from .io import UnitLocks, read_into, read_into_now, reshape_chunks, write_from, write_from_now, writes_now
+from .io import read_into, read_into_now
 from .layout import ChunkLayout, FormatDriver, fill_mask
 from .streaming import stream_unit, streamed_unit
+from .writes import UnitLocks, reshape_chunks, write_from, write_from_now, writes_now
 
 __all__ = ["AsyncArray", "Array", "Attributes"]
 
@@ -37,7 +38,7 @@ def _as_value(value: Any, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray
 
 
 class AsyncArray:
-    """An array over a format driver; all chunk work goes through ``core.io``."""
+    """An array over a format driver; all chunk work goes through ``core.io`` (reads) and ``core.writes``."""
 
     def __init__(self, driver: FormatDriver, *, read_only: bool, name: str = "", config: IOConfig | None = None) -> None:
         config = default_config(config)

@@ -1,6 +1,6 @@
 """How the chunk work of one blocking call is shared among threads.
 
-``core/io.py`` hands each read or write of local files or memory a list of items (chunks)
+``core/io.py`` and ``core/writes.py`` hand each read or write of local files or memory a list of items (chunks)
 and a function that does a batch of them; ``share_now`` decides, from how long the first
 item took and how much of that was waiting, whether the rest stays on the calling thread,
 goes to one thread per core (decoding) or to more I/O threads (a cold disk), and feeds the

@@ -1,0 +1,140 @@
+"""The pieces every chunk read and write is run with (``core/io.py``, ``core/writes.py``):
+projections grouped by write unit, a bounded set of coroutines, a batch spread over the codec
+pool and the event loop's thread, a native batch with the generic path for what it leaves,
+and a chunk's decode that names the key when it fails."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+import numpy as np
+
+from .._sync import codec_pool, codec_pool_size
+from ..config import IOConfig
+from ..errors import CodecError
+from .indexing import ChunkProjection
+from .layout import ChunkLayout
+
+__all__ = ["bounded", "decode_chunk", "group_by_unit", "native_then", "spread", "whole_chunk"]
+
+# Concurrency limits and thresholds come from the layout's ``IOConfig`` (``layout.config``),
+# read once per call: ``write_groups_in_flight``, ``write_batch_chunks``,
+# ``read_groups_in_flight``, ``small_read_chunks``, ``inline_item_seconds``, the pool sizes.
+
+
+def group_by_unit(layout: ChunkLayout, projections: Iterable[ChunkProjection]) -> list[list[ChunkProjection]]:
+    """Projections grouped by write unit (shard); one-chunk units are batched together, so
+    that a group's chunks spread over the codec pool and reach the store as one batch."""
+    if layout.one_chunk_units:
+        flat = list(projections)
+        n = layout.config.write_batch_chunks
+        return [flat[i : i + n] for i in range(0, len(flat), n)]
+    groups: dict[tuple[int, ...], list[ChunkProjection]] = {}
+    for p in projections:
+        groups.setdefault(layout.write_unit(p.coords), []).append(p)
+    return list(groups.values())
+
+
+async def bounded(limit: int, jobs: list) -> None:
+    """Await coroutine factories with at most ``limit`` running.
+
+    After the first error no further job starts, and the ones running are waited for before
+    the error is raised: their thread work (file writes) cannot be cancelled, so a caller
+    that sees the error must not have writes of this call still landing afterwards. If the
+    caller itself is cancelled, every job is cancelled.
+    """
+    if len(jobs) == 1:  # the common small read: no tasks, fewer loop iterations
+        await jobs[0]()
+        return
+    sem = asyncio.Semaphore(limit)
+    failed = False
+
+    async def run(job: Callable[[], Awaitable[object]]) -> None:
+        nonlocal failed
+        async with sem:
+            if failed:
+                return
+            try:
+                await job()
+            except BaseException:
+                failed = True
+                raise
+
+    tasks = [asyncio.ensure_future(run(job)) for job in jobs]
+    try:
+        await asyncio.gather(*tasks)
+    except asyncio.CancelledError:
+        for t in tasks:
+            t.cancel()
+        raise
+    except BaseException:
+        failed = True
+        await asyncio.gather(*tasks, return_exceptions=True)  # the running ones finish
+        raise
+
+
+def decode_chunk(layout: ChunkLayout, key: str, coords: tuple[int, ...], data: bytes, transient: bool = False) -> np.ndarray:
+    """The decoded chunk; ``transient``: the caller copies it out before this thread decodes
+    again, so it may live in a scratch buffer (``CodecPipeline.decode_transient``)."""
+    pipeline = layout.pipeline
+    try:
+        if transient:
+            return pipeline.decode_transient(data, layout.spec_for(coords), layout.config.scratch_max_bytes)
+        return pipeline.decode(data, layout.spec_for(coords))
+    except CodecError as e:
+        raise type(e)(f"{layout.describe_key(key)}: {e}") from e
+
+
+async def spread(fn: Callable[..., list], items: list, *args: Any, config: IOConfig, light: bool = False) -> list:
+    """``fn(batch, *args)`` over ``items`` split across the codec pool *and* this thread.
+
+    One batch per worker, the first run right here: a pool hop costs tens of microseconds
+    per job, and the event loop thread would otherwise sit idle while the pool works.
+    Work of about a memory copy per item all runs here, because handing it to threads costs
+    more in GIL hand-offs than it saves: ``light`` says so up front (see ``Codec.light``);
+    otherwise the first item is timed and cheap items (blosc chunks stored uncompressed, say)
+    stay on this thread too (``config.inline_item_seconds``). Returns the concatenated results, in the order of ``items``.
+    """
+    if not items:
+        return []
+    if light or len(items) == 1:
+        return fn(items, *args)
+    started = time.perf_counter()
+    out = list(fn(items[:1], *args))
+    items = items[1:]
+    if time.perf_counter() - started < config.inline_item_seconds:
+        out.extend(fn(items, *args))
+        return out
+    n = min(codec_pool_size(config.codec_threads), len(items))
+    size = -(-len(items) // n)
+    batches = [items[i : i + size] for i in range(0, len(items), size)]
+    # submitted now (run_in_executor, not a task that would start only after the inline batch)
+    loop, pool = asyncio.get_running_loop(), codec_pool(config.codec_threads)
+    futures = [loop.run_in_executor(pool, fn, b, *args) for b in batches[1:]]
+    try:
+        out.extend(fn(batches[0], *args))
+    finally:
+        rest = await asyncio.gather(*futures, return_exceptions=True)
+    for r in rest:
+        if isinstance(r, BaseException):
+            raise r
+        out.extend(r)
+    return out
+
+
+def native_then(batch: list[tuple[ChunkProjection, str]], native: Callable, generic: Callable, *args: Any) -> Any:
+    """``native(batch)`` (``core/rawread.py``, ``core/rawwrite.py``), then ``generic(rest,
+    *args)`` for the chunks it leaves."""
+    rest = native(batch)
+    return generic(rest, *args) if rest else []
+
+
+def whole_chunk(p: ChunkProjection, shape: tuple[int, ...]) -> bool:
+    return all(
+        isinstance(s, slice) and s.indices(n) == (0, n, 1) for s, n in zip(p.chunk_selection, shape)
+    ) and len(p.chunk_selection) == len(shape)
+
+
