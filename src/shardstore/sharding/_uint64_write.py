@@ -23,6 +23,7 @@ import numpy as np
 from .._sync import io_pool
 from ..errors import ConflictError, UnsupportedFeatureError
 from ..store.base import MISSING, Parts, Store, Update, joined
+from ._batched import BatchedWrites
 from ._uint64_format import ShardBuilder, ShardingSpec, assemble_shard, gzip_compress, gzip_decompress, parse_uint64_key, shard_entries
 from ._unit_streams import stream_shard, stream_shard_sync
 
@@ -139,7 +140,7 @@ def _assembled(spec: ShardingSpec, values: dict[int, bytes | memoryview], minish
     return None if parts is None else b"".join(parts)
 
 
-class Uint64Writes(Store):
+class Uint64Writes(BatchedWrites):
     """The writes of ``Uint64ShardedStore`` (its base class: the adapter sets the attributes
     annotated here)."""
 
@@ -151,15 +152,6 @@ class Uint64Writes(Store):
     _io_threads: int
 
     # -- writes -----------------------------------------------------------------------------
-    async def _set(self, key: str, value: bytes) -> None:
-        await self.set_many([(key, value)])
-
-    async def _delete(self, key: str) -> None:
-        await self.set_many([(key, None)])
-
-    async def set_many(self, items: Sequence[tuple[str, bytes | None]]) -> None:
-        await self.update_many(items)
-
     async def update_many(self, items: Sequence[tuple[str, bytes | Parts | Update | None]]) -> None:
         if items:
             self._check_writable(items[0][0], more=len(items) - 1)

@@ -57,6 +57,7 @@ from ..store.base import (
 from ..store.byte_range import range_within
 from ..store.open_values import PrefetchedReads
 from ..store.read_modify_write import inherited_retry_conflicts
+from ._batched import BatchedWrites
 from ._unit_streams import stream_shard, stream_shard_sync
 from ._zarr3_checked import CheckedReads
 from ._zarr3_index import ShardIndexes, checked_chunk
@@ -81,7 +82,7 @@ __all__ = ["ShardLayout", "ZarrShardingStore", "inner_key", "parse_inner_key"]
 _EMPTY = int(EMPTY)
 
 
-class ZarrShardingStore(Store):
+class ZarrShardingStore(BatchedWrites):
     """Inner chunks of ``sharding_indexed`` shards, as a Store."""
 
     def __init__(
@@ -307,15 +308,6 @@ class ZarrShardingStore(Store):
         return base.generation_sync(layout.shard_key(layout.locate(parse_inner_key(key, self._rank))[0]))
 
     # -- writes -----------------------------------------------------------------------------
-    async def _set(self, key: str, value: bytes) -> None:
-        await self.set_many([(key, value)])
-
-    async def _delete(self, key: str) -> None:
-        await self.set_many([(key, None)])
-
-    async def set_many(self, items: Sequence[tuple[str, bytes | None]]) -> None:
-        await self.update_many(items)
-
     async def update_many(self, items: Sequence[tuple[str, bytes | Parts | Update | None]]) -> None:
         """Write inner chunks (values, None: delete, or ``Update`` functions of the inner
         chunk's stored bytes): each touched shard is written once, see the module docstring."""
