@@ -397,20 +397,26 @@ def assemble_shard(
     parts: list[bytes | memoryview] = [b""]  # slot 0: the shard index, filled in at the end
     pos = 0  # offset after the shard index
     for a, b in zip(bounds[:-1], bounds[1:]):
-        table = np.zeros((3, b - a), dtype="<u8")
-        table[0] = np.diff(sorted_keys[a:b], prepend=np.uint64(0))
-        table[1, 0] = pos  # the values follow one another: later offset deltas are 0
-        table[2] = sizes[a:b]
+        encoded = _minishard_index(spec, sorted_keys[a:b], pos, sizes[a:b])
         parts.extend(datas[a:b])
         pos += int(ends[b] - ends[a])
-        encoded = table.tobytes()
-        if spec.minishard_index_encoding == "gzip":
-            encoded = gzip_compress(encoded)
         index[int(sorted_minis[a])] = (pos, pos + len(encoded))
         pos += len(encoded)
         parts.append(encoded)
     parts[0] = index.tobytes()
     return parts
+
+
+def _minishard_index(spec: ShardingSpec, keys: np.ndarray, start: int, sizes: Sequence[int] | np.ndarray) -> bytes:
+    """The encoded index of one minishard whose values (``keys`` ascending, of ``sizes``)
+    follow one another from offset ``start`` (after the shard index): key deltas, offset
+    deltas (only the first is not 0), sizes."""
+    table = np.zeros((3, len(keys)), dtype="<u8")
+    table[0] = np.diff(keys, prepend=np.uint64(0))
+    table[1, 0] = start
+    table[2] = sizes
+    encoded = table.tobytes()
+    return gzip_compress(encoded) if spec.minishard_index_encoding == "gzip" else encoded
 
 
 class ShardBuilder:
@@ -462,15 +468,7 @@ class ShardBuilder:
     def _close_minishard(self) -> list[bytes | memoryview]:
         if not self._keys:
             return []
-        keys = self._keys
-        table = np.empty((3, len(keys)), dtype="<u8")
-        table[0] = np.diff(np.asarray(keys, dtype=np.uint64), prepend=np.uint64(0))
-        table[1] = 0
-        table[1, 0] = self._start
-        table[2] = self._sizes
-        encoded = table.tobytes()
-        if self._spec.minishard_index_encoding == "gzip":
-            encoded = gzip_compress(encoded)
+        encoded = _minishard_index(self._spec, np.asarray(self._keys, dtype=np.uint64), self._start, self._sizes)
         self._index[self._minishard] = (self._pos, self._pos + len(encoded))
         self._pos += len(encoded)
         self._keys, self._sizes = [], []
