@@ -163,7 +163,7 @@ def read_into_now(
         units = span_units(layout, whole)
         chunk_reads = _StoreReads(reads, layout.store.transient_reads)
         if gens:
-            share_now(_native_kept, [[unit] for unit in units], spans, layout, out, strict, chunk_reads, gens,
+            share_now(_native_kept, [[unit] for unit in units], spans, layout, out, strict, chunk_reads, gens, True,
                       config=config, free=True, memo=layout.threads_memo)
         else:
             share_now(native_then, units, spans, _scatter, layout, out, strict, chunk_reads,
@@ -196,7 +196,7 @@ def read_into_now(
         whole, projections = _placed_whole(layout, projections) if gens else (list(projections), [])
         items = [(p, layout.chunk_key(p.coords), None) for p in whole]
         if gens:
-            share_now(_native_kept, [[it] for it in items], native, layout, out, strict, chunks, gens, config=config,
+            share_now(_native_kept, [[it] for it in items], native, layout, out, strict, chunks, gens, False, config=config,
                       free=True, memo=layout.threads_memo)
         else:
             share_now(native_then, items, native, _scatter, layout, out, strict, chunks, config=config, free=True,
@@ -240,14 +240,15 @@ def _placed_whole(
 
 def _native_kept(
     batch: list[list], native: Callable, layout: ChunkLayout, out: np.ndarray, strict: bool, reads: UnitReads,
-    gens: Generations,
+    gens: Generations, units: bool,
 ) -> list:
-    """``native_then`` for each native call of ``batch`` (the items of one chunk file, or a
-    list of one shard's items), keeping the whole chunks it placed in the chunk cache right
-    after (``keep_placed``), while they are still in the CPU's caches."""
+    """``native_then`` for each native call of ``batch`` (``units``: a list of one shard's
+    items, as ``span_units`` cuts them; else the item of one chunk file), keeping the whole
+    chunks it placed in the chunk cache right after (``keep_placed``), while they are still
+    in the CPU's caches."""
     for call in batch:
         native_then(call, native, _scatter, layout, out, strict, reads)
-        items = call[0] if call and isinstance(call[0], list) else call
+        items = call[0] if units else call
         keep_placed([item[0] for item in items], layout, out, gens)
     return []
 
