@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, MutableMapping
 from typing import Any
 
 import numpy as np
@@ -13,6 +12,7 @@ from .._reopen import NodeRecord, reopen
 from .._sync import _ensure_loop, sync
 from ..config import IOConfig, default_config
 from ..errors import NotPicklableError, ReadOnlyError, UnsupportedFeatureError
+from .attributes import Attributes
 from .chunk_cache import ChunkCache
 from .indexing import ChunkProjection, Indexer, basic_indexer, orthogonal_indexer
 from .io import read_into, read_into_now
@@ -20,7 +20,7 @@ from .layout import ChunkLayout, FormatDriver, fill_mask
 from .streaming import stream_unit, streamed_unit
 from .writes import UnitLocks, reshape_chunks, write_from, write_from_now, writes_now
 
-__all__ = ["AsyncArray", "Array", "Attributes"]
+__all__ = ["AsyncArray", "Array"]
 
 
 def _as_value(value: Any, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
@@ -350,49 +350,6 @@ def _added_regions(old: tuple[int, ...], new: tuple[int, ...]) -> list[tuple[sli
                 tuple(slice(0, new[d]) if d < dim else slice(k, n) if d == dim else slice(0, kept[d]) for d in range(len(new)))
             )
     return regions
-
-
-class Attributes(MutableMapping[str, Any]):
-    """User attributes; every change is written to the metadata document at once."""
-
-    def __init__(self, array: Array | Any, driver: Any, read_only: bool) -> None:
-        self._driver = driver
-        self._read_only = read_only
-
-    def _save(self, attrs: dict[str, Any]) -> None:
-        if self._read_only:
-            raise ReadOnlyError("attributes of a node opened read-only cannot be changed")
-        sync(self._driver.set_attributes(attrs))
-
-    def __getitem__(self, key: str) -> Any:
-        return self._driver.attributes[key]
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        attrs = self._driver.attributes
-        attrs[key] = value
-        self._save(attrs)
-
-    def __delitem__(self, key: str) -> None:
-        attrs = self._driver.attributes
-        del attrs[key]
-        self._save(attrs)
-
-    def update(self, *args: Any, **kwargs: Any) -> None:  # one write, not one per key
-        attrs = self._driver.attributes
-        attrs.update(*args, **kwargs)
-        self._save(attrs)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._driver.attributes)
-
-    def __len__(self) -> int:
-        return len(self._driver.attributes)
-
-    def asdict(self) -> dict[str, Any]:
-        return self._driver.attributes
-
-    def __repr__(self) -> str:
-        return repr(self._driver.attributes)
 
 
 class _OIndex:

@@ -8,7 +8,7 @@ from .._reopen import NodeRecord, reopen
 from ..config import IOConfig
 from ..errors import InvalidKeyError, NodeTypeError, ShardStoreError
 from ..store.base import Store
-from .array import Attributes
+from .attributes import Attributes
 
 __all__ = ["GroupBase"]
 

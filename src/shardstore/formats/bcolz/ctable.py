@@ -15,7 +15,7 @@ import numpy as np
 from ..._reopen import NodeRecord, reopen
 from ..._sync import sync
 from ...config import IOConfig, default_config
-from ...core.array import Attributes
+from ...core.attributes import Attributes
 from ...errors import ContainsNodeError, MetadataError, ReadOnlyError, ShardStoreError
 from ...store.base import Store
 from .._entry import leave_nothing_behind
