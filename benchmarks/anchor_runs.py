@@ -1,0 +1,129 @@
+"""Issue 21's target table: every format bench run several times, each figure's ratio against
+its best anchor row as the median over the runs.
+
+    python benchmarks/anchor_runs.py --runs 3 --save runs.json > table.md
+
+Each bench script runs ``--runs`` times in a fresh process (with all its rows: shardstore's
+default and cached rows and every anchor row in its default and fastest configuration) and
+writes its JSON; a bench's ``vs_best_anchor`` gives, per figure, the best anchor row of that run
+and each shardstore row's ratio against it (above 1: shardstore better). The table gives the
+median of those per-run ratios for each shardstore row, the anchor rows that were best, and
+flags figures where no shardstore row reaches ``--threshold`` (default 1.0). ``--load`` reports
+runs saved earlier (``--runs 0``: only those), pooled with this call's.
+
+Sizes default to ``--scale small`` (256^3 volumes, the sizes ``compare_versions`` uses, about 15
+minutes for 3 runs on 2 cores); ``--scale full`` uses each bench's own defaults (512^3 volumes,
+200M-element bcolz, about 25 minutes per run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+
+SMALL: dict[str, list[str]] = {
+    "bench_zarr3": ["--size", "256", "--reads", "64"],
+    "bench_n5": ["--size", "256", "--reads", "64"],
+    "bench_precomputed": ["--size", "256", "--reads", "64", "--runs", "1"],
+    "bench_precomputed_kv": ["--keys", "50000", "--reads", "2000", "--runs", "1"],
+    "bench_bcolz": ["--n", "20000000", "--reads", "2000", "--runs", "1"],
+    "bench_remote": ["--size", "256", "--reads", "32", "--repeat", "1"],
+}
+FULL: dict[str, list[str]] = {
+    "bench_zarr3": [], "bench_n5": [], "bench_precomputed": ["--runs", "1"],
+    "bench_precomputed_kv": ["--runs", "1"], "bench_bcolz": ["--runs", "1"], "bench_remote": [],
+}
+META = ("best_anchor", "best_anchor_value")
+
+
+def ratios(obj: Any, prefix: str = "") -> dict[str, dict[str, Any]]:
+    """The ``vs_best_anchor`` leaves of a bench's JSON: figure path -> {best_anchor, row: ratio}."""
+    out: dict[str, dict[str, Any]] = {}
+    if isinstance(obj, dict):
+        if "best_anchor" in obj:
+            return {prefix: obj}
+        for key, value in obj.items():
+            out.update(ratios(value, f"{prefix}/{key}" if prefix else str(key)))
+    return out
+
+
+def run_bench(python: str, bench: str, args: list[str], scratch: Path) -> dict[str, dict[str, Any]] | str:
+    out = scratch / f"{bench}.json"
+    out.unlink(missing_ok=True)
+    cmd = [python, str(HERE / f"{bench}.py"), "--json", str(out), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=scratch,
+                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    if proc.returncode != 0 or not out.exists():
+        tail = proc.stderr.strip().splitlines()[-1:] or [proc.stdout[-200:]]
+        return f"exit {proc.returncode}: {tail[0]}"
+    return ratios(json.loads(out.read_text()).get("vs_best_anchor", {}))
+
+
+def table(runs: dict[str, list[dict[str, dict[str, Any]]]], threshold: float) -> list[str]:
+    lines = ["| figure | runs | best anchor rows | shardstore | shardstore+cache | other rows of ours | |",
+             "|---|---|---|---|---|---|---|"]
+    for bench, got in runs.items():
+        if not got:
+            continue
+        for fig in got[-1]:
+            leaves = [r[fig] for r in got if fig in r]
+            anchors = Counter(str(leaf.get("best_anchor")) for leaf in leaves)
+            ours = sorted({k for leaf in leaves for k, v in leaf.items() if k not in META and v is not None})
+            med = {row: statistics.median(v for leaf in leaves if (v := leaf.get(row)) is not None) for row in ours}
+            if not med:
+                continue
+            best = max(med.values())
+            flag = f"**< {threshold:g}**" if best < threshold else ""
+            others = ", ".join(f"{row} {v:.2f}" for row, v in med.items() if row not in ("shardstore", "shardstore+cache"))
+            cells = [f"{bench}:{fig}", str(len(leaves)), ", ".join(f"{a} ×{n}" for a, n in anchors.most_common()),
+                     *(f"{med[r]:.2f}" if r in med else "-" for r in ("shardstore", "shardstore+cache")), others, flag]
+            lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--benches", default=",".join(SMALL))
+    p.add_argument("--scale", choices=("small", "full"), default="small")
+    p.add_argument("--python", default=sys.executable, help="interpreter whose shardstore is measured")
+    p.add_argument("--threshold", type=float, default=1.0)
+    p.add_argument("--save", type=Path, help="write every run's ratios to this JSON file")
+    p.add_argument("--load", type=Path, nargs="*", default=[], help="runs saved by earlier --save calls")
+    args = p.parse_args()
+    sizes = SMALL if args.scale == "small" else FULL
+    benches = [b if b.startswith("bench_") else f"bench_{b}" for b in args.benches.split(",") if b]
+    if unknown := [b for b in benches if b not in sizes]:
+        p.error(f"unknown benches {unknown}; known: {', '.join(sizes)}")
+    runs: dict[str, list[dict[str, dict[str, Any]]]] = {b: [] for b in benches}
+    for path in args.load:
+        for bench, got in json.loads(path.read_text()).items():
+            runs.setdefault(bench, []).extend(got)
+    with tempfile.TemporaryDirectory(prefix="anchor-runs-", dir="/tmp") as tmp:
+        for bench in benches:
+            for i in range(args.runs):
+                res = run_bench(args.python, bench, sizes[bench], Path(tmp))
+                if isinstance(res, str):
+                    print(f"# {bench} run {i + 1} failed: {res}", file=sys.stderr, flush=True)
+                    continue
+                runs[bench].append(res)
+                print(f"# {bench} run {i + 1} done", file=sys.stderr, flush=True)
+                if args.save:
+                    args.save.write_text(json.dumps(runs))
+    print(f"(median over runs of shardstore row / best anchor row; above 1 = shardstore better; "
+          f"scale {args.scale}: " + "; ".join(f"{b} {' '.join(sizes[b])}" for b in benches) + ")\n")
+    print("\n".join(table(runs, args.threshold)))
+
+
+if __name__ == "__main__":
+    main()
