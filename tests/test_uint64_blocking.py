@@ -9,11 +9,13 @@ import gzip
 import os
 import struct
 import threading
+import time
 
 import numpy as np
 import pytest
 
 import shardstore
+from shardstore.config import IOConfig
 from shardstore.errors import CodecError
 from shardstore.formats.precomputed import kv as kv_module
 from shardstore.formats.precomputed.kv import ShardedKV
@@ -120,6 +122,60 @@ def test_one_reader_follows_rewrites_by_other_writers(tmp_path):
     # and a deleted shard reads as missing
     os.unlink(path)
     assert read("7") is None
+
+
+def _slow_opens(store: Uint64ShardedStore, base: LocalStore, seconds: float, threads: set[str]) -> None:
+    """Each shard file opens ``seconds`` late (a cold disk, as the thread choice sees it), and
+    ``threads`` collects the names of the threads that open them."""
+    open_now = base.open_sync
+
+    def open_late(key: str):
+        threads.add(threading.current_thread().name)
+        time.sleep(seconds)
+        return open_now(key)
+
+    store.sync_ids._open = open_late
+
+
+def test_a_batch_over_a_waiting_disk_reads_its_shards_side_by_side(tmp_path):
+    """When the first shard of a batch waited on the disk, the other shards are read on I/O
+    threads at once (cold get_many ran at half tensorstore's rate on one thread); the values
+    are those of the plain path, and from a disk that answers at once it stays on one thread."""
+    s = spec(shard_bits=3, minishard_index_encoding="gzip")
+    base = LocalStore(tmp_path / "kv")
+    values = _values(600)
+    run(Uint64ShardedStore(base, s).set_many_ids(list(values.items())))
+    keys = [*values, 1, 12345]
+    expected = [*values.values(), None, None]
+    threads: set[str] = set()
+    # (a disk that answers at once, and a config that never takes a wait for the disk's)
+    fast = Uint64ShardedStore(base, s, config=IOConfig(waiting_item_seconds=1.0))
+    _slow_opens(fast, base, 0.0, threads)
+    assert fast.sync_ids.get_many_ids(keys) == expected
+    assert len(threads) == 1
+    threads.clear()
+    slow = Uint64ShardedStore(base, s)
+    _slow_opens(slow, base, 0.02, threads)
+    assert slow.sync_ids.get_many_ids(keys) == expected
+    assert len(threads) > 1
+
+
+def test_a_corrupt_shard_read_on_an_io_thread_raises_naming_its_file(tmp_path):
+    s = spec(shard_bits=3)
+    base = LocalStore(tmp_path / "kv")
+    values = _values(600)
+    run(Uint64ShardedStore(base, s).set_many_ids(list(values.items())))
+    keys = list(values)
+    first = s.shard_name(s.locate(keys[0])[0]) + ".shard"  # (read on the calling thread)
+    victim = next(name for name in sorted(os.listdir(tmp_path / "kv")) if name != first)
+    with open(tmp_path / "kv" / victim, "r+b") as f:
+        f.truncate(40)  # shorter than its shard index
+    store = Uint64ShardedStore(base, s)
+    threads: set[str] = set()
+    _slow_opens(store, base, 0.01, threads)
+    with pytest.raises(CodecError, match=rf"'{victim}'.*shorter than its"):
+        store.sync_ids.get_many_ids(keys)
+    assert len(threads) > 1
 
 
 def test_writes_through_the_same_adapter_are_seen_by_its_reader():

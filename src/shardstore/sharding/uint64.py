@@ -100,7 +100,8 @@ class Uint64ShardedStore(Uint64Writes):
         super().__init__(read_only=base.read_only)
         self.base = base
         self.spec = spec
-        config = config or IOConfig()
+        #: thresholds and pool sizes of this store's blocking reads (``SyncReads``)
+        self.config = config = config or IOConfig()
         #: a read whose shards keep being replaced between their indexes and values is redone
         #: this often (``IOConfig.read_attempts``)
         self.read_attempts = config.read_attempts
