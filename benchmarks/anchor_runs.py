@@ -30,15 +30,11 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from compare_versions import BENCHES  # noqa: E402
 
-SMALL: dict[str, list[str]] = {
-    "bench_zarr3": ["--size", "256", "--reads", "64"],
-    "bench_n5": ["--size", "256", "--reads", "64"],
-    "bench_precomputed": ["--size", "256", "--reads", "64", "--runs", "1"],
-    "bench_precomputed_kv": ["--keys", "50000", "--reads", "2000", "--runs", "1"],
-    "bench_bcolz": ["--n", "20000000", "--reads", "2000", "--runs", "1"],
-    "bench_remote": ["--size", "256", "--reads", "32", "--repeat", "1"],
-}
+# the sizes issue 17's old-vs-new comparison uses (one place for both)
+SMALL: dict[str, list[str]] = BENCHES
 FULL: dict[str, list[str]] = {
     "bench_zarr3": [], "bench_n5": [], "bench_precomputed": ["--runs", "1"],
     "bench_precomputed_kv": ["--runs", "1"], "bench_bcolz": ["--runs", "1"], "bench_remote": [],
