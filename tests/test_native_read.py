@@ -193,6 +193,27 @@ def test_missing_blocks_honour_strict_reads(tmp_path) -> None:
         a.read(..., strict=True)
 
 
+def test_blocks_without_a_file_are_filled_without_asking_the_store_again(tmp_path, monkeypatch) -> None:
+    """A local file store says a key without a file has no value: the chunks the kernel found
+    no file for get the fill value at once (the generic path asked the store again, which
+    made reads of a region never written 2.4x slower than without the native reader)."""
+    from shardstore.store import LocalStore
+
+    a = n5.create(str(tmp_path / "c.n5"), "d", shape=(40, 30, 20), dtype="uint16", block_size=(16, 16, 16),
+                  compression={"type": "raw"}, mode="w", config=NATIVE)
+    a[:16, :16, :16] = 7
+    asked: list[str] = []
+    real = LocalStore.get_transient_sync
+    monkeypatch.setattr(LocalStore, "get_transient_sync", lambda self, key, keep: asked.append(key) or real(self, key, keep))
+    spy = Spy(monkeypatch)
+    expected = np.zeros((40, 30, 20), "uint16")
+    expected[:16, :16, :16] = 7
+    np.testing.assert_array_equal(a[:32, :32, :16], expected[:32, :32, :16])
+    assert spy.done == 1 and spy.back == 3 and asked == []  # three blocks missing, none asked for
+    with pytest.raises(Exception, match="0/1/0"):
+        a.read((slice(0, 32), slice(0, 32), slice(0, 16)), strict=True)
+
+
 def test_kernel_refuses_boxes_outside_the_chunk_or_the_output(tmp_path) -> None:
     import shardstore._rawio as rawio
 

@@ -322,7 +322,7 @@ static int parse_box(const plan_t *pl, const Py_buffer *view, const Py_ssize_t *
 }
 
 PyDoc_STRVAR(read_boxes_doc,
-"read_boxes(out, chunk_shape, out_dims, header, itemsize, swap, jobs) -> bytes\n\n"
+"read_boxes(out, chunk_shape, out_dims, header, itemsize, swap, jobs, inflate=False, work=None) -> bytes\n\n"
 "Read boxes of uncompressed chunk files into ``out`` with the GIL released.\n\n"
 "``chunk_shape``: the full chunk shape (C order of the stored elements). ``out_dims``: for each\n"
 "chunk dimension, the dimension of ``out`` it fills, or -1 (an integer index: count 1).\n"
@@ -330,18 +330,21 @@ PyDoc_STRVAR(read_boxes_doc,
 "list of ``(path, box)`` with ``box`` = (start, step, count, out_start) for each chunk\n"
 "dimension, flattened. Returns one status byte per job: 0 done, 1 no such file, 2 not read\n"
 "(another size or header, an I/O error): read that chunk another way. ``inflate``: the payload\n"
-"is a gzip or zlib stream (needs ``set_libdeflate``).");
+"is a gzip or zlib stream (needs ``set_libdeflate``). ``work``: a writable buffer of at least the\n"
+"header and chunk's size to read files into (the caller's reused one: no allocation per call).");
 
 static PyObject *read_boxes(PyObject *self, PyObject *args) {
     PyObject *out_obj, *shape_obj, *dims_obj, *jobs_obj;
     Py_buffer header, view;
     Py_ssize_t itemsize;
     int swap, inflate = 0;
-    if (!PyArg_ParseTuple(args, "OOOy*npO|p", &out_obj, &shape_obj, &dims_obj, &header, &itemsize, &swap, &jobs_obj,
-                          &inflate))
+    Py_buffer work = {0};
+    if (!PyArg_ParseTuple(args, "OOOy*npO|pw*", &out_obj, &shape_obj, &dims_obj, &header, &itemsize, &swap, &jobs_obj,
+                          &inflate, &work))
         return NULL;
     if (inflate && !ld_gzip) {
         PyBuffer_Release(&header);
+        if (work.buf) PyBuffer_Release(&work);
         PyErr_SetString(PyExc_RuntimeError, "inflate needs set_libdeflate first");
         return NULL;
     }
@@ -349,7 +352,7 @@ static PyObject *read_boxes(PyObject *self, PyObject *args) {
     plan_t pl;
     job_t *jobs = NULL;
     Py_ssize_t njobs = 0, parsed = 0;
-    char *scratch = NULL, *hbuf = NULL;
+    char *scratch = NULL, *hbuf = NULL, *own = NULL; /* own: the scratch this call allocated */
     PyObject *shape = NULL, *dims = NULL, *jl = NULL, *result = NULL;
     int have_view = 0;
 
@@ -382,7 +385,10 @@ static PyObject *read_boxes(PyObject *self, PyObject *args) {
     }
     if (!(result = PyBytes_FromStringAndSize(NULL, njobs))) goto done;
     char *status = PyBytes_AS_STRING(result);
-    scratch = PyMem_RawMalloc((size_t)(header.len + pl.chunk_nbytes));
+    if (work.buf && work.len >= header.len + pl.chunk_nbytes)
+        scratch = work.buf;
+    else
+        scratch = own = PyMem_RawMalloc((size_t)(header.len + pl.chunk_nbytes));
     hbuf = PyMem_RawMalloc(header.len ? (size_t)header.len : 1);
     if (inflate) inf.d = ld_alloc();
     if (!scratch || !hbuf || (inflate && !inf.d)) {
@@ -404,9 +410,10 @@ done:
         for (Py_ssize_t i = 0; i < njobs; i++) Py_XDECREF(jobs[i].path);
         PyMem_Free(jobs);
     }
-    PyMem_RawFree(scratch);
+    PyMem_RawFree(own);
     PyMem_RawFree(hbuf);
     PyMem_RawFree(inf.in);
+    if (work.buf) PyBuffer_Release(&work);
     if (inf.d) ld_free(inf.d);
     Py_XDECREF(shape);
     Py_XDECREF(dims);

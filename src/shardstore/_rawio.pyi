@@ -15,6 +15,7 @@ def read_boxes(
     swap: bool,
     jobs: Sequence[tuple[_Path, Sequence[int]]],
     inflate: bool = ...,
+    work: Any = ...,
     /,
 ) -> bytes: ...
 def write_boxes(

@@ -191,7 +191,7 @@ def read_into_now(
         return True
 
     chunks = _StoreReads(reads, layout.store.transient_reads)
-    native = raw_reader(layout, out)
+    native = raw_reader(layout, out, strict)
     if native is not None:
         whole, projections = _placed_whole(layout, projections) if gens else (list(projections), [])
         items = [(p, layout.chunk_key(p.coords), None) for p in whole]

@@ -36,7 +36,7 @@ from .._sync import codec_pool_size
 from ..codecs.base import expansion_bound, scratch_buffer
 from .indexing import ChunkProjection
 from .layout import ChunkLayout
-from .rawread import Items, inflate_available, plan_boxes
+from .rawread import Items, inflate_available, plan_boxes, reversed_boxes
 
 if TYPE_CHECKING:  # typed by _rawio.pyi; the checks below still handle a missing module
     from .. import _rawio
@@ -144,9 +144,7 @@ def span_reader(layout: ChunkLayout, out: np.ndarray) -> Callable[[list[Items]],
             return rest
         dims = out_dims
         if fortran:
-            nd = len(chunk_shape)
-            boxes = [[v for d in range(nd - 1, -1, -1) for v in box[4 * d : 4 * d + 4]] for box in boxes]
-            dims = dims[::-1]
+            boxes, dims = reversed_boxes(boxes, dims)
 
         def read_file(fd: int, which: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, tail: int) -> np.ndarray:
             # in file order: runs of adjacent chunks are read sequentially (the kernel's readahead)

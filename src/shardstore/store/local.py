@@ -184,6 +184,9 @@ class LocalStore(Store):
     def file_path(self, key: str) -> str:
         return self._fast_root + key
 
+    #: (``SupportsFilePath``) a key is its file: no file, no value
+    absent_without_file = True
+
     @property
     def transient_reads(self) -> SupportsGetTransientSync | None:
         return self if self._fast_root else None

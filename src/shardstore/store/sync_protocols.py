@@ -185,6 +185,13 @@ class SupportsFilePath(Protocol):
         """The file holding ``key``'s value (the key must already be valid)."""
         ...
 
+    @property
+    def absent_without_file(self) -> bool:
+        """True when a key whose file does not exist has no value, so a native reader that
+        finds no file may fill the chunk itself; False where the value may be stored another
+        way too (CloudVolume's ``<name>.gz`` beside a missing ``<name>``)."""
+        ...
+
 
 class SupportsFileSpans(Protocol):
     """Sharding adapters over plain local files: where each value (an inner chunk) lies in

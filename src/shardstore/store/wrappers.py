@@ -105,6 +105,11 @@ class _Wrapper(Store):
         assert paths is not None, "called only when file_paths is declared"
         return paths.file_path(self._full(key))
 
+    @property
+    def absent_without_file(self) -> bool:
+        paths = self._base_paths
+        return paths is not None and paths.absent_without_file
+
     def set_sync(self, key: str, value: bytes | Parts | None, atomic: bool = True) -> None:
         writes = self._base_writes
         assert writes is not None, "called only when sync_writes is declared"

@@ -31,7 +31,14 @@ class GzipChunkFiles(_Wrapper):
     """``base`` with each missing key read from ``key + ".gz"`` (gunzipped) when that exists."""
 
     forwards_sync = False
-    forwards_file_paths = False
+    # native reads take ``<name>`` and leave a missing one to the generic path, which reads the
+    # ``.gz``; native writes need ``raw_layout`` (chunk files in C order after a header), which
+    # precomputed's Fortran-ordered chunks never have, so every write comes through here
+    forwards_file_paths = True
+
+    @property
+    def absent_without_file(self) -> bool:
+        return False  # (the value may be in ``<name>.gz``: the generic path looks there)
 
     def __init__(self, base: Store, max_size: int) -> None:
         super().__init__(base)
@@ -67,7 +74,7 @@ class GzipChunkFiles(_Wrapper):
         return values
 
     # -- synchronous reads and writes: its own (the base's would miss the .gz files, and a
-    # delete must remove the .gz too); no file paths (native readers would miss them)
+    # delete must remove the .gz too)
     @property
     def sync_reads(self) -> SupportsGetSync | None:
         return None if self._gz_reads is None else self
