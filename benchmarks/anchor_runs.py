@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from collections import Counter
@@ -31,7 +29,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from compare_versions import BENCHES  # noqa: E402
+from compare_versions import BENCHES, bench_json  # noqa: E402
 
 # the sizes issue 17's old-vs-new comparison uses (one place for both)
 SMALL: dict[str, list[str]] = BENCHES
@@ -54,15 +52,8 @@ def ratios(obj: Any, prefix: str = "") -> dict[str, dict[str, Any]]:
 
 
 def run_bench(python: str, bench: str, args: list[str], scratch: Path) -> dict[str, dict[str, Any]] | str:
-    out = scratch / f"{bench}.json"
-    out.unlink(missing_ok=True)
-    cmd = [python, str(HERE / f"{bench}.py"), "--json", str(out), *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=scratch,
-                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
-    if proc.returncode != 0 or not out.exists():
-        tail = proc.stderr.strip().splitlines()[-1:] or [proc.stdout[-200:]]
-        return f"exit {proc.returncode}: {tail[0]}"
-    return ratios(json.loads(out.read_text()).get("vs_best_anchor", {}))
+    got = bench_json(python, bench, args, scratch)
+    return got if isinstance(got, str) else ratios(got.get("vs_best_anchor", {}))
 
 
 def table(runs: dict[str, list[dict[str, dict[str, Any]]]], threshold: float) -> list[str]:

@@ -75,18 +75,26 @@ def higher_is_better(key: str) -> bool:
     return any(unit in key for unit in ("MBps", "per_s", "MB/s", "reads/s", "ratio"))
 
 
-def run_once(python: str, bench: str, args: list[str], scratch: Path) -> dict[str, float] | str:
+def bench_json(python: str, bench: str, args: list[str], scratch: Path) -> Any:
+    """The JSON a bench script writes, run by ``python`` in a fresh process (in ``scratch``,
+    without this process's PYTHONPATH, so that it imports that interpreter's shardstore); a
+    string saying why when it failed. (``anchor_runs.py`` runs the benches this way too.)"""
     out = scratch / f"{bench}.json"
     out.unlink(missing_ok=True)
-    # "=shardstore": that row only; plain "shardstore" (the library) would add shardstore+cache
-    # on the new side, which the old version skips: extra work and cache state between rows
-    libs = [] if bench in NO_LIBS_OPTION else ["--libs", "=shardstore"]
-    cmd = [python, str(HERE / f"{bench}.py"), *libs, "--json", str(out), *args]
+    cmd = [python, str(HERE / f"{bench}.py"), "--json", str(out), *args]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=scratch)
     if proc.returncode != 0 or not out.exists():
         return f"exit {proc.returncode}: {proc.stderr.strip().splitlines()[-1:] or proc.stdout[-200:]}"
-    return flatten(json.loads(out.read_text()))
+    return json.loads(out.read_text())
+
+
+def run_once(python: str, bench: str, args: list[str], scratch: Path) -> dict[str, float] | str:
+    # "=shardstore": that row only; plain "shardstore" (the library) would add shardstore+cache
+    # on the new side, which the old version skips: extra work and cache state between rows
+    libs = [] if bench in NO_LIBS_OPTION else ["--libs", "=shardstore"]
+    got = bench_json(python, bench, [*libs, *args], scratch)
+    return got if isinstance(got, str) else flatten(got)
 
 
 def main() -> None:

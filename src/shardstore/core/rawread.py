@@ -119,10 +119,10 @@ def raw_reader(layout: ChunkLayout, out: np.ndarray, strict: bool = False) -> Ca
             # with no header to tell, a clipped edge chunk (precomputed) that is stored at
             # full size would pass the kernel's size check: the generic path refuses it,
             # naming the file (and reads a properly clipped one)
-            whole = [item for item in items if spec_for(item[0].coords).shape == chunk_shape]
-            if len(whole) < len(items):
-                rest = [item for item in items if spec_for(item[0].coords).shape != chunk_shape]
-                items = whole
+            whole: Items = []
+            for item in items:
+                (whole if spec_for(item[0].coords).shape == chunk_shape else rest).append(item)
+            items = whole
         boxes, taken, left, out_dims = plan_boxes(items, out.ndim)
         rest += left
         if taken and out_dims is not None:

@@ -38,7 +38,7 @@ __all__ = [
     "check_index_entry",
     "shard_entries",
     "parse_uint64_key",
-        "gzip_compress",
+    "gzip_compress",
     "gzip_decompress",
     "murmurhash3_x86_128_low64",
 ]
