@@ -23,6 +23,7 @@ from .batches import bounded, decode_chunk, group_by_unit, native_then, spread, 
 from .chunk_cache import (
     Generations,
     bypassed,
+    copies_shared,
     keep_placed,
     owned,
     place_hits,
@@ -146,7 +147,10 @@ def read_into_now(
         if not bypassed(layout, projections):
             generations = unit_generations(layout, projections, reads.generation_sync)
             projections, gens, hits = take_cached(layout, projections, generations)
-            share_now(place_hits, hits, out, config=config, free=True)
+            if copies_shared(hits, out, config):
+                share_now(place_hits, hits, out, config=config, free=True)
+            else:
+                place_hits(hits, out)
             if not projections:
                 return True
     unit_reads = None if layout.one_chunk_units else layout.store.sync_unit_reads
@@ -276,7 +280,7 @@ async def read_into(
             # (remote stores: a HEAD per unit, so that a hit is never another writer's old data)
             generations = await unit_generations_async(layout, projections, layout.store.checked_generation)
             projections, gens, hits = take_cached(layout, projections, generations)
-            await spread(place_hits, hits, out, config=config)
+            await spread(place_hits, hits, out, config=config, light=not copies_shared(hits, out, config))
             if not projections:
                 return
     groups = group_by_unit(layout, projections)
