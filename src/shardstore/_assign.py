@@ -16,13 +16,30 @@ __all__ = ["assign"]
 
 #: rows shorter than this gain nothing from the row view
 _MIN_ROW_BYTES = 16
+#: the ``V<n>`` row dtypes made so far, by row bytes: making one costs as much as a small
+#: copy (a tenth of placing a cached chunk's part); a cap, since each distinct length stays
+_ROWS: dict[int, np.dtype] = {}
+_MAX_ROWS = 4096
+_BASIC = (slice, int, np.integer)
 
 
 def _basic(selection: Any) -> bool:
     """Whether ``selection`` is basic indexing (``out[selection]`` is a view, not a copy)."""
     if not isinstance(selection, tuple):
         selection = (selection,)
-    return all(s is Ellipsis or isinstance(s, (slice, int, np.integer)) for s in selection)
+    for s in selection:
+        if not (s.__class__ is slice or s is Ellipsis or isinstance(s, _BASIC)):
+            return False
+    return True
+
+
+def _row(nbytes: int) -> np.dtype:
+    row = _ROWS.get(nbytes)
+    if row is None:
+        row = np.dtype((np.void, nbytes))
+        if len(_ROWS) < _MAX_ROWS:
+            _ROWS[nbytes] = row
+    return row
 
 
 def assign(out: np.ndarray, selection: Any, src: Any) -> None:
@@ -40,7 +57,7 @@ def assign(out: np.ndarray, selection: Any, src: Any) -> None:
                 and d.shape[-1] * d.itemsize >= _MIN_ROW_BYTES
                 and not (d.flags.c_contiguous and s.flags.c_contiguous)  # one memcpy already
             ):
-                row = np.dtype((np.void, d.shape[-1] * d.itemsize))
+                row = _row(d.shape[-1] * d.itemsize)
                 try:
                     d, s = d.view(row), s.view(row)
                 except ValueError:  # a layout the row view cannot express: the plain copy
