@@ -446,6 +446,42 @@ def test_s3_hits_are_checked_against_the_shards_etag(seaweedfs: SeaweedFS) -> No
     np.testing.assert_array_equal(reader[box], vol[box])
 
 
+def test_s3_hits_are_checked_and_placed_without_the_event_loop(
+    seaweedfs: SeaweedFS, monkeypatch: pytest.MonkeyPatch, count_decodes: list[int]
+) -> None:
+    """A blocking read asks the shards' ETags with obstore's blocking HEAD (one per shard, the
+    shards side by side) and places the hits on the calling thread: a read the cache serves
+    whole never reaches the event loop; the rest of a partly cached one is fetched there."""
+    from shardstore.core import array as array_module
+    from shardstore.store.s3 import S3Store
+
+    url, opts = seaweedfs.url(f"cache-{uuid.uuid4().hex[:10]}"), seaweedfs.storage_options()
+    a = shardstore.create(url, storage_options=opts, shape=VOL_SHAPE, dtype="uint16", chunks=(16, 16, 16),
+                          shards=(32, 32, 32))
+    vol = _vol()
+    a[...] = vol
+    reader = shardstore.open(url, storage_options=opts, config=shardstore.IOConfig(chunk_cache_bytes=16 * MIB))
+    box = np.s_[3:45, 3:45, 3:45]  # 27 chunks in 8 shards
+    np.testing.assert_array_equal(reader[box], vol[box])
+    heads: list[str] = []
+    real_head = S3Store.checked_generation_sync
+    monkeypatch.setattr(S3Store, "checked_generation_sync", lambda self, key: heads.append(key) or real_head(self, key))
+    real_sync = array_module.sync
+    loop_reads = [0]
+
+    def counted_sync(*args: object, **kwargs: object) -> object:
+        loop_reads[0] += 1
+        return real_sync(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(array_module, "sync", counted_sync)
+    count_decodes[0] = 0
+    np.testing.assert_array_equal(reader[box], vol[box])
+    assert (len(heads), len(set(heads)), loop_reads[0], count_decodes[0]) == (8, 8, 0, 0)
+    wider = np.s_[3:45, 3:45, 3:60]  # 36 chunks, 9 not cached
+    np.testing.assert_array_equal(reader[wider], vol[wider])
+    assert (loop_reads[0], count_decodes[0]) == (1, 9)
+
+
 def test_the_budget_comes_from_the_config_given_at_open(tmp_path) -> None:
     import shardstore
     from shardstore import IOConfig

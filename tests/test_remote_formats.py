@@ -232,6 +232,30 @@ def test_request_counts_at_the_server(seaweedfs_proxy: tuple[SeaweedFS, Counting
     assert len(_gets(proxy)) == 1, proxy.requests  # warm indexes: one coalesced ranged GET
 
 
+def test_chunk_cache_over_s3_serves_hits_with_heads_and_sees_rewrites(
+    seaweedfs_proxy: tuple[SeaweedFS, CountingProxy], fmt: RemoteFormat
+) -> None:
+    """Every format's chunk store over S3 tells its generations with a blocking HEAD
+    (``Store.sync_checks``): a read the decoded-chunk cache serves makes HEADs only, and a
+    rewrite by another handle is seen by the next read."""
+    server, proxy = seaweedfs_proxy
+    url, opts = _url(server, fmt.name), server.storage_options()
+    data = _data(fmt)
+    a = _new(fmt, url, opts)
+    a[...] = data
+    r = shardstore.open(url, path=fmt.path, storage_options=opts,
+                        config=shardstore.IOConfig(chunk_cache_bytes=64 << 20))
+    assert r.driver.layout.store.sync_checks is not None
+    box = (slice(3, 40), slice(5, 37), slice(9, 50))
+    np.testing.assert_array_equal(r[box], data[box])
+    proxy.reset()
+    np.testing.assert_array_equal(r[box], data[box])
+    assert proxy.count() == proxy.count("HEAD") > 0, proxy.requests
+    a[10:20, 10:20, 10:20] = 3
+    data[10:20, 10:20, 10:20] = 3
+    np.testing.assert_array_equal(r[box], data[box])
+
+
 def test_format_create_and_open_take_storage_options(seaweedfs: SeaweedFS) -> None:
     opts = seaweedfs.storage_options()
     value = np.arange(10, dtype="u1")

@@ -15,7 +15,7 @@ from ..errors import NotPicklableError, ReadOnlyError, UnsupportedFeatureError
 from .attributes import Attributes
 from .chunk_cache import ChunkCache
 from .indexing import ChunkProjection, Indexer, basic_indexer, orthogonal_indexer
-from .io import read_into, read_into_now
+from .io import hits_now, read_into, read_into_now
 from .layout import ChunkLayout, FormatDriver, fill_mask
 from .streaming import stream_unit, streamed_unit
 from .writes import UnitLocks, reshape_chunks, write_from, write_from_now, writes_now
@@ -103,14 +103,20 @@ class AsyncArray:
         return out
 
     def read_now(self, indexer: Indexer, *, strict: bool = False) -> np.ndarray | None:
-        """``read`` on the calling thread (and the codec pool) without the event loop, for
-        stores that declare synchronous reads (``Store.sync_reads``); None, having read
-        nothing, for the others."""
+        """``read`` for a blocking caller: on the calling thread (and the codec pool) without
+        the event loop for stores that declare synchronous reads (``Store.sync_reads``); for
+        remote stores whose chunk cache serves part of it, that part here and the rest on the
+        loop (``hits_now``); None, having read nothing, for the others."""
         layout = self._layout()
         out = np.empty(indexer.shape, dtype=layout.spec.dtype, order=layout.order)
         if out.size == 0 or read_into_now(layout, indexer, out, strict=strict):
             return out
-        return None
+        asked = hits_now(layout, indexer, out)
+        if asked is None:
+            return None
+        if asked[0]:
+            sync(read_into(layout, (), out, strict=strict, asked=asked), here=layout.store.runs_on_any_loop)
+        return out
 
     async def write(self, indexer: Indexer, value: Any) -> None:
         self._check_writable()

@@ -35,6 +35,7 @@ import asyncio
 import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
+from concurrent.futures import Executor
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -244,17 +245,22 @@ def keep_placed(projections: Sequence[ChunkProjection], layout: ChunkLayout, out
 
 
 def unit_generations(
-    layout: ChunkLayout, projections: Sequence[ChunkProjection], generation: Callable[[str], Hashable | None]
+    layout: ChunkLayout,
+    projections: Sequence[ChunkProjection],
+    generation: Callable[[str], Hashable | None],
+    threads: Executor | None = None,
 ) -> list[Hashable | None]:
-    """Per projection, ``generation(chunk key)`` asked once per write unit."""
-    seen: dict[tuple[int, ...], Hashable | None] = {}
-    result = []
-    for p in projections:
-        unit = layout.write_unit(p.coords)
-        if unit not in seen:
-            seen[unit] = generation(layout.chunk_key(p.coords))
-        result.append(seen[unit])
-    return result
+    """Per projection, ``generation(chunk key)`` asked once per write unit; with ``threads``,
+    the units of a read that has several are asked side by side there (blocking requests)."""
+    units = [layout.write_unit(p.coords) for p in projections]
+    first: dict[tuple[int, ...], str] = {}
+    for unit, p in zip(units, projections):
+        if unit not in first:
+            first[unit] = layout.chunk_key(p.coords)
+    keys = first.values()
+    asked = threads.map(generation, keys) if threads is not None and len(keys) > 1 else map(generation, keys)
+    answers = dict(zip(first, asked))
+    return [answers[unit] for unit in units]
 
 
 async def unit_generations_async(

@@ -16,12 +16,14 @@ import numpy as np
 
 from .._assign import assign
 from .._sync import io_pool
+from ..config import IOConfig
 from ..errors import ChunkNotFoundError, CodecError
 from ..store.base import RangeBR
 from ..store.sync_protocols import SupportsGetSync, SupportsGetTransientSync, UnitReads
 from .batches import bounded, decode_chunk, group_by_unit, native_then, spread, whole_chunk
 from .chunk_cache import (
     Generations,
+    Hit,
     bypassed,
     copies_shared,
     keep_placed,
@@ -37,7 +39,7 @@ from .rawread import raw_reader
 from .spanread import span_reader, span_units
 from .threads import share_now
 
-__all__ = ["read_into", "read_into_now"]
+__all__ = ["Asked", "hits_now", "read_into", "read_into_now"]
 
 
 # -- reads -----------------------------------------------------------------------------------
@@ -147,10 +149,7 @@ def read_into_now(
         if not bypassed(layout, projections):
             generations = unit_generations(layout, projections, reads.generation_sync)
             projections, gens, hits = take_cached(layout, projections, generations)
-            if copies_shared(hits, out, config):
-                share_now(place_hits, hits, out, config=config, free=True)
-            else:
-                place_hits(hits, out)
+            _place_now(hits, out, config)
             if not projections:
                 return True
     unit_reads = None if layout.one_chunk_units else layout.store.sync_unit_reads
@@ -212,6 +211,40 @@ def read_into_now(
     return True
 
 
+def _place_now(hits: list[Hit], out: np.ndarray, config: IOConfig) -> None:
+    if copies_shared(hits, out, config):
+        share_now(place_hits, hits, out, config=config, free=True)
+    else:
+        place_hits(hits, out)
+
+
+#: what ``hits_now`` leaves to fetch: the projections, and the generations to keep them under
+Asked = tuple[list[ChunkProjection], Generations]
+
+
+def hits_now(layout: ChunkLayout, projections: Iterable[ChunkProjection], out: np.ndarray) -> Asked | None:
+    """The decoded-chunk cache's part of a blocking read from a store that fetches only
+    through the event loop but tells generations with a blocking request (HTTP, S3:
+    ``Store.sync_checks``), done on the calling thread: the units' generations asked (side
+    by side on the I/O threads when there are several), the hits placed into ``out``.
+    Returns what is left to fetch, for ``read_into(..., asked=...)``; None, having done
+    nothing, when there is no cache, no such store, or the read bypasses the cache.
+
+    A read the cache serves whole then makes no event loop round trip at all (measured on
+    SeaweedFS, all hits: about 1.0 ms per 100^3 read against 1.3 ms through the loop)."""
+    checks = layout.store.sync_checks
+    if layout.chunk_cache is None or checks is None:
+        return None
+    projections = list(projections)
+    if bypassed(layout, projections):
+        return None
+    config = layout.config
+    generations = unit_generations(layout, projections, checks.checked_generation_sync, io_pool(config.io_threads))
+    rest, gens, hits = take_cached(layout, projections, generations)
+    _place_now(hits, out, config)
+    return rest, gens
+
+
 class _StoreReads:
     """A store's chunk values (one per key: chunk files, memory) as the ``UnitReads`` that
     ``_scatter`` reads through."""
@@ -258,12 +291,18 @@ def _native_kept(
 
 
 async def read_into(
-    layout: ChunkLayout, projections: Iterable[ChunkProjection], out: np.ndarray, *, strict: bool = False
+    layout: ChunkLayout,
+    projections: Iterable[ChunkProjection],
+    out: np.ndarray,
+    *,
+    strict: bool = False,
+    asked: Asked | None = None,
 ) -> None:
     """Fill ``out`` from the chunks the projections name; missing chunks give the fill value.
 
     With ``strict`` (or a layout whose ``missing_chunks`` is "error") a missing chunk raises
-    ``ChunkNotFoundError`` naming it.
+    ``ChunkNotFoundError`` naming it. ``asked``: ``hits_now`` did the cache's part already
+    (``projections`` are then ignored for what it left).
     """
     strict = strict or layout.missing_chunks == "error"
     config = layout.config
@@ -274,7 +313,9 @@ async def read_into(
         )
         return
     gens: Generations | None = None
-    if layout.chunk_cache is not None:
+    if asked is not None:
+        projections, gens = asked
+    elif layout.chunk_cache is not None:
         projections = list(projections)
         if not bypassed(layout, projections):
             # (remote stores: a HEAD per unit, so that a hit is never another writer's old data)

@@ -62,6 +62,7 @@ from ._uint64_write import CompleteShard, Uint64Writes
 if TYPE_CHECKING:
     from ..store.sync_protocols import (
         SpanReader,
+        SupportsCheckedGenerationSync,
         SupportsFileSpans,
         SupportsGetManySync,
         SupportsGetSync,
@@ -149,6 +150,15 @@ class Uint64ShardedStore(Uint64Writes):
 
     async def checked_generation(self, key: str) -> Hashable | None:
         return await self.base.checked_generation(self.shard_file(parse_uint64_key(key)))
+
+    @property
+    def sync_checks(self) -> SupportsCheckedGenerationSync | None:
+        return None if self.base.sync_checks is None else self
+
+    def checked_generation_sync(self, key: str) -> Hashable | None:
+        checks = self.base.sync_checks
+        assert checks is not None, "called only when sync_checks is declared"
+        return checks.checked_generation_sync(self.shard_file(parse_uint64_key(key)))
 
     async def _state(self, stem: str) -> ShardState:
         """The shard's state, from the cache while its generation is unchanged."""

@@ -69,6 +69,7 @@ if TYPE_CHECKING:
     from ..store.streamed import Buffer, SupportsUnitStreams
     from ..store.sync_protocols import (
         SpanReader,
+        SupportsCheckedGenerationSync,
         SupportsFileSpans,
         SupportsGetManySync,
         SupportsGetSync,
@@ -132,6 +133,16 @@ class ZarrShardingStore(BatchedWrites):
     async def checked_generation(self, key: str) -> Hashable | None:
         shard, _ = self.layout.locate(parse_inner_key(validate_key(key), self._rank))
         return await self.base.checked_generation(self.layout.shard_key(shard))
+
+    @property
+    def sync_checks(self) -> SupportsCheckedGenerationSync | None:
+        return None if self.base.sync_checks is None else self
+
+    def checked_generation_sync(self, key: str) -> Hashable | None:
+        checks = self.base.sync_checks
+        assert checks is not None, "called only when sync_checks is declared"
+        shard, _ = self.layout.locate(parse_inner_key(key, self._rank))
+        return checks.checked_generation_sync(self.layout.shard_key(shard))
 
     def invalidate(self) -> None:
         """Forget cached indexes (e.g. after another process changed the shards)."""

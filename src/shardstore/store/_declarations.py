@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from ._filelock import Lease
     from .streamed import SupportsUnitStreams
     from .sync_protocols import (
+        SupportsCheckedGenerationSync,
         SupportsFilePath,
         SupportsFileSpans,
         SupportsGetManySync,
@@ -80,6 +81,14 @@ class StoreDeclarations:
         Declared by the store, never probed: files, memory and adapters or wrappers over
         them return themselves; remote stores return None (their reads need the loop).
         """
+        return None
+
+    @property
+    def sync_checks(self) -> SupportsCheckedGenerationSync | None:
+        """This store's ``checked_generation_sync`` (the generation of a value, asked with a
+        blocking request from any thread), or None: declared by HTTP and S3 and the wrappers
+        and adapters over them, whose reads need the loop but whose decoded-chunk cache a
+        blocking read can check on the calling thread (files and memory have ``sync_reads``)."""
         return None
 
     @property

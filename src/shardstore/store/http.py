@@ -30,12 +30,15 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import IOConfig
 from ..errors import StoreError, UnsupportedFeatureError
 from ._keys import validate_key
 from .base import MISSING, ByteRange, OffsetBR, RangeBR, Store, SuffixBR
+
+if TYPE_CHECKING:
+    from .sync_protocols import SupportsCheckedGenerationSync
 
 __all__ = ["HTTPStore", "ObjectStoreBase", "RangeCache", "import_obstore", "make_client_options", "retry_config"]
 
@@ -229,6 +232,24 @@ class ObjectStoreBase(Store):
             return None
         except Exception as e:
             raise self._error("stat", key, e) from e
+
+    @property
+    def sync_checks(self) -> SupportsCheckedGenerationSync:
+        return self
+
+    def checked_generation_sync(self, key: str) -> Hashable | None:
+        """``checked_generation`` with obstore's blocking HEAD: no event loop, so a blocking
+        read whose chunks the decoded-chunk cache holds makes no loop round trip (measured on
+        SeaweedFS: 730-780 us and 0.2 ms of CPU per HEAD, against 880-1,130 us and 0.4 ms
+        through the loop)."""
+        obs = import_obstore()
+        try:
+            head = obs.head(self._client, self._path(key))
+        except (FileNotFoundError, obs.exceptions.NotFoundError):
+            return MISSING
+        except Exception as e:
+            raise self._error("stat", key, e) from e
+        return head.get("e_tag")
 
     @staticmethod
     def _range_option(br: ByteRange | None) -> Any:

@@ -59,6 +59,14 @@ class SupportsGetSync(Protocol):
         ...
 
 
+class SupportsCheckedGenerationSync(Protocol):
+    """``checked_generation`` as a blocking call from any thread (HTTP and S3: obstore's
+    blocking HEAD). Keys must already be valid."""
+
+    def checked_generation_sync(self, key: str) -> Hashable | None:
+        ...
+
+
 class OpenValue(Protocol):
     """One version of a stored value, held open for positioned reads from any thread (a file
     descriptor on local disks: a writer replaces the file by a rename, so what an open file

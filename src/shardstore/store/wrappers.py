@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .streamed import Streamed
     from .sync_protocols import (
         OpenValue,
+        SupportsCheckedGenerationSync,
         SupportsFilePath,
         SupportsGetSync,
         SupportsGetTransientSync,
@@ -54,6 +55,7 @@ class _Wrapper(Store):
         self._base_writes = base.sync_writes if forwards and not self.read_only else None
         self._base_paths = base.file_paths if self.forwards_file_paths else None
         self._base_transient = base.transient_reads if forwards else None
+        self._base_checks = base.sync_checks if forwards else None
 
     @property
     def sync_reads(self) -> SupportsGetSync | None:
@@ -62,6 +64,15 @@ class _Wrapper(Store):
     @property
     def sync_opens(self) -> SupportsOpenSync | None:
         return None if self._base_opens is None else self
+
+    @property
+    def sync_checks(self) -> SupportsCheckedGenerationSync | None:
+        return None if self._base_checks is None else self
+
+    def checked_generation_sync(self, key: str) -> Hashable | None:
+        checks = self._base_checks
+        assert checks is not None, "called only when sync_checks is declared"
+        return checks.checked_generation_sync(self._full(key))
 
     def open_sync(self, key: str) -> OpenValue | None:
         opens = self._base_opens

@@ -20,7 +20,12 @@ from ...store.base import MISSING, ByteRange, Parts, Store, Update, slice_range
 from ...store.wrappers import _Wrapper
 
 if TYPE_CHECKING:
-    from ...store.sync_protocols import SupportsGetSync, SupportsGetTransientSync, SupportsSetSync
+    from ...store.sync_protocols import (
+        SupportsCheckedGenerationSync,
+        SupportsGetSync,
+        SupportsGetTransientSync,
+        SupportsSetSync,
+    )
 
 __all__ = ["GzipChunkFiles"]
 
@@ -130,6 +135,16 @@ class GzipChunkFiles(_Wrapper):
     async def checked_generation(self, key: str) -> Hashable | None:
         plain = await self.base.checked_generation(key)
         return plain if plain != MISSING else _pair(plain, await self.base.checked_generation(key + GZ))
+
+    @property
+    def sync_checks(self) -> SupportsCheckedGenerationSync | None:
+        return None if self.base.sync_checks is None else self
+
+    def checked_generation_sync(self, key: str) -> Hashable | None:
+        checks = self.base.sync_checks
+        assert checks is not None, "called only when sync_checks is declared"
+        plain = checks.checked_generation_sync(key)
+        return plain if plain != MISSING else _pair(plain, checks.checked_generation_sync(key + GZ))
 
     async def exists(self, key: str) -> bool:
         return await self.base.exists(key) or await self.base.exists(key + GZ)
