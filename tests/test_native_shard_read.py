@@ -442,3 +442,18 @@ def test_a_read_of_one_chunk_takes_the_generic_path(tmp_path: Path, monkeypatch)
     assert spy.done == spy.back == 0
     np.testing.assert_array_equal(b[8:17, 12:24, 10:20], data[8:17, 12:24, 10:20])  # two chunks
     assert spy.done == 2
+
+
+def test_the_batch_timed_alone_is_one_chunk(tmp_path: Path) -> None:
+    """``share_now`` runs the first batch alone to decide on threads: one chunk, so that a
+    cold read of one large shard overlaps its file reads from the second chunk on (a
+    quarter of a 16 MiB shard read alone first: 0.91x tensorstore cold, 1.01-1.07x now)."""
+    from shardstore.core.indexing import basic_indexer
+    from shardstore.core.spanread import span_units
+
+    a = _create(tmp_path, CODECS["zstd"], shape=(64, 64, 64), chunks=(8, 8, 8), shards=(64, 64, 64))
+    layout = a.driver.layout
+    batches = span_units(layout, basic_indexer(np.s_[...], layout.grid))
+    assert len(batches[0]) == 1 and sum(map(len, batches)) == 512
+    assert {item[1] for b in batches for item in b} == {layout.chunk_key(c) for c in np.ndindex(8, 8, 8)}
+    assert span_units(layout, basic_indexer(np.s_[:8, :8, :8], layout.grid))[0][0][1] == layout.chunk_key((0, 0, 0))
