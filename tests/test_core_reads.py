@@ -191,6 +191,34 @@ def test_share_now_threads_only_when_it_pays(n: int, work: str, slow: bool, expe
     assert (chosen or ["inline"]) == [expect]
 
 
+@pytest.mark.parametrize("last, n, expect", [
+    ("io", 2, ["io"]),  # a cold disk last time: the two new chunks of a box read side by side at once
+    ("codec", 3, ["codec"]),
+    ("codec", 2, []),  # two decodes: timed first, here inline
+    (None, 2, []),
+])
+def test_share_now_starts_as_the_last_call_chose(last: str | None, n: int, expect: list[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(threads, "time", _FakeClock())  # (every item takes no time: inline)
+    chosen: list[str] = []
+    real_run_shared = threads.run_shared
+
+    def spy(fn, items, args, how, memo, kinds, config):  # type: ignore[no-untyped-def]
+        chosen.append(how)
+        real_run_shared(fn, items, args, how, memo, kinds, config)
+
+    monkeypatch.setattr(threads, "run_shared", spy)
+    done: list[int] = []
+
+    def fn(batch: list) -> None:
+        done.extend(batch)
+
+    memo: dict = {} if last is None else {fn: last}
+    threads.share_now(fn, list(range(n)), config=DEFAULTS, memo=memo)
+    assert sorted(done) == list(range(n)) and chosen == expect
+    assert memo[fn] == "inline"  # what this call's timing saw, for the next one
+
+
 @pytest.mark.parametrize(
     "took, n_rest, slow, expect",
     [
