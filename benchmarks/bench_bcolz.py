@@ -185,8 +185,9 @@ def _turns(names: list[str], i: int) -> list[str]:
 
 
 def bench_run(adapters: dict[str, Any], out_dir: Path, pieces: list[np.ndarray], n: int, starts: np.ndarray,
-              source: np.ndarray, run: int) -> dict[str, dict[str, float]]:
-    """One run of every measurement for every row, the rows taking turns."""
+              source: np.ndarray, run: int, floor: bool = False) -> dict[str, dict[str, float]]:
+    """One run of every measurement for every row, the rows taking turns; with ``floor``,
+    also ``format_floor`` (as the row "format floor") at shardstore's chunk length."""
     libs = list(adapters)
     paths = {name: out_dir / name for name in libs}
     spent = dict.fromkeys(libs, 0.0)
@@ -244,6 +245,69 @@ def bench_run(adapters: dict[str, Any], out_dir: Path, pieces: list[np.ndarray],
     for name in libs:
         out[name]["read_warm_MBps"] = source.nbytes / MB / statistics.median(warm[name])
         out[name]["slices_per_s"] = len(starts) / slices[name]
+    if floor:
+        from shardstore.config import IOConfig
+
+        chunklen = next(opened[name].chunklen for name in libs if adapters[name].__class__ is Shardstore)
+        out["format floor"] = format_floor(source, chunklen, out_dir / "floor", IOConfig.io_reads_in_flight)
+    return out
+
+
+def format_floor(source: np.ndarray, chunklen: int, scratch: Path, io_threads: int) -> dict[str, float]:
+    """What any reader or writer of bcolz's layout (one blosc file per chunk) must at least do,
+    done with nothing around it, as MB/s of the uncompressed data (the figures' unit):
+
+    - ``floor_append_MBps``: every chunk compressed with c-blosc (numcodecs, the cparams
+      of every row) and written to a file of its own, on one thread per core;
+    - ``floor_io_read_cold_MBps``: those files read into memory after the page cache is
+      dropped, ``io_threads`` at a time: the raw I/O of a cold whole read;
+    - ``floor_read_cold_MBps``: the same, each file also decompressed into its place in the
+      result: a minimal reader.
+
+    A library of the format can come close to these but not beat them; a one-file format
+    (blosc2) is not bound by them."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from numcodecs import blosc
+
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    starts = range(0, len(source), chunklen)
+    files = [scratch / f"__{k}.blp" for k in range(len(starts))]
+    cores = os.cpu_count() or 1
+    blosc.set_nthreads(1)  # (the threads here: one per core)
+
+    def write(k: int) -> None:
+        data = blosc.compress(source[starts[k] : starts[k] + chunklen], b"lz4", 5, blosc.SHUFFLE)
+        with open(files[k], "wb") as f:
+            f.write(data)
+
+    out: dict[str, float] = {}
+    os.sync()
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(cores) as pool:
+        list(pool.map(write, range(len(files))))
+    out["floor_append_MBps"] = source.nbytes / MB / (time.perf_counter() - t0)
+    result = np.empty_like(source)
+
+    def read(k: int) -> bytes:
+        with open(files[k], "rb") as f:
+            return f.read()
+
+    def read_decoded(k: int) -> None:
+        blosc.decompress(read(k), result[starts[k] : starts[k] + chunklen])
+
+    for key, fn, threads in (("floor_io_read_cold_MBps", read, io_threads),
+                             ("floor_read_cold_MBps", read_decoded, max(io_threads, cores))):
+        drop_page_cache(scratch)
+        _touch(source.nbytes)
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(fn, range(len(files))))
+        out[key] = source.nbytes / MB / (time.perf_counter() - t0)
+    if not np.array_equal(result, source):
+        raise AssertionError("format floor: the minimal reader's result differs from the source")
+    shutil.rmtree(scratch, ignore_errors=True)
     return out
 
 
@@ -326,8 +390,9 @@ def main(argv: list[str] | None = None) -> None:
     runs: list[dict[str, dict[str, float]]] = []
     try:
         for r in range(args.runs):
-            res = bench_run(adapters, out_dir, pieces, args.n, starts, source, r)
-            for name in libs:
+            res = bench_run(adapters, out_dir, pieces, args.n, starts, source, r, floor=any(
+                adapters[name].__class__ is Shardstore for name in libs))
+            for name in res:
                 print(f"# run {r} {name}: {json.dumps({k: round(v, 1) for k, v in res[name].items()})}", flush=True)
             runs.append(res)
     finally:
@@ -346,10 +411,35 @@ def main(argv: list[str] | None = None) -> None:
                 run[row.name][key] / max(run[a][key] for a in anchors) for run in runs) for key, _, _ in FIGURES[:4]}
             print(f"median per-run ratio {row.name} / best anchor row (> 1 = shardstore faster): "
                   + ", ".join(f"{label} {paired[row.name][key]:.2f}" for key, label, _ in FIGURES[:4]))
+    floors = floor_ratios(runs, [r.name for r in rows if r.ours])
     if args.json:
         args.json.write_text(json.dumps({"args": vars(args) | {"out_dir": str(out_dir), "json": str(args.json)},
-                                         "runs": runs, "vs_best_anchor": vs_best, "paired": paired},
+                                         "runs": runs, "vs_best_anchor": vs_best, "paired": paired,
+                                         "vs_format_floor": floors},
                                         indent=2, default=str))
+
+
+#: (figure of a row, the format floor's figure it is bound by)
+FLOORS = [("append_MBps", "floor_append_MBps"), ("read_cold_MBps", "floor_read_cold_MBps"),
+          ("read_cold_MBps", "floor_io_read_cold_MBps")]
+
+
+def floor_ratios(runs: list[dict[str, dict[str, float]]], ours: list[str]) -> dict[str, dict[str, float]]:
+    """Print and return, per shardstore row, the median over the runs of its figure / the
+    format floor's (``format_floor``) for the figures the layout bounds."""
+    runs = [run for run in runs if "format floor" in run]
+    if not runs:
+        return {}
+    print("\nformat floor (one blosc file per chunk, nothing around it; median over runs): "
+          + ", ".join(f"{k} {statistics.median(run['format floor'][k] for run in runs):,.0f}"
+                      for k in runs[0]["format floor"]))
+    result: dict[str, dict[str, float]] = {}
+    for name in ours:
+        result[name] = {f"{fig} / {floor}": statistics.median(run[name][fig] / run["format floor"][floor] for run in runs)
+                        for fig, floor in FLOORS}
+        print(f"median per-run ratio {name} / format floor: "
+              + ", ".join(f"{k} {v:.2f}" for k, v in result[name].items()))
+    return result
 
 
 if __name__ == "__main__":
