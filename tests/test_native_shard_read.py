@@ -457,3 +457,15 @@ def test_the_batch_timed_alone_is_one_chunk(tmp_path: Path) -> None:
     assert len(batches[0]) == 1 and sum(map(len, batches)) == 512
     assert {item[1] for b in batches for item in b} == {layout.chunk_key(c) for c in np.ndindex(8, 8, 8)}
     assert span_units(layout, basic_indexer(np.s_[:8, :8, :8], layout.grid))[0][0][1] == layout.chunk_key((0, 0, 0))
+    assert span_units(layout, []) == []
+
+
+def test_a_cached_read_that_places_no_chunk_whole_reads_right(tmp_path: Path) -> None:
+    """With the chunk cache, only the chunks a read places whole go native: a box inside
+    chunks leaves none (span_units got no chunks; it raised IndexError)."""
+    data = random_array((64, 64, 64), "uint16", 3)
+    _create(tmp_path, CODECS["zstd"], shape=(64, 64, 64), chunks=(8, 8, 8), shards=(64, 64, 64))[...] = data
+    b = zarr3.open(str(tmp_path), mode="r", config=IOConfig(chunk_cache_bytes=1 << 20))
+    box = np.s_[3:13, 3:13, 3:13]  # 8 chunks, none whole
+    np.testing.assert_array_equal(b[box], data[box])
+    np.testing.assert_array_equal(b[box], data[box])

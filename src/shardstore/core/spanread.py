@@ -92,7 +92,7 @@ def span_units(layout: ChunkLayout, projections: Iterable[ChunkProjection]) -> l
     if 1 < want and len(batches) < want:
         n = max(1, -(-sum(map(len, batches)) // want))
         batches = [unit[i : i + n] for unit in batches for i in range(0, len(unit), n)]
-    if len(batches[0]) > 1:
+    if batches and len(batches[0]) > 1:
         # the batch ``share_now`` times alone, before any thread helps: one chunk, so that a
         # cold read of one large shard overlaps its file reads from the second chunk on
         batches[:1] = [batches[0][:1], batches[0][1:]]
