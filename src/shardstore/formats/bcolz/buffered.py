@@ -55,6 +55,7 @@ from ..._sync import codec_pool, sync
 from ...config import IOConfig
 from ...core.array import AsyncArray
 from ...core.indexing import Indexer, basic_indexer
+from ...core.threads import run_shared
 from ...errors import ConflictError
 from .driver import BcolzDriver, chunk_file_key
 from .metadata import Sizes
@@ -494,16 +495,15 @@ class BcolzArray(AsyncArray):
             writes.set_sync(key, data, atomic=pending.visible(k, chunklen))
             return len(data) - _BLOSCPACK_HEADER
 
-        pool = codec_pool(self.config.codec_threads)
-        futures = [pool.submit(job, k, rows) for k, rows in jobs[1:]]
-        try:
-            total = job(*jobs[0])
-        finally:
-            errors = [f.exception() for f in futures]  # waits for every write
-        for e in errors:
-            if e is not None:
-                raise e
-        return total + sum(f.result() for f in futures)
+        sizes: list[int] = []
+
+        def batch(items: list[tuple[int, np.ndarray]]) -> None:
+            sizes.extend(job(k, rows) for k, rows in items)
+
+        # this thread and one codec thread per other core take chunks from one list (a helper
+        # per chunk queued behind the codec pool left the cores idle at each append's end)
+        run_shared(batch, jobs, (), "codec", None, (True, False, False, False), self.config)
+        return sum(sizes)
 
     async def _write_chunks(self, jobs: list[tuple[int, np.ndarray]]) -> int:
         """Encode (in the codec threads) and write full chunks, each written as soon as it is
