@@ -50,6 +50,7 @@ from _common import (  # noqa: E402
     build_adapters,
     disk_usage,
     drop_page_cache,
+    run_child,
     select_rows,
     shardstore_kwargs,
     shardstore_rows,
@@ -59,6 +60,13 @@ from _common import (  # noqa: E402
 def smooth_piece(start: int, n: int) -> np.ndarray:
     x = np.arange(start, start + n, dtype=np.float64)
     return (np.sin(x / 50_000.0) * 1e6 + x / 1000.0).astype(np.int32)
+
+
+def make_source(n: int, piece: int) -> np.ndarray:
+    source = np.empty(n, dtype=np.int32)
+    for i in range(0, n, piece):
+        source[i : i + piece] = smooth_piece(i, min(piece, n - i))
+    return source
 
 
 class Shardstore:
@@ -249,7 +257,11 @@ def bench_run(adapters: dict[str, Any], out_dir: Path, pieces: list[np.ndarray],
         from shardstore.config import IOConfig
 
         chunklen = next(opened[name].chunklen for name in libs if adapters[name].__class__ is Shardstore)
-        out["format floor"] = format_floor(source, chunklen, out_dir / "floor", IOConfig.io_reads_in_flight)
+        # in a child process: c-blosc's global thread count it sets, and the memory it uses,
+        # stay out of the rows' later runs
+        out["format floor"] = run_child(__file__, [
+            "--child-floor", str(chunklen), str(out_dir / "floor"), str(IOConfig.io_reads_in_flight),
+            "--n", str(n), "--piece", str(len(pieces[0]))])
     return out
 
 
@@ -372,14 +384,17 @@ def main(argv: list[str] | None = None) -> None:
     add_row_arguments(p, ROWS)
     p.add_argument("--out-dir", type=Path, default=None)
     p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--child-floor", nargs=3, metavar=("CHUNKLEN", "DIR", "IO_THREADS"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.child_floor:
+        chunklen, scratch, io_threads = args.child_floor
+        print(json.dumps(format_floor(make_source(args.n, args.piece), int(chunklen), Path(scratch), int(io_threads))))
+        return
     rows = select_rows(ROWS, [s for s in args.libs.split(",") if s])
     out_dir = args.out_dir or Path(tempfile.mkdtemp(prefix="bench_bcolz_", dir="/tmp"))
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    source = np.empty(args.n, dtype=np.int32)
-    for i in range(0, args.n, args.piece):
-        source[i : i + args.piece] = smooth_piece(i, min(args.piece, args.n - i))
+    source = make_source(args.n, args.piece)
     pieces = [source[i : i + args.piece] for i in range(0, args.n, args.piece)]
     starts = np.random.default_rng(1).integers(0, args.n - 1000, args.reads)
     print(f"# n={args.n} piece={args.piece} reads={args.reads} runs={args.runs} cpus={os.cpu_count()} "
