@@ -8,7 +8,10 @@ A 1-D int32 carray of smooth data (default 200,000,000 elements), default cparam
   ``append`` + a final ``flush``; blosc2 SChunk: ``append_data`` of 4 MB chunks; blosc2
   NDArray: preallocated to the full length, filled piece by piece: it has no append);
 - whole read, cold (page cache dropped first, the same way for every library) and warm;
-- ``--reads`` random 1000-element slice reads, one at a time.
+- ``--reads`` random 1000-element slice reads, one at a time;
+- the **format floor** (``format_floor``, in a child process, at shardstore's chunk length):
+  what any writer or reader of one blosc file per chunk must at least do, with nothing around
+  it, and shardstore's ratios against it (the figures a one-file layout beats are bound by it).
 
 The machine this runs on is shared, and its load changes within seconds. So that every
 library meets the same load, the libraries take turns at a fine grain: each piece is
