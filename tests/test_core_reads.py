@@ -152,6 +152,19 @@ class _FakeClock:
         return self.cpu
 
 
+def _spy_on_run_shared(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The ``how`` of every ``run_shared`` call from now on (the calls still run)."""
+    chosen: list[str] = []
+    real_run_shared = threads.run_shared
+
+    def spy(fn, items, args, how, memo, kinds, config):  # type: ignore[no-untyped-def]
+        chosen.append(how)
+        real_run_shared(fn, items, args, how, memo, kinds, config)
+
+    monkeypatch.setattr(threads, "run_shared", spy)
+    return chosen
+
+
 @pytest.mark.parametrize(
     "n, work, slow, expect",
     [
@@ -166,14 +179,7 @@ def test_share_now_threads_only_when_it_pays(n: int, work: str, slow: bool, expe
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     clock = _FakeClock()
     monkeypatch.setattr(threads, "time", clock)
-    chosen: list[str] = []
-    real_run_shared = threads.run_shared
-
-    def spy(fn, items, args, how, memo, kinds, config):  # type: ignore[no-untyped-def]
-        chosen.append(how)
-        real_run_shared(fn, items, args, how, memo, kinds, config)
-
-    monkeypatch.setattr(threads, "run_shared", spy)
+    chosen = _spy_on_run_shared(monkeypatch)
     here = threading.current_thread()
     done: list[int] = []
     lock = threading.Lock()
@@ -200,14 +206,7 @@ def test_share_now_threads_only_when_it_pays(n: int, work: str, slow: bool, expe
 def test_share_now_starts_as_the_last_call_chose(last: str | None, n: int, expect: list[str],
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(threads, "time", _FakeClock())  # (every item takes no time: inline)
-    chosen: list[str] = []
-    real_run_shared = threads.run_shared
-
-    def spy(fn, items, args, how, memo, kinds, config):  # type: ignore[no-untyped-def]
-        chosen.append(how)
-        real_run_shared(fn, items, args, how, memo, kinds, config)
-
-    monkeypatch.setattr(threads, "run_shared", spy)
+    chosen = _spy_on_run_shared(monkeypatch)
     done: list[int] = []
 
     def fn(batch: list) -> None:

@@ -46,6 +46,7 @@ from ..store.base import (
 )
 from ..store.byte_range import range_within
 from ..store.read_modify_write import inherited_retry_conflicts
+from ..store.unit_checks import UnitChecks
 from ._uint64_cache import ShardCache, ShardReplaced, ShardState, shard_generation
 from ._uint64_format import (
     SHARDING_TYPE,
@@ -62,7 +63,6 @@ from ._uint64_write import CompleteShard, Uint64Writes
 if TYPE_CHECKING:
     from ..store.sync_protocols import (
         SpanReader,
-        SupportsCheckedGenerationSync,
         SupportsFileSpans,
         SupportsGetManySync,
         SupportsGetSync,
@@ -85,7 +85,7 @@ __all__ = [
 T = TypeVar("T")
 
 
-class Uint64ShardedStore(Uint64Writes):
+class Uint64ShardedStore(UnitChecks, Uint64Writes):
     """uint64 keys (decimal strings) of a ``neuroglancer_uint64_sharded_v1`` map, as a Store."""
 
     def __init__(
@@ -151,14 +151,8 @@ class Uint64ShardedStore(Uint64Writes):
     async def checked_generation(self, key: str) -> Hashable | None:
         return await self.base.checked_generation(self.shard_file(parse_uint64_key(key)))
 
-    @property
-    def sync_checks(self) -> SupportsCheckedGenerationSync | None:
-        return None if self.base.sync_checks is None else self
-
-    def checked_generation_sync(self, key: str) -> Hashable | None:
-        checks = self.base.sync_checks
-        assert checks is not None, "called only when sync_checks is declared"
-        return checks.checked_generation_sync(self.shard_file(parse_uint64_key(key)))
+    def unit_generation(self, key: str, ask: Callable[[str], Hashable | None]) -> Hashable | None:
+        return ask(self.shard_file(parse_uint64_key(key)))
 
     async def _state(self, stem: str) -> ShardState:
         """The shard's state, from the cache while its generation is unchanged."""

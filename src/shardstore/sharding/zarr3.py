@@ -38,7 +38,7 @@ import asyncio
 import contextlib
 import functools
 import itertools
-from collections.abc import AsyncIterable, AsyncIterator, Hashable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Hashable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -57,6 +57,7 @@ from ..store.base import (
 from ..store.byte_range import range_within
 from ..store.open_values import PrefetchedReads
 from ..store.read_modify_write import inherited_retry_conflicts
+from ..store.unit_checks import UnitChecks
 from ._batched import BatchedWrites
 from ._unit_streams import stream_shard, stream_shard_sync
 from ._zarr3_checked import CheckedReads
@@ -69,7 +70,6 @@ if TYPE_CHECKING:
     from ..store.streamed import Buffer, SupportsUnitStreams
     from ..store.sync_protocols import (
         SpanReader,
-        SupportsCheckedGenerationSync,
         SupportsFileSpans,
         SupportsGetManySync,
         SupportsGetSync,
@@ -83,7 +83,7 @@ __all__ = ["ShardLayout", "ZarrShardingStore", "inner_key", "parse_inner_key"]
 _EMPTY = int(EMPTY)
 
 
-class ZarrShardingStore(BatchedWrites):
+class ZarrShardingStore(UnitChecks, BatchedWrites):
     """Inner chunks of ``sharding_indexed`` shards, as a Store."""
 
     def __init__(
@@ -134,15 +134,9 @@ class ZarrShardingStore(BatchedWrites):
         shard, _ = self.layout.locate(parse_inner_key(validate_key(key), self._rank))
         return await self.base.checked_generation(self.layout.shard_key(shard))
 
-    @property
-    def sync_checks(self) -> SupportsCheckedGenerationSync | None:
-        return None if self.base.sync_checks is None else self
-
-    def checked_generation_sync(self, key: str) -> Hashable | None:
-        checks = self.base.sync_checks
-        assert checks is not None, "called only when sync_checks is declared"
+    def unit_generation(self, key: str, ask: Callable[[str], Hashable | None]) -> Hashable | None:
         shard, _ = self.layout.locate(parse_inner_key(key, self._rank))
-        return checks.checked_generation_sync(self.layout.shard_key(shard))
+        return ask(self.layout.shard_key(shard))
 
     def invalidate(self) -> None:
         """Forget cached indexes (e.g. after another process changed the shards)."""

@@ -11,28 +11,24 @@ from a stale ``.gz``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Generator, Hashable, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...codecs.gzip import gunzip
 from ...errors import CodecError
 from ...store.base import MISSING, ByteRange, Parts, Store, Update, slice_range
+from ...store.unit_checks import UnitChecks
 from ...store.wrappers import _Wrapper
 
 if TYPE_CHECKING:
-    from ...store.sync_protocols import (
-        SupportsCheckedGenerationSync,
-        SupportsGetSync,
-        SupportsGetTransientSync,
-        SupportsSetSync,
-    )
+    from ...store.sync_protocols import SupportsGetSync, SupportsGetTransientSync, SupportsSetSync
 
 __all__ = ["GzipChunkFiles"]
 
 GZ = ".gz"
 
 
-class GzipChunkFiles(_Wrapper):
+class GzipChunkFiles(UnitChecks, _Wrapper):
     """``base`` with each missing key read from ``key + ".gz"`` (gunzipped) when that exists."""
 
     forwards_sync = False
@@ -125,8 +121,7 @@ class GzipChunkFiles(_Wrapper):
         read = self._gz_reads
         if read is None:
             return None
-        plain = read.generation_sync(key)
-        return plain if plain != MISSING else _pair(plain, read.generation_sync(key + GZ))
+        return self.unit_generation(key, read.generation_sync)
 
     async def generation(self, key: str) -> Hashable | None:
         plain = await self.base.generation(key)
@@ -136,15 +131,9 @@ class GzipChunkFiles(_Wrapper):
         plain = await self.base.checked_generation(key)
         return plain if plain != MISSING else _pair(plain, await self.base.checked_generation(key + GZ))
 
-    @property
-    def sync_checks(self) -> SupportsCheckedGenerationSync | None:
-        return None if self.base.sync_checks is None else self
-
-    def checked_generation_sync(self, key: str) -> Hashable | None:
-        checks = self.base.sync_checks
-        assert checks is not None, "called only when sync_checks is declared"
-        plain = checks.checked_generation_sync(key)
-        return plain if plain != MISSING else _pair(plain, checks.checked_generation_sync(key + GZ))
+    def unit_generation(self, key: str, ask: Callable[[str], Hashable | None]) -> Hashable | None:
+        plain = ask(key)
+        return plain if plain != MISSING else _pair(plain, ask(key + GZ))
 
     async def exists(self, key: str) -> bool:
         return await self.base.exists(key) or await self.base.exists(key + GZ)
