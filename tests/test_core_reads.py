@@ -198,7 +198,11 @@ def test_share_now_threads_only_when_it_pays(n: int, work: str, slow: bool, expe
 
 
 @pytest.mark.parametrize("last, n, expect", [
-    ("io", 2, ["io"]),  # a cold disk last time: the two new chunks of a box read side by side at once
+    # a cold disk last time: timed first all the same. Started at once, the I/O threads (8 on
+    # 2 cores) made the timed batch look like waiting on the disk, so warm reads kept them; a
+    # convert's peak RSS then outgrew its budget (the arenas of threads that should not run)
+    ("io", 2, []),
+    ("io", 3, []),
     ("codec", 3, ["codec"]),
     ("codec", 2, []),  # two decodes: timed first, here inline
     (None, 2, []),
@@ -215,7 +219,8 @@ def test_share_now_starts_as_the_last_call_chose(last: str | None, n: int, expec
     memo: dict = {} if last is None else {fn: last}
     threads.share_now(fn, list(range(n)), config=DEFAULTS, memo=memo)
     assert sorted(done) == list(range(n)) and chosen == expect
-    assert memo[fn] == "inline"  # what this call's timing saw, for the next one
+    if not expect:  # (shared, the helper may take every item before this thread times one)
+        assert memo[fn] == "inline"  # what this call's timing saw, for the next one
 
 
 @pytest.mark.parametrize(

@@ -147,11 +147,8 @@ def share_now(
         fn(items, *args)
         return
     kinds = (writes, free, slow, gil)
-    last = memo.get(fn) if memo is not None else None
-    if (last == "codec" and len(items) > 2) or last == "io":
-        # as the last call chose; reads of a cold disk all in flight at once (the two chunks
-        # a box adds to what a cache holds, too), not after the first waited alone
-        run_shared(fn, items, args, last, memo, kinds, config)
+    if memo is not None and memo.get(fn) == "codec" and len(items) > 2:
+        run_shared(fn, items, args, "codec", memo, kinds, config)
         return
     started, cpu = time.perf_counter(), time.thread_time()
     fn(items[:1], *args)
