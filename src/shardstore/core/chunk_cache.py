@@ -215,8 +215,7 @@ def copies_shared(hits: Sequence[Hit], out: np.ndarray, config: IOConfig) -> boo
     median us per read of an n^3 box, one thread / two): 100^3 302 / 406, 160^3 1,016 /
     1,491, 200^3 2,679 / 2,456, 256^3 4,025 / 3,169. A thread woken for a few copies,
     each started under the GIL, costs more than the memory bandwidth it adds."""
-    chunk_bytes = max((chunk.nbytes for _, chunk in hits[:1]), default=0)
-    return min(out.nbytes, len(hits) * chunk_bytes) >= config.thread_copy_bytes
+    return bool(hits) and min(out.nbytes, len(hits) * hits[0][1].nbytes) >= config.thread_copy_bytes
 
 
 def keep_placed(projections: Sequence[ChunkProjection], layout: ChunkLayout, out: np.ndarray, gens: Generations) -> list:

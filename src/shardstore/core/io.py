@@ -10,20 +10,19 @@ the event loop fetches the next groups.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
+from concurrent.futures import Executor
 
 import numpy as np
 
 from .._assign import assign
 from .._sync import io_pool
-from ..config import IOConfig
 from ..errors import ChunkNotFoundError, CodecError
 from ..store.base import RangeBR
 from ..store.sync_protocols import SupportsGetSync, SupportsGetTransientSync, UnitReads
 from .batches import bounded, decode_chunk, group_by_unit, native_then, spread, whole_chunk
 from .chunk_cache import (
     Generations,
-    Hit,
     bypassed,
     copies_shared,
     keep_placed,
@@ -146,10 +145,9 @@ def read_into_now(
     gens: Generations | None = None
     if layout.chunk_cache is not None:
         projections = list(projections)
-        if not bypassed(layout, projections):
-            generations = unit_generations(layout, projections, reads.generation_sync)
-            projections, gens, hits = take_cached(layout, projections, generations)
-            _place_now(hits, out, config)
+        asked = _cached_part_now(layout, projections, out, reads.generation_sync)
+        if asked is not None:
+            projections, gens = asked
             if not projections:
                 return True
     unit_reads = None if layout.one_chunk_units else layout.store.sync_unit_reads
@@ -211,15 +209,31 @@ def read_into_now(
     return True
 
 
-def _place_now(hits: list[Hit], out: np.ndarray, config: IOConfig) -> None:
+#: what the cache's part of a read leaves to fetch: the projections, and the generations to
+#: keep their decoded chunks under
+Asked = tuple[list[ChunkProjection], Generations]
+
+
+def _cached_part_now(
+    layout: ChunkLayout,
+    projections: list[ChunkProjection],
+    out: np.ndarray,
+    generation: Callable[[str], Hashable | None],
+    threads: Executor | None = None,
+) -> Asked | None:
+    """The decoded-chunk cache's part of a read, on this thread: the units' generations asked
+    with ``generation`` (side by side on ``threads`` when given), the hits placed into ``out``
+    (on a second thread too only from ``IOConfig.thread_copy_bytes`` on). None, having done
+    nothing, when there is no cache or the read bypasses it."""
+    if bypassed(layout, projections):
+        return None
+    config = layout.config
+    rest, gens, hits = take_cached(layout, projections, unit_generations(layout, projections, generation, threads))
     if copies_shared(hits, out, config):
         share_now(place_hits, hits, out, config=config, free=True)
     else:
         place_hits(hits, out)
-
-
-#: what ``hits_now`` leaves to fetch: the projections, and the generations to keep them under
-Asked = tuple[list[ChunkProjection], Generations]
+    return rest, gens
 
 
 def hits_now(layout: ChunkLayout, projections: Iterable[ChunkProjection], out: np.ndarray) -> Asked | None:
@@ -235,14 +249,8 @@ def hits_now(layout: ChunkLayout, projections: Iterable[ChunkProjection], out: n
     checks = layout.store.sync_checks
     if layout.chunk_cache is None or checks is None:
         return None
-    projections = list(projections)
-    if bypassed(layout, projections):
-        return None
-    config = layout.config
-    generations = unit_generations(layout, projections, checks.checked_generation_sync, io_pool(config.io_threads))
-    rest, gens, hits = take_cached(layout, projections, generations)
-    _place_now(hits, out, config)
-    return rest, gens
+    return _cached_part_now(layout, list(projections), out, checks.checked_generation_sync,
+                            io_pool(layout.config.io_threads))
 
 
 class _StoreReads:

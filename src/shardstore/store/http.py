@@ -165,6 +165,11 @@ class RangeCache:
             self._size = 0
 
 
+def _etag_of(head: dict[str, Any] | None) -> Hashable | None:
+    """An object's generation from its HEAD (``MISSING`` when absent, None without an ETag)."""
+    return MISSING if head is None else head.get("e_tag")
+
+
 class ObjectStoreBase(Store):
     """Reads through an obstore client: shared by ``HTTPStore`` and ``S3Store``.
 
@@ -246,10 +251,10 @@ class ObjectStoreBase(Store):
         try:
             head = obs.head(self._client, self._path(key))
         except (FileNotFoundError, obs.exceptions.NotFoundError):
-            return MISSING
+            head = None
         except Exception as e:
             raise self._error("stat", key, e) from e
-        return head.get("e_tag")
+        return _etag_of(head)
 
     @staticmethod
     def _range_option(br: ByteRange | None) -> Any:
@@ -379,8 +384,7 @@ class ObjectStoreBase(Store):
 
     async def checked_generation(self, key: str) -> Hashable | None:
         """The ETag from a HEAD (``MISSING`` when absent, None when the server sends none)."""
-        head = await self._head(validate_key(key))
-        return MISSING if head is None else head.get("e_tag")
+        return _etag_of(await self._head(validate_key(key)))
 
     async def exists(self, key: str) -> bool:
         return await self._head(validate_key(key)) is not None

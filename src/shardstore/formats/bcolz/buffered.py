@@ -502,7 +502,7 @@ class BcolzArray(AsyncArray):
 
         # this thread and one codec thread per other core take chunks from one list (a helper
         # per chunk queued behind the codec pool left the cores idle at each append's end)
-        run_shared(batch, jobs, (), "codec", None, (True, False, False, False), self.config)
+        run_shared(batch, jobs, (), "codec", None, (True, False, False, False), self.config)  # (writes, free, slow, gil)
         return sum(sizes)
 
     async def _write_chunks(self, jobs: list[tuple[int, np.ndarray]]) -> int:
