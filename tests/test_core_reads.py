@@ -239,6 +239,22 @@ def test_threads_for_cpu_items(took: float, n_rest: int, slow: bool, expect: str
     assert threads.threads_for(DEFAULTS, took, 0.0, n_rest, writes=False, free=False, slow=slow) == expect
 
 
+@pytest.mark.parametrize(
+    "took, waited, expect",
+    [
+        (1.0e-3, 0.0, "codec"),  # a blosc chunk encoded and written into the page cache
+        (1.44e-3, 0.57e-3, "codec"),  # ... with a journal wait (seen on this VM): still CPU-bound
+        (5e-3, 4e-3, "io"),  # a slow file system: more writes in flight overlap its waits
+    ],
+)
+def test_writes_get_the_io_threads_only_when_mostly_waiting(took: float, waited: float, expect: str) -> None:
+    """An encoder on each of 8 I/O threads on 2 cores wrote N5 slower than one per core and
+    kept a malloc arena of ~1 MiB each: writes get them only when waiting dominates."""
+    assert threads.threads_for(DEFAULTS, took, waited, 511, writes=True, free=False) == expect
+    assert threads.threads_for(DEFAULTS, took, waited, 511, writes=False, free=False) == (
+        "io" if waited > DEFAULTS.waiting_item_seconds else "codec")
+
+
 def _precomputed(path: Path, encoding: str, size: int = 8):
     """A one-scale precomputed volume of ``size``^3 in 8^3 chunks (uint64 for
     compressed_segmentation, uint8 otherwise)."""

@@ -100,8 +100,13 @@ def threads_for(
     # waiting: more reads in flight then overlap on the device, as tensorstore's file I/O
     # threads do; a slow decoder (gzip) instead gets one thread per core, if there is enough
     # of it: a thread that waits for the GIL behind one running Python can lose whole switch
-    # intervals, more than a few milliseconds of work gains
-    waiting = writes or waited > config.waiting_item_seconds
+    # intervals, more than a few milliseconds of work gains. A write counts as waiting only
+    # when most of its time was: chunk files written into the page cache cost CPU (system
+    # time), an encoder on each of 8 I/O threads on 2 cores was slower than one per core
+    # (N5, 64^3 chunks, 512^3 writes, MB/s on 8 / 2 threads: gzip 322 / 380, blosc-lz4
+    # 499 / 659) and kept a malloc arena of buffers each (~1 MiB a thread for ISA-L's gzip),
+    # and a page-cache write's journal wait of a few tenths of a millisecond is no slow disk
+    waiting = waited > config.waiting_item_seconds and (not writes or 2 * waited > took)
     if gil and not waiting:
         # measured (precomputed compressed_segmentation, 64^3 uint64 chunks): 100^3 reads
         # 13.5 ms on two threads, 10.3 ms on one; whole 256^3 reads level (79 / 78 ms)
@@ -130,8 +135,8 @@ def share_now(
     """``fn(batch, *args)`` over ``items`` on this thread and, when items are slow enough to be
     worth a hand-off, the codec pool's threads too (file reads, numpy copies and the C codecs
     release the GIL). The first item is timed here: a pool hop and the GIL hand-offs it causes
-    cost more than a memcpy-sized item. ``writes``: the items write files, which block on
-    the file system more than the CPU shows (measured: 8 threads beat 2 on N5 writes).
+    cost more than a memcpy-sized item. ``writes``: the items write files: they get the I/O
+    threads only when the first spent most of its time waiting (a slow file system).
     ``free``: ``fn`` holds the GIL only to start each batch (native reads): a second thread
     pays off from ``config.free_thread_work_seconds`` of work on, as it would in C. ``slow``: the
     items are mostly a slow decode that runs without the GIL (``Codec.slow_decode``): a

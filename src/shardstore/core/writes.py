@@ -190,7 +190,8 @@ def _write_items_now(
         # gets the I/O threads (``threads.threads_for``)
         share_now(native_then, items, native, _write_now, layout, value, writes, config=layout.config, free=True)
     else:
-        share_now(_write_now, items, layout, value, writes, config=layout.config, writes=True)
+        share_now(_write_now, items, layout, value, writes, config=layout.config, writes=True,
+                  slow=layout.pipeline.slow_decode)
 
 
 #: one lock per write unit, shared by every write through one array handle
