@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 
 from shardstore.codecs.base import ChunkSpec
-from shardstore.codecs.blosc import _AVAILABLE
+from shardstore.codecs.blosc import available_compressors
 from shardstore.codecs.bloscpack import BloscpackCodec, bcolz_typesize, bloscpack_header, check_bloscpack_header
 from shardstore.codecs.pipeline import CodecPipeline
 from shardstore.codecs.registry import codec_from_config
 from shardstore.errors import CodecError, MetadataError
 
-CNAMES = [c for c in ("blosclz", "lz4", "lz4hc", "zlib", "zstd") if c in _AVAILABLE]
+CNAMES = [c for c in ("blosclz", "lz4", "lz4hc", "zlib", "zstd") if c in available_compressors()]
 
 
 def _codec(spec: ChunkSpec, chunklen: int | None = None, **kw) -> BloscpackCodec:

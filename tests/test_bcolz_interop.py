@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from shardstore import bcolz as sbz
-from shardstore.codecs.blosc import _AVAILABLE
+from shardstore.codecs.blosc import available_compressors
 
 bcolz = pytest.importorskip("bcolz")
 
-CNAMES = [c for c in ("blosclz", "lz4", "lz4hc", "zlib", "zstd") if c in _AVAILABLE and c in bcolz.blosc_compressor_list()]
+CNAMES = [c for c in ("blosclz", "lz4", "lz4hc", "zlib", "zstd") if c in available_compressors() and c in bcolz.blosc_compressor_list()]
 
 
 def _data(n: int, dtype: str, seed: int = 0) -> np.ndarray:

@@ -21,19 +21,20 @@ import copy
 import struct
 from typing import Any, Literal, NamedTuple
 
-import numcodecs.blosc as _blosc
 import numpy as np
 
 from ..errors import CodecError, MetadataError, UnsupportedFeatureError
 from .base import BytesBytesCodec, ChunkSpec, N5Compression, NativeDecoder
 from .registry import register_codec
 
-__all__ = ["BloscCodec", "BloscHeader", "MAX_OVERHEAD", "compress_chunk", "compress_chunk_into", "decompress_bytes", "decompress_into", "read_blosc_header"]
+__all__ = [
+    "BloscCodec", "BloscHeader", "MAX_BUFFERSIZE", "MAX_OVERHEAD", "available_compressors", "compress_chunk",
+    "compress_chunk_into", "decompress_bytes", "decompress_into", "read_blosc_header",
+]
 
 Shuffle = Literal["noshuffle", "shuffle", "bitshuffle"]
 SHUFFLES: tuple[Shuffle, ...] = ("noshuffle", "shuffle", "bitshuffle")  # index = c-blosc constant
 CNAMES = ("blosclz", "lz4", "lz4hc", "zlib", "zstd", "snappy")  # the names Zarr v3 allows
-_AVAILABLE = frozenset(_blosc.list_compressors())
 _HEADER = struct.Struct("<BBBBIII")
 HEADER_SIZE = _HEADER.size  # 16
 _MEMCPYED = 0x02
@@ -41,24 +42,39 @@ _MEMCPYED = 0x02
 _MAX_TYPESIZE = 255
 
 
-def _load_ctx_codecs() -> Any:
-    """imagecodecs, or None when it has no blosc."""
-    try:
-        import imagecodecs
-    except ImportError:  # pragma: no cover - imagecodecs is a dependency
-        return None
-    return imagecodecs if imagecodecs.BLOSC.available else None
+_libs_loaded: tuple[Any, Any, frozenset[str]] | None = None
 
 
-# Loaded with this module, as numcodecs.blosc is, not on first use: the import takes several
-# milliseconds, which otherwise land in the middle of the first blosc write or read, under
-# the import lock that every other codec thread then waits on.
-_imagecodecs: Any = _load_ctx_codecs()
+def _libs() -> tuple[Any, Any, frozenset[str]]:
+    """(numcodecs.blosc, imagecodecs or None when it has no blosc, the compressors c-blosc
+    has), imported on first use. ``BloscCodec`` asks for them when it is made, so the import
+    (numcodecs reads every installed package's entry points: ~60 ms and ~5 MiB) happens
+    where a blosc array is opened, on the caller's thread, not in the middle of its first
+    chunk under the import lock that every other codec thread then waits on; a process that
+    opens no blosc array never pays for it."""
+    global _libs_loaded
+    if _libs_loaded is None:
+        import numcodecs.blosc
+
+        ctx: Any = None
+        try:
+            import imagecodecs
+        except ImportError:  # pragma: no cover - imagecodecs is a dependency
+            pass
+        else:
+            ctx = imagecodecs if imagecodecs.BLOSC.available else None
+        _libs_loaded = (numcodecs.blosc, ctx, frozenset(numcodecs.blosc.list_compressors()))
+    return _libs_loaded
+
+
+def available_compressors() -> frozenset[str]:
+    """The compressor names this c-blosc was built with."""
+    return _libs()[2]
 
 
 def _ctx_codecs() -> Any:
     """imagecodecs, or None without blosc."""
-    return _imagecodecs
+    return _libs()[1]
 
 
 def _ctx_encode(data: bytes | memoryview, cname: str, clevel: int, shuffle: int, blocksize: int, typesize: int,
@@ -86,11 +102,13 @@ def compress_chunk(data: bytes, cname: str, clevel: int, shuffle: int, blocksize
     got = _ctx_encode(data, cname, clevel, shuffle, blocksize, typesize)
     if got is not None:
         return bytes(got)
-    return bytes(_blosc.compress(data, cname.encode(), clevel, shuffle, blocksize, typesize))
+    return bytes(_libs()[0].compress(data, cname.encode(), clevel, shuffle, blocksize, typesize))
 
 
 #: bytes c-blosc may add to the data it compresses (its ``BLOSC_MAX_OVERHEAD``)
 MAX_OVERHEAD = 16
+#: the most bytes one chunk holds (c-blosc's ``BLOSC_MAX_BUFFERSIZE``: INT_MAX less the overhead)
+MAX_BUFFERSIZE = 2**31 - 1 - MAX_OVERHEAD
 
 
 def compress_chunk_into(data: bytes | memoryview, cname: str, clevel: int, shuffle: int, blocksize: int, typesize: int,
@@ -115,7 +133,7 @@ def decompress_into(data: bytes | memoryview, out: np.ndarray) -> None:
             return
         except RuntimeError:  # corrupt, or a compressor this build lacks: numcodecs decides
             pass
-    _blosc.decompress(data, out)
+    _libs()[0].decompress(data, out)
 
 
 def decompress_bytes(data: bytes) -> bytes:
@@ -126,7 +144,7 @@ def decompress_bytes(data: bytes) -> bytes:
             return bytes(ic.blosc_decode(data, numthreads=1))
         except RuntimeError:
             pass
-    return bytes(_blosc.decompress(data))
+    return bytes(_libs()[0].decompress(data))
 
 
 class BloscHeader(NamedTuple):
@@ -196,10 +214,11 @@ class BloscCodec(N5Compression, BytesBytesCodec):
             raise MetadataError(
                 f"codec 'blosc': 'cname' must be one of {list(CNAMES)}, got {cname!r}"
             )
-        if cname not in _AVAILABLE:
+        available = available_compressors()
+        if cname not in available:
             raise UnsupportedFeatureError(
                 f"codec 'blosc': compressor {cname!r} is not built into this c-blosc "
-                f"(available: {sorted(_AVAILABLE)})"
+                f"(available: {sorted(available)})"
             )
         if shuffle not in SHUFFLES:
             raise MetadataError(
@@ -295,10 +314,10 @@ class BloscCodec(N5Compression, BytesBytesCodec):
     def _compress_args(self, data: bytes | memoryview, spec: ChunkSpec) -> tuple[int, int]:
         """(size of ``data``, the typesize to compress it with), or CodecError when too big."""
         n = memoryview(data).nbytes
-        if n > _blosc.MAX_BUFFERSIZE:
+        if n > MAX_BUFFERSIZE:
             raise CodecError(
                 f"codec 'blosc': cannot compress {n} bytes; blosc chunks hold at most "
-                f"{_blosc.MAX_BUFFERSIZE} bytes (use smaller chunks)"
+                f"{MAX_BUFFERSIZE} bytes (use smaller chunks)"
             )
         typesize = self.typesize if self.typesize is not None else np.dtype(spec.dtype).itemsize
         return n, 1 if typesize > _MAX_TYPESIZE else typesize
