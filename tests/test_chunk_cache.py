@@ -4,6 +4,7 @@ writer's update is never served stale, reads bigger than the budget bypass it, t
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import threading
@@ -480,6 +481,54 @@ def test_s3_hits_are_checked_and_placed_without_the_event_loop(
     wider = np.s_[3:45, 3:45, 3:60]  # 36 chunks, 9 not cached
     np.testing.assert_array_equal(reader[wider], vol[wider])
     assert (loop_reads[0], count_decodes[0]) == (1, 9)
+
+
+@pytest.mark.parametrize("fmt", ["zarr3", "n5"])
+@pytest.mark.parametrize("runner", ["sync", "async"])
+def test_s3_chunks_the_cache_holds_nothing_of_are_fetched_without_a_head(
+    seaweedfs: SeaweedFS, monkeypatch: pytest.MonkeyPatch, count_decodes: list[int], fmt: str, runner: str
+) -> None:
+    """With tagged reads (``Store.tagged_reads``: the ETag of each GET, or of the reply a shard
+    index came in) the cache asks no HEAD for units it holds nothing of and keeps their chunks
+    under their replies' tags: a first read costs only its GETs, the same read again only its
+    HEADs (no decode), and another handle's rewrite is still seen."""
+    from shardstore.store.s3 import S3Store
+
+    url, opts = seaweedfs.url(f"tags-{uuid.uuid4().hex[:10]}"), seaweedfs.storage_options()
+    vol = _vol()
+    if fmt == "zarr3":
+        a = shardstore.zarr3.create(url, storage_options=opts, shape=VOL_SHAPE, dtype="uint16", chunks=(16, 16, 16),
+                                    shards=(32, 32, 32))
+        units = 8
+    else:
+        a = shardstore.n5.create(url, "d", storage_options=opts, shape=VOL_SHAPE, dtype="uint16", block_size=(16, 16, 16),
+                                 compression={"type": "gzip", "level": 1})
+        units = 27
+    a[...] = vol
+    reader = shardstore.open(url, path=None if fmt == "zarr3" else "d", storage_options=opts,
+                             config=shardstore.IOConfig(chunk_cache_bytes=16 * MIB))
+    assert reader.driver.layout.store.tagged_reads is not None
+    heads: list[str] = []
+    real_sync, real_async = S3Store.checked_generation_sync, S3Store.checked_generation
+
+    async def counted_async(self: S3Store, key: str) -> Hashable | None:
+        heads.append(key)
+        return await real_async(self, key)
+
+    monkeypatch.setattr(S3Store, "checked_generation_sync", lambda self, key: heads.append(key) or real_sync(self, key))
+    monkeypatch.setattr(S3Store, "checked_generation", counted_async)
+    def read(sel: tuple[slice, ...]) -> np.ndarray:
+        return reader[sel] if runner == "sync" else asyncio.run(reader._async.getitem(sel))
+
+    box = np.s_[3:45, 3:45, 3:45]  # 27 chunks
+    count_decodes[0] = 0
+    np.testing.assert_array_equal(read(box), vol[box])
+    assert (len(heads), count_decodes[0], len(reader._async.chunk_cache)) == (0, 27, 27)
+    np.testing.assert_array_equal(read(box), vol[box])
+    assert (len(heads), count_decodes[0]) == (units, 27)
+    a[20:30, 20:30, 20:30] = 7  # another handle rewrites some units
+    vol[20:30, 20:30, 20:30] = 7
+    np.testing.assert_array_equal(read(box), vol[box])
 
 
 def test_the_budget_comes_from_the_config_given_at_open(tmp_path) -> None:

@@ -15,6 +15,11 @@ no later read matches (generations never repeat). Stores that cannot give a gene
 cheaply are asked with ``Store.checked_generation``: HTTP and S3 answer with a HEAD per unit
 and read call (the async runner asks its units concurrently), so a hit costs one small
 request instead of a ranged GET and a decode; stores that cannot tell at all are not cached.
+Stores with tagged reads (``Store.tagged_reads``: HTTP, S3 and Zarr shards over them) are
+asked only about units some of whose chunks the cache holds: the others' chunks are fetched
+at once and kept under the generation their own replies carry (a GET's ETag, or the one a
+shard's index came with, to which its chunk reads are pinned by ``If-Match``), so a cold
+read costs no HEAD before its GETs.
 
 Reads of more chunk bytes than the budget holds (a whole-volume read of a large volume)
 bypass the cache entirely: they would only evict themselves, along with what smaller reads
@@ -95,6 +100,10 @@ class ChunkCache:
                 return None
             self._entries.move_to_end(key)
             return entry[1]
+
+    def holds(self, key: str) -> bool:
+        """Whether an entry for ``key`` is kept, at whatever generation."""
+        return key in self._entries
 
     def put(self, key: str, generation: Hashable, chunk: np.ndarray) -> None:
         """Keep ``chunk`` (made read-only, not copied: the caller hands it over) as ``key`` at
@@ -243,33 +252,51 @@ def keep_placed(projections: Sequence[ChunkProjection], layout: ChunkLayout, out
     return []
 
 
+def _units_to_ask(
+    layout: ChunkLayout, projections: Sequence[ChunkProjection], held_only: bool
+) -> tuple[list[tuple[int, ...]], dict[tuple[int, ...], str]]:
+    """Per projection its write unit; per unit to ask, the key to ask it with (its first
+    chunk's). ``held_only``: only units some of whose chunks the cache holds (the store's
+    tagged reads give the others' generations with their data)."""
+    units = [layout.write_unit(p.coords) for p in projections]
+    first: dict[tuple[int, ...], str] = {}
+    cache = layout.chunk_cache
+    held: set[tuple[int, ...]] | None = None
+    if held_only and cache is not None:
+        held = set()
+        for unit, p in zip(units, projections):
+            if unit not in held and cache.holds(layout.chunk_key(p.coords)):
+                held.add(unit)
+    for unit, p in zip(units, projections):
+        if unit not in first and (held is None or unit in held):
+            first[unit] = layout.chunk_key(p.coords)
+    return units, first
+
+
 def unit_generations(
     layout: ChunkLayout,
     projections: Sequence[ChunkProjection],
     generation: Callable[[str], Hashable | None],
     threads: Executor | None = None,
+    held_only: bool = False,
 ) -> list[Hashable | None]:
-    """Per projection, ``generation(chunk key)`` asked once per write unit; with ``threads``,
-    the units of a read that has several are asked side by side there (blocking requests)."""
-    units = [layout.write_unit(p.coords) for p in projections]
-    first: dict[tuple[int, ...], str] = {}
-    for unit, p in zip(units, projections):
-        if unit not in first:
-            first[unit] = layout.chunk_key(p.coords)
+    """Per projection, ``generation(chunk key)`` asked once per write unit (None for units
+    not asked: see ``_units_to_ask``); with ``threads``, the units of a read that has
+    several are asked side by side there (blocking requests)."""
+    units, first = _units_to_ask(layout, projections, held_only)
     keys = first.values()
     asked = threads.map(generation, keys) if threads is not None and len(keys) > 1 else map(generation, keys)
     answers = dict(zip(first, asked))
-    return [answers[unit] for unit in units]
+    return [answers.get(unit) for unit in units]
 
 
 async def unit_generations_async(
     layout: ChunkLayout,
     projections: Sequence[ChunkProjection],
     generation: Callable[[str], Awaitable[Hashable | None]],
+    held_only: bool = False,
 ) -> list[Hashable | None]:
     """``unit_generations`` for the async runner (the units asked concurrently)."""
-    first: dict[tuple[int, ...], str] = {}
-    for p in projections:
-        first.setdefault(layout.write_unit(p.coords), layout.chunk_key(p.coords))
+    units, first = _units_to_ask(layout, projections, held_only)
     answers = dict(zip(first, await asyncio.gather(*(generation(k) for k in first.values()))))
-    return [answers[layout.write_unit(p.coords)] for p in projections]
+    return [answers.get(unit) for unit in units]

@@ -18,7 +18,7 @@ import numpy as np
 from .._assign import assign
 from .._sync import io_pool
 from ..errors import ChunkNotFoundError, CodecError
-from ..store.base import RangeBR
+from ..store.base import MISSING, RangeBR
 from ..store.sync_protocols import SupportsGetSync, SupportsGetTransientSync, UnitReads
 from .batches import bounded, decode_chunk, group_by_unit, native_then, spread, whole_chunk
 from .chunk_cache import (
@@ -220,6 +220,7 @@ def _cached_part_now(
     out: np.ndarray,
     generation: Callable[[str], Hashable | None],
     threads: Executor | None = None,
+    held_only: bool = False,
 ) -> Asked | None:
     """The decoded-chunk cache's part of a read, on this thread: the units' generations asked
     with ``generation`` (side by side on ``threads`` when given), the hits placed into ``out``
@@ -228,7 +229,8 @@ def _cached_part_now(
     if bypassed(layout, projections):
         return None
     config = layout.config
-    rest, gens, hits = take_cached(layout, projections, unit_generations(layout, projections, generation, threads))
+    generations = unit_generations(layout, projections, generation, threads, held_only)
+    rest, gens, hits = take_cached(layout, projections, generations)
     if copies_shared(hits, out, config):
         share_now(place_hits, hits, out, config=config, free=True)
     else:
@@ -250,7 +252,7 @@ def hits_now(layout: ChunkLayout, projections: Iterable[ChunkProjection], out: n
     if layout.chunk_cache is None or checks is None:
         return None
     return _cached_part_now(layout, list(projections), out, checks.checked_generation_sync,
-                            io_pool(layout.config.io_threads))
+                            io_pool(layout.config.io_threads), held_only=layout.store.tagged_reads is not None)
 
 
 class _StoreReads:
@@ -321,22 +323,36 @@ async def read_into(
         )
         return
     gens: Generations | None = None
+    tagged = layout.store.tagged_reads
     if asked is not None:
         projections, gens = asked
     elif layout.chunk_cache is not None:
         projections = list(projections)
         if not bypassed(layout, projections):
-            # (remote stores: a HEAD per unit, so that a hit is never another writer's old data)
-            generations = await unit_generations_async(layout, projections, layout.store.checked_generation)
+            # (remote stores: a HEAD per unit, so that a hit is never another writer's old
+            # data; with tagged reads only of units some of whose chunks the cache holds)
+            generations = await unit_generations_async(
+                layout, projections, layout.store.checked_generation, held_only=tagged is not None)
             projections, gens, hits = take_cached(layout, projections, generations)
             await spread(place_hits, hits, out, config=config, light=not copies_shared(hits, out, config))
             if not projections:
                 return
+    if gens is None:  # (no cache, or a read that bypasses it)
+        tagged = None
     groups = group_by_unit(layout, projections)
 
     async def fetch(group: list[ChunkProjection]) -> list[tuple[ChunkProjection, str, bytes | None]]:
         keys = [layout.chunk_key(p.coords) for p in group]
-        datas = await layout.store.get_many([(k, None) for k in keys])
+        if tagged is None:
+            datas = await layout.store.get_many([(k, None) for k in keys])
+        else:
+            # each chunk is kept under the generation its own reply was read at: none asked
+            # before (a unit the cache held nothing of), or a newer one than was asked
+            datas, tags = await tagged.get_many_tagged(keys)
+            assert gens is not None
+            for key, tag in zip(keys, tags):
+                if tag is not None and tag != MISSING:
+                    gens[key] = tag
         return list(zip(group, keys, datas))
 
     if sum(map(len, groups)) <= config.small_read_chunks:

@@ -163,15 +163,15 @@ class ShardIndexes:
         fut.set_result(result)
         return result
 
-    async def read_whole(self, shard_key: str) -> tuple[bytes | None, list[list[int]] | None]:
-        """The whole shard and its index (cached at the generation it was read at)."""
+    async def read_whole(self, shard_key: str) -> tuple[bytes | None, list[list[int]] | None, Hashable | None]:
+        """The whole shard, its index (cached at the generation it was read at) and that generation."""
         whole, gen = await self._base.get_versioned(shard_key)
         if whole is None:
             self.put(shard_key, NOT_FOUND, gen)
-            return None, None
+            return None, None, gen
         index = self.decode(shard_key, self.index_bytes(whole), whole)
         self.put(shard_key, index, gen)
-        return whole, index
+        return whole, index, gen
 
     def open_index(self, shard_key: str, value: OpenValue) -> list[list[int]]:
         """The index of the shard version ``value`` holds open: cached at its generation, or

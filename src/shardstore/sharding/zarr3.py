@@ -72,6 +72,7 @@ if TYPE_CHECKING:
         SpanReader,
         SupportsFileSpans,
         SupportsGetManySync,
+        SupportsGetManyTagged,
         SupportsGetSync,
         SupportsSetSync,
         UnitReads,
@@ -147,41 +148,62 @@ class ZarrShardingStore(UnitChecks, BatchedWrites):
         return (await self.get_many([(key, byte_range)]))[0]
 
     async def get_many(self, requests: Sequence[tuple[str, ByteRange | None]]) -> list[bytes | None]:
+        return (await self._get_many(requests))[0]
+
+    @property
+    def tagged_reads(self) -> SupportsGetManyTagged | None:
+        # (the generation of a shard is the base's tag of the reply its index came in)
+        return None if self.base.tagged_reads is None else self
+
+    async def get_many_tagged(self, keys: Sequence[str]) -> tuple[list[bytes | None], list[Hashable | None]]:
+        """Inner chunks, each with the generation of its shard that its index was read at:
+        the chunk reads are pinned to it (``get_ranges_at``)."""
+        return await self._get_many([(key, None) for key in keys])
+
+    async def _get_many(
+        self, requests: Sequence[tuple[str, ByteRange | None]]
+    ) -> tuple[list[bytes | None], list[Hashable | None]]:
+        """(``get_many``'s values, per request the generation of its shard they were read at)."""
         by_shard: dict[tuple[int, ...], list[tuple[int, int, ByteRange | None]]] = {}
         for pos, (key, br) in enumerate(requests):
             shard, i = self.layout.locate(parse_inner_key(key, self._rank))
             by_shard.setdefault(shard, []).append((pos, i, br))
         results: list[bytes | None] = [None] * len(requests)
         if len(by_shard) == 1:
-            await self._read_shard(*next(iter(by_shard.items())), results)
+            shard_gens = [await self._read_shard(*next(iter(by_shard.items())), results)]
         else:
-            await asyncio.gather(*(self._read_shard(s, reqs, results) for s, reqs in by_shard.items()))
-        return results
+            shard_gens = await asyncio.gather(*(self._read_shard(s, reqs, results) for s, reqs in by_shard.items()))
+        gens: list[Hashable | None] = [None] * len(requests)
+        for reqs, gen in zip(by_shard.values(), shard_gens):
+            for pos, _, _ in reqs:
+                gens[pos] = gen
+        return results, gens
 
     async def _read_shard(
         self,
         shard: tuple[int, ...],
         reqs: list[tuple[int, int, ByteRange | None]],
         results: list[bytes | None],
-    ) -> None:
+    ) -> Hashable | None:
+        """Fill ``results`` with the shard's chunks; the shard's generation they were read at."""
         shard_key = self.layout.shard_key(shard)
         wanted = {i for _, i, _ in reqs}
         if shard_key not in self._indexes and wanted >= set(self.layout.valid_in_shard(shard)):
             # every inner chunk wanted and the index is cold: one request for the whole shard
-            whole, index = await self._indexes.read_whole(shard_key)
+            whole, index, gen = await self._indexes.read_whole(shard_key)
             if whole is None or index is None:
-                return
+                return gen
             for pos, i, br in reqs:
                 off, n = index[i]
                 if off == _EMPTY and n == _EMPTY:
                     continue
                 r = range_within(off, n, br)
                 results[pos] = whole[r.start : r.end]
-            return
+            return gen
         for _ in range(self.read_attempts):
             index, gen = await self._indexes.at(shard_key)
             if index is None:
-                return
+                return gen
             fetch: list[tuple[int, int, RangeBR]] = []
             for pos, i, br in reqs:
                 off, n = index[i]
@@ -189,7 +211,7 @@ class ZarrShardingStore(UnitChecks, BatchedWrites):
                     continue
                 fetch.append((pos, i, range_within(off, n, br)))
             if not fetch:
-                return
+                return gen
             # the data of the version the index was read at (never another one's bytes)
             datas = await self.base.get_ranges_at(shard_key, [r for _, _, r in fetch], gen)
             if datas is None:  # replaced meanwhile: read its new index, then the data again
@@ -197,7 +219,7 @@ class ZarrShardingStore(UnitChecks, BatchedWrites):
                 continue
             for (pos, i, r), data in zip(fetch, datas):
                 results[pos] = checked_chunk(data, r, self._shard_name(shard_key), i)
-            return
+            return gen
         raise ConflictError(f"shard {shard_key!r} kept being replaced while it was read ({self.read_attempts} attempts)")
 
     async def exists(self, key: str) -> bool:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         SupportsFilePath,
         SupportsFileSpans,
         SupportsGetManySync,
+        SupportsGetManyTagged,
         SupportsGetSync,
         SupportsGetTransientSync,
         SupportsOpenSync,
@@ -89,6 +90,15 @@ class StoreDeclarations:
         blocking request from any thread), or None: declared by HTTP and S3 and the wrappers
         and adapters over them, whose reads need the loop but whose decoded-chunk cache a
         blocking read can check on the calling thread (files and memory have ``sync_reads``)."""
+        return None
+
+    @property
+    def tagged_reads(self) -> SupportsGetManyTagged | None:
+        """This store's ``get_many_tagged`` (values with the generation of their unit that
+        the replies carrying them were read at), or None: declared by HTTP and S3 (each GET's
+        ETag) and the Zarr sharding adapter over them (the ETag its shard index was read at,
+        to which its chunk reads are pinned). The decoded-chunk cache then asks no generation
+        (a HEAD) before fetching chunks it holds nothing of: it keeps them under their tags."""
         return None
 
     @property

@@ -38,7 +38,7 @@ from ._keys import validate_key
 from .base import MISSING, ByteRange, OffsetBR, RangeBR, Store, SuffixBR
 
 if TYPE_CHECKING:
-    from .sync_protocols import SupportsCheckedGenerationSync
+    from .sync_protocols import SupportsCheckedGenerationSync, SupportsGetManyTagged
 
 __all__ = ["HTTPStore", "ObjectStoreBase", "RangeCache", "import_obstore", "make_client_options", "retry_config"]
 
@@ -373,6 +373,18 @@ class ObjectStoreBase(Store):
             head = await self._head(key)
             etag = head.get("e_tag") if head else None
         return value, etag
+
+    @property
+    def tagged_reads(self) -> SupportsGetManyTagged:
+        return self
+
+    async def get_many_tagged(self, keys: Sequence[str]) -> tuple[list[bytes | None], list[Hashable | None]]:
+        """Whole values, each with the ETag of the GET that read it (``get_versioned``)."""
+        if len(keys) == 1:
+            got = [await self.get_versioned(keys[0])]
+        else:
+            got = await asyncio.gather(*(self.get_versioned(k) for k in keys))
+        return [v for v, _ in got], [t for _, t in got]
 
     async def generation(self, key: str) -> Hashable | None:
         """None: asking would cost a request, so caches (a shard index) are trusted.

@@ -25,6 +25,7 @@ __all__ = [
     "SupportsFilePath",
     "SupportsFileSpans",
     "SupportsGetManySync",
+    "SupportsGetManyTagged",
     "SupportsGetSync",
     "SupportsGetTransientSync",
     "SupportsOpenSync",
@@ -64,6 +65,16 @@ class SupportsCheckedGenerationSync(Protocol):
     blocking HEAD). Keys must already be valid."""
 
     def checked_generation_sync(self, key: str) -> Hashable | None:
+        ...
+
+
+class SupportsGetManyTagged(Protocol):
+    """Whole values, each with the generation of its unit that the very reply carrying it
+    was read at (``Store.tagged_reads``; async, unlike the protocols above: it is what
+    lets the decoded-chunk cache skip the generation question for chunks it does not hold)."""
+
+    async def get_many_tagged(self, keys: Sequence[str]) -> tuple[list[bytes | None], list[Hashable | None]]:
+        """(values, None when missing; their units' generations, ``MISSING`` or None: not known)."""
         ...
 
 

@@ -430,6 +430,26 @@ class StoreTests:
             assert reads.generation_sync(keys[0]) == await store.generation(keys[0]) != before
 
     @async_test
+    async def test_tagged_reads_agree_with_get_and_checked_generation(self, store: Store) -> None:
+        """Stores that declare tagged reads (HTTP, S3, the Zarr sharding adapter over them)
+        read what ``get_many`` reads, each value tagged with the generation
+        ``checked_generation`` tells while nothing changes (``MISSING`` for a missing key),
+        and a new tag after a rewrite: the decoded-chunk cache keeps chunks under them."""
+        tagged = store.tagged_reads
+        if tagged is None:
+            return
+        keys = self.sample_keys()
+        await store.set(keys[0], b"first value")
+        many = [keys[0], keys[2], keys[0]]
+        values, tags = await tagged.get_many_tagged(many)
+        assert values == await store.get_many([(k, None) for k in many])
+        before = await store.checked_generation(keys[0])
+        assert tags == [before, MISSING, before] and before is not None
+        await store.set(keys[0], b"rewritten")
+        values, tags = await tagged.get_many_tagged(keys[:1])
+        assert values == [b"rewritten"] and tags[0] == await store.checked_generation(keys[0]) != before
+
+    @async_test
     async def test_sync_writes_agree_with_set(self, store: Store) -> None:
         """Stores that declare synchronous writes store, delete and read-modify-write exactly
         as ``set`` / ``delete`` / ``update_many`` do; read-only stores declare none."""
