@@ -526,8 +526,21 @@ def test_s3_chunks_the_cache_holds_nothing_of_are_fetched_without_a_head(
     assert (len(heads), count_decodes[0], len(reader._async.chunk_cache)) == (0, 27, 27)
     np.testing.assert_array_equal(read(box), vol[box])
     assert (len(heads), count_decodes[0]) == (units, 27)
-    a[20:30, 20:30, 20:30] = 7  # another handle rewrites some units
-    vol[20:30, 20:30, 20:30] = 7
+    # another handle rewrites chunks the cache holds, in shards (z 32-63) whose other chunks a
+    # wider read then fetches: those units are asked nothing, and their replies' tags refuse
+    # the held chunks' old versions
+    a[20:30, 20:30, 40:46] = 7
+    vol[20:30, 20:30, 40:46] = 7
+    del heads[:]
+    count_decodes[0] = 0
+    wider = np.s_[3:45, 3:45, 3:60]  # 36 chunks, 9 not held, 1 held rewritten
+    np.testing.assert_array_equal(read(wider), vol[wider])
+    # zarr3: the 4 shards at z 0-31 hold every chunk asked (asked), the 4 at z 32-63 not, and
+    # the rewritten one's 4 held chunks are all of its old version; N5: one HEAD per held
+    # chunk file (27), the 9 others fetched at once, and the rewritten file's chunk
+    assert (len(heads), count_decodes[0]) == ((4, 9 + 4) if fmt == "zarr3" else (27, 9 + 1))
+    a[20:30, 20:30, 20:30] = 5  # a rewrite of units every chunk of which is held
+    vol[20:30, 20:30, 20:30] = 5
     np.testing.assert_array_equal(read(box), vol[box])
 
 

@@ -54,7 +54,8 @@ if TYPE_CHECKING:
     from .layout import ChunkLayout
 
 __all__ = [
-    "ChunkCache", "Generations", "Hit", "bypassed", "copies_shared", "keep_placed", "owned", "place_hits", "take_cached",
+    "ChunkCache", "Generations", "Hit", "bypassed", "copies_shared", "held_at_tag", "keep_placed", "owned", "place_hits",
+    "take_cached",
     "unit_generations", "unit_generations_async",
 ]
 
@@ -256,21 +257,37 @@ def _units_to_ask(
     layout: ChunkLayout, projections: Sequence[ChunkProjection], held_only: bool
 ) -> tuple[list[tuple[int, ...]], dict[tuple[int, ...], str]]:
     """Per projection its write unit; per unit to ask, the key to ask it with (its first
-    chunk's). ``held_only``: only units some of whose chunks the cache holds (the store's
-    tagged reads give the others' generations with their data)."""
+    chunk's). ``held_only`` (a store with tagged reads): only units all of whose chunks
+    asked for the cache holds. The others have chunks to fetch: the tag their reply carries
+    tells the unit's generation, and checks the held ones too (``held_at_tag``)."""
     units = [layout.write_unit(p.coords) for p in projections]
     first: dict[tuple[int, ...], str] = {}
     cache = layout.chunk_cache
-    held: set[tuple[int, ...]] | None = None
     if held_only and cache is not None:
-        held = set()
-        for unit, p in zip(units, projections):
-            if unit not in held and cache.holds(layout.chunk_key(p.coords)):
-                held.add(unit)
+        unheld = {unit for unit, p in zip(units, projections) if not cache.holds(layout.chunk_key(p.coords))}
+    else:
+        unheld = set()
     for unit, p in zip(units, projections):
-        if unit not in first and (held is None or unit in held):
+        if unit not in first and unit not in unheld:
             first[unit] = layout.chunk_key(p.coords)
     return units, first
+
+
+def held_at_tag(
+    cache: ChunkCache, keys: Sequence[str], tag: Hashable | None
+) -> tuple[list[tuple[int, np.ndarray]], list[int]]:
+    """Of the chunks ``keys`` of one unit, those the cache holds at ``tag`` (the generation
+    that the reply of another of its chunks carried: the unit as it was then), with their
+    positions, and the positions of the others, to fetch."""
+    held: list[tuple[int, np.ndarray]] = []
+    rest: list[int] = []
+    for i, key in enumerate(keys):
+        chunk = None if tag is None or tag == MISSING else cache.get(key, tag)
+        if chunk is None:
+            rest.append(i)
+        else:
+            held.append((i, chunk))
+    return held, rest
 
 
 def unit_generations(

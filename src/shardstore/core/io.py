@@ -23,8 +23,10 @@ from ..store.sync_protocols import SupportsGetSync, SupportsGetTransientSync, Un
 from .batches import bounded, decode_chunk, group_by_unit, native_then, spread, whole_chunk
 from .chunk_cache import (
     Generations,
+    Hit,
     bypassed,
     copies_shared,
+    held_at_tag,
     keep_placed,
     owned,
     place_hits,
@@ -341,31 +343,55 @@ async def read_into(
         tagged = None
     groups = group_by_unit(layout, projections)
 
-    async def fetch(group: list[ChunkProjection]) -> list[tuple[ChunkProjection, str, bytes | None]]:
+    cache = layout.chunk_cache
+    Fetched = list[tuple[ChunkProjection, str, bytes | None]]
+
+    async def fetch_tagged(group: list[ChunkProjection], keys: list[str]) -> Fetched:
+        # each chunk is kept under the generation its own reply was read at: none asked
+        # before (a unit the cache held none or only some of these chunks of), or a newer
+        # one than was asked
+        assert tagged is not None and gens is not None
+        datas, tags = await tagged.get_many_tagged(keys)
+        for key, tag in zip(keys, tags):
+            if tag is not None and tag != MISSING:
+                gens[key] = tag
+        return list(zip(group, keys, datas))
+
+    async def fetch(group: list[ChunkProjection]) -> tuple[Fetched, list[Hit]]:
         keys = [layout.chunk_key(p.coords) for p in group]
         if tagged is None:
-            datas = await layout.store.get_many([(k, None) for k in keys])
-        else:
-            # each chunk is kept under the generation its own reply was read at: none asked
-            # before (a unit the cache held nothing of), or a newer one than was asked
-            datas, tags = await tagged.get_many_tagged(keys)
-            assert gens is not None
-            for key, tag in zip(keys, tags):
-                if tag is not None and tag != MISSING:
-                    gens[key] = tag
-        return list(zip(group, keys, datas))
+            return list(zip(group, keys, await layout.store.get_many([(k, None) for k in keys]))), []
+        held = [i for i, k in enumerate(keys) if cache is not None and cache.holds(k)]
+        if not held or len(held) == len(keys) or layout.one_chunk_units or cache is None:
+            return await fetch_tagged(group, keys), []
+        # a shard the cache holds some of these chunks of was asked nothing: the others'
+        # reply tells its generation, and the held ones are hits only at that one
+        held_set = set(held)
+        todo = [i for i in range(len(keys)) if i not in held_set]
+        fetched = await fetch_tagged([group[i] for i in todo], [keys[i] for i in todo])
+        hits, stale = held_at_tag(cache, [keys[i] for i in held], gens.get(keys[todo[0]]) if gens else None)
+        if stale:
+            fetched += await fetch_tagged([group[held[j]] for j in stale], [keys[held[j]] for j in stale])
+        return fetched, [(group[held[j]], chunk) for j, chunk in hits]
+
+    async def place(hits: list[Hit]) -> None:
+        if hits:
+            await spread(place_hits, hits, out, config=config, light=not copies_shared(hits, out, config))
 
     if sum(map(len, groups)) <= config.small_read_chunks:
         # a small read (a box across a few shards): fetch everything, then decode it all in
         # one spread, so the work is balanced across threads instead of per shard
         fetched = await asyncio.gather(*(fetch(g) for g in groups))
-        await spread(_scatter, [item for found in fetched for item in found], layout, out, strict, None, gens,
+        await place([hit for _, hits in fetched for hit in hits])
+        await spread(_scatter, [item for found, _ in fetched for item in found], layout, out, strict, None, gens,
                       config=config,
                       light=layout.pipeline.light)
         return
 
     async def read_group(group: list[ChunkProjection]) -> None:
-        await spread(_scatter, await fetch(group), layout, out, strict, None, gens, config=config,
+        found, hits = await fetch(group)
+        await place(hits)
+        await spread(_scatter, found, layout, out, strict, None, gens, config=config,
                       light=layout.pipeline.light)
 
     # a large read streams shard by shard: bounded memory, fetching overlaps decoding
