@@ -67,9 +67,8 @@ class ChunkCache:
     """A thread-safe LRU of read-only decoded chunks keyed by (chunk key, unit generation),
     holding at most ``max_bytes`` of memory (0: holds nothing).
 
-    Entries may be views of one larger block (``keep_placed`` copies a batch of chunks into
-    one allocation: one large, huge-page backed block is cheaper to fault in than many
-    chunk-sized ones); a block counts in full for as long as any entry views it, so the
+    Entries may be views of one larger block (a decoded chunk transposed, or several put
+    from one allocation); a block counts in full for as long as any entry views it, so the
     budget bounds the memory really held."""
 
     def __init__(self, max_bytes: int) -> None:
@@ -232,22 +231,21 @@ def keep_placed(projections: Sequence[ChunkProjection], layout: ChunkLayout, out
     """Keep in the cache the whole chunks that a native read placed into ``out`` (copies of
     their boxes, at the generation asked before the fetch): the native path fetches, decodes
     and places a cold read's whole chunks faster than decoding each into an array of its own.
-    The copies share one block when it fits well inside the budget (see ``ChunkCache``).
-    (A batch for the runners' thread sharing, like ``place_hits``.)"""
+    Each copy is an allocation of its own: one block for a batch of chunks (4 MiB and more
+    get huge pages from NumPy) had to be faulted in through the kernel's compaction of huge
+    pages on a machine whose memory had been in use (sharded precomputed and Zarr v3 256^3
+    read whole into a 256 MiB cache, medians of 5 fresh handles in 4 alternating runs, ms
+    cold, block -> per chunk: precomputed 40-54 -> 35-45, Zarr v3 51-57 -> 42-48; the warm
+    reads out of the cache alike, 3.7-5.8). (A batch for the runners' thread sharing, like
+    ``place_hits``.)"""
     cache = layout.chunk_cache
     kept = [(p, key, gen) for p in projections if (gen := gens.get(key := layout.chunk_key(p.coords))) is not None]
     if cache is None or not kept:
         return []
-    boxes = [out[p.out_selection] for p, _, _ in kept]
-    shape = boxes[0].shape
-    fortran = out.ndim > 1 and out.strides[0] < out.strides[-1]  # (precomputed returns Fortran order)
-    if all(b.shape == shape for b in boxes) and len(boxes) * boxes[0].nbytes <= cache.max_bytes // 4:
-        block = np.empty((len(boxes), *(shape[::-1] if fortran else shape)), dtype=out.dtype)
-        chunks = [c.T if fortran else c for c in block]
-    else:
-        chunks = [np.empty_like(b) for b in boxes]
     whole = (slice(None),) * out.ndim
-    for (_, key, gen), box, chunk in zip(kept, boxes, chunks):
+    for p, key, gen in kept:
+        box = out[p.out_selection]
+        chunk = np.empty_like(box)  # (in the box's memory order: precomputed's is Fortran)
         assign(chunk, whole, box)
         cache.put(key, gen, chunk)
     return []
