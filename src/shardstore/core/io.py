@@ -19,7 +19,7 @@ from .._assign import assign
 from .._sync import io_pool
 from ..errors import ChunkNotFoundError, CodecError
 from ..store.base import MISSING, RangeBR
-from ..store.sync_protocols import SupportsGetSync, SupportsGetTransientSync, UnitReads
+from ..store.sync_protocols import SupportsGetManyTagged, SupportsGetSync, SupportsGetTransientSync, UnitReads
 from .batches import bounded, decode_chunk, group_by_unit, native_then, spread, whole_chunk
 from .chunk_cache import (
     Generations,
@@ -302,6 +302,47 @@ def _native_kept(
     return []
 
 
+#: a unit's chunks as fetched: (projection, key, stored bytes or None when missing)
+Fetched = list[tuple[ChunkProjection, str, bytes | None]]
+
+
+async def _fetch_tagged(
+    tagged: SupportsGetManyTagged, group: list[ChunkProjection], keys: list[str], gens: Generations
+) -> Fetched:
+    """Chunks fetched with the generation of their unit that their own replies carry, put in
+    ``gens`` to keep them under: none was asked before (a unit the cache held none or only
+    some of these chunks of), or it is at least as new as the one asked."""
+    datas, tags = await tagged.get_many_tagged(keys)
+    for key, tag in zip(keys, tags):
+        if tag is not None and tag != MISSING:
+            gens[key] = tag
+    return list(zip(group, keys, datas))
+
+
+async def _fetch(
+    layout: ChunkLayout, group: list[ChunkProjection], tagged: SupportsGetManyTagged | None, gens: Generations | None
+) -> tuple[Fetched, list[Hit]]:
+    """A unit's chunks (or a batch of one-chunk units') fetched for ``read_into``, and the
+    hits among them that no generation was asked for. ``tagged``: the store's tagged reads,
+    for a read the chunk cache takes part in (``gens``)."""
+    keys = [layout.chunk_key(p.coords) for p in group]
+    if tagged is None or gens is None:
+        return list(zip(group, keys, await layout.store.get_many([(k, None) for k in keys]))), []
+    cache = layout.chunk_cache
+    held = [] if cache is None or layout.one_chunk_units else [i for i, k in enumerate(keys) if cache.holds(k)]
+    if cache is None or not held or len(held) == len(keys):
+        return await _fetch_tagged(tagged, group, keys, gens), []
+    # a shard the cache holds some of these chunks of was asked nothing: the others' reply
+    # tells its generation, and the held ones are hits only at that one
+    held_set = set(held)
+    todo = [i for i in range(len(keys)) if i not in held_set]
+    fetched = await _fetch_tagged(tagged, [group[i] for i in todo], [keys[i] for i in todo], gens)
+    hits, stale = held_at_tag(cache, [keys[i] for i in held], gens.get(keys[todo[0]]))
+    if stale:
+        fetched += await _fetch_tagged(tagged, [group[held[j]] for j in stale], [keys[held[j]] for j in stale], gens)
+    return fetched, [(group[held[j]], chunk) for j, chunk in hits]
+
+
 async def read_into(
     layout: ChunkLayout,
     projections: Iterable[ChunkProjection],
@@ -324,6 +365,11 @@ async def read_into(
             io_pool(config.io_threads), lambda: read_into_now(layout, projections, out, strict=strict)
         )
         return
+
+    async def place(hits: list[Hit]) -> None:
+        if hits:
+            await spread(place_hits, hits, out, config=config, light=not copies_shared(hits, out, config))
+
     gens: Generations | None = None
     tagged = layout.store.tagged_reads
     if asked is not None:
@@ -332,56 +378,18 @@ async def read_into(
         projections = list(projections)
         if not bypassed(layout, projections):
             # (remote stores: a HEAD per unit, so that a hit is never another writer's old
-            # data; with tagged reads only of units some of whose chunks the cache holds)
+            # data; with tagged reads only of units all of whose chunks asked for it holds)
             generations = await unit_generations_async(
                 layout, projections, layout.store.checked_generation, held_only=tagged is not None)
             projections, gens, hits = take_cached(layout, projections, generations)
-            await spread(place_hits, hits, out, config=config, light=not copies_shared(hits, out, config))
+            await place(hits)
             if not projections:
                 return
-    if gens is None:  # (no cache, or a read that bypasses it)
-        tagged = None
     groups = group_by_unit(layout, projections)
-
-    cache = layout.chunk_cache
-    Fetched = list[tuple[ChunkProjection, str, bytes | None]]
-
-    async def fetch_tagged(group: list[ChunkProjection], keys: list[str]) -> Fetched:
-        # each chunk is kept under the generation its own reply was read at: none asked
-        # before (a unit the cache held none or only some of these chunks of), or a newer
-        # one than was asked
-        assert tagged is not None and gens is not None
-        datas, tags = await tagged.get_many_tagged(keys)
-        for key, tag in zip(keys, tags):
-            if tag is not None and tag != MISSING:
-                gens[key] = tag
-        return list(zip(group, keys, datas))
-
-    async def fetch(group: list[ChunkProjection]) -> tuple[Fetched, list[Hit]]:
-        keys = [layout.chunk_key(p.coords) for p in group]
-        if tagged is None:
-            return list(zip(group, keys, await layout.store.get_many([(k, None) for k in keys]))), []
-        held = [i for i, k in enumerate(keys) if cache is not None and cache.holds(k)]
-        if not held or len(held) == len(keys) or layout.one_chunk_units or cache is None:
-            return await fetch_tagged(group, keys), []
-        # a shard the cache holds some of these chunks of was asked nothing: the others'
-        # reply tells its generation, and the held ones are hits only at that one
-        held_set = set(held)
-        todo = [i for i in range(len(keys)) if i not in held_set]
-        fetched = await fetch_tagged([group[i] for i in todo], [keys[i] for i in todo])
-        hits, stale = held_at_tag(cache, [keys[i] for i in held], gens.get(keys[todo[0]]) if gens else None)
-        if stale:
-            fetched += await fetch_tagged([group[held[j]] for j in stale], [keys[held[j]] for j in stale])
-        return fetched, [(group[held[j]], chunk) for j, chunk in hits]
-
-    async def place(hits: list[Hit]) -> None:
-        if hits:
-            await spread(place_hits, hits, out, config=config, light=not copies_shared(hits, out, config))
-
     if sum(map(len, groups)) <= config.small_read_chunks:
         # a small read (a box across a few shards): fetch everything, then decode it all in
         # one spread, so the work is balanced across threads instead of per shard
-        fetched = await asyncio.gather(*(fetch(g) for g in groups))
+        fetched = await asyncio.gather(*(_fetch(layout, g, tagged, gens) for g in groups))
         await place([hit for _, hits in fetched for hit in hits])
         await spread(_scatter, [item for found, _ in fetched for item in found], layout, out, strict, None, gens,
                       config=config,
@@ -389,7 +397,7 @@ async def read_into(
         return
 
     async def read_group(group: list[ChunkProjection]) -> None:
-        found, hits = await fetch(group)
+        found, hits = await _fetch(layout, group, tagged, gens)
         await place(hits)
         await spread(_scatter, found, layout, out, strict, None, gens, config=config,
                       light=layout.pipeline.light)
