@@ -42,39 +42,51 @@ _MEMCPYED = 0x02
 _MAX_TYPESIZE = 255
 
 
-_libs_loaded: tuple[Any, Any, frozenset[str]] | None = None
+def _load_ctx_codecs() -> Any:
+    """imagecodecs, or None when it has no blosc."""
+    try:
+        import imagecodecs
+    except ImportError:  # pragma: no cover - imagecodecs is a dependency
+        return None
+    return imagecodecs if imagecodecs.BLOSC.available else None
 
 
-def _libs() -> tuple[Any, Any, frozenset[str]]:
-    """(numcodecs.blosc, imagecodecs or None when it has no blosc, the compressors c-blosc
-    has), imported on first use. ``BloscCodec`` asks for them when it is made, so the import
-    (numcodecs reads every installed package's entry points: ~60 ms and ~5 MiB) happens
-    where a blosc array is opened, on the caller's thread, not in the middle of its first
-    chunk under the import lock that every other codec thread then waits on; a process that
-    opens no blosc array never pays for it."""
-    global _libs_loaded
-    if _libs_loaded is None:
-        import numcodecs.blosc
-
-        ctx: Any = None
-        try:
-            import imagecodecs
-        except ImportError:  # pragma: no cover - imagecodecs is a dependency
-            pass
-        else:
-            ctx = imagecodecs if imagecodecs.BLOSC.available else None
-        _libs_loaded = (numcodecs.blosc, ctx, frozenset(numcodecs.blosc.list_compressors()))
-    return _libs_loaded
-
-
-def available_compressors() -> frozenset[str]:
-    """The compressor names this c-blosc was built with."""
-    return _libs()[2]
+# Loaded with this module, not on first use: the import takes a few milliseconds, which
+# otherwise land in the middle of the first blosc write or read, under the import lock that
+# every other codec thread then waits on. (``import shardstore`` loads imagecodecs anyway.)
+_imagecodecs: Any = _load_ctx_codecs()
 
 
 def _ctx_codecs() -> Any:
     """imagecodecs, or None without blosc."""
-    return _libs()[1]
+    return _imagecodecs
+
+
+_numcodecs_blosc: Any = None
+
+
+def _numcodecs() -> Any:
+    """numcodecs.blosc, imported on first use: only for what imagecodecs' c-blosc cannot do
+    (a typesize that does not divide the data, a compressor it lacks) and to ask which
+    compressors are built in. Its import costs ~60 ms and ~5 MiB (numcodecs reads every
+    installed package's entry points), paid by ``import shardstore`` before and by the
+    first blosc array's ``create`` after that; now by neither, for the usual compressors."""
+    global _numcodecs_blosc
+    if _numcodecs_blosc is None:
+        import numcodecs.blosc
+
+        _numcodecs_blosc = numcodecs.blosc
+    return _numcodecs_blosc
+
+
+#: compressors that the c-blosc of every numcodecs and imagecodecs wheel is built with: a
+#: codec naming one of these is made without asking numcodecs (snappy is optional in c-blosc)
+_ALWAYS_BUILT = frozenset({"blosclz", "lz4", "lz4hc", "zlib", "zstd"})
+
+
+def available_compressors() -> frozenset[str]:
+    """The compressor names this c-blosc was built with (asks numcodecs)."""
+    return frozenset(_numcodecs().list_compressors())
 
 
 def _ctx_encode(data: bytes | memoryview, cname: str, clevel: int, shuffle: int, blocksize: int, typesize: int,
@@ -102,7 +114,7 @@ def compress_chunk(data: bytes, cname: str, clevel: int, shuffle: int, blocksize
     got = _ctx_encode(data, cname, clevel, shuffle, blocksize, typesize)
     if got is not None:
         return bytes(got)
-    return bytes(_libs()[0].compress(data, cname.encode(), clevel, shuffle, blocksize, typesize))
+    return bytes(_numcodecs().compress(data, cname.encode(), clevel, shuffle, blocksize, typesize))
 
 
 #: bytes c-blosc may add to the data it compresses (its ``BLOSC_MAX_OVERHEAD``)
@@ -133,7 +145,7 @@ def decompress_into(data: bytes | memoryview, out: np.ndarray) -> None:
             return
         except RuntimeError:  # corrupt, or a compressor this build lacks: numcodecs decides
             pass
-    _libs()[0].decompress(data, out)
+    _numcodecs().decompress(data, out)
 
 
 def decompress_bytes(data: bytes) -> bytes:
@@ -144,7 +156,7 @@ def decompress_bytes(data: bytes) -> bytes:
             return bytes(ic.blosc_decode(data, numthreads=1))
         except RuntimeError:
             pass
-    return bytes(_libs()[0].decompress(data))
+    return bytes(_numcodecs().decompress(data))
 
 
 class BloscHeader(NamedTuple):
@@ -214,8 +226,7 @@ class BloscCodec(N5Compression, BytesBytesCodec):
             raise MetadataError(
                 f"codec 'blosc': 'cname' must be one of {list(CNAMES)}, got {cname!r}"
             )
-        available = available_compressors()
-        if cname not in available:
+        if cname not in _ALWAYS_BUILT and cname not in (available := available_compressors()):
             raise UnsupportedFeatureError(
                 f"codec 'blosc': compressor {cname!r} is not built into this c-blosc "
                 f"(available: {sorted(available)})"
