@@ -133,6 +133,54 @@ def test_local_failed_write_midway_leaves_old_value(tmp_path: Path, monkeypatch:
     assert _files(tmp_path) == ["k"]
 
 
+class _HeldPool:
+    """An executor that holds what is submitted until ``run_all``."""
+
+    def __init__(self) -> None:
+        self.jobs: list[tuple] = []
+
+    def submit(self, fn, *args):  # type: ignore[no-untyped-def]
+        self.jobs.append((fn, args))
+
+    def run_all(self) -> None:
+        for fn, args in self.jobs:
+            fn(*args)
+        self.jobs.clear()
+
+
+def test_a_large_value_replaced_is_freed_later_by_an_io_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replacing a large file frees the old one off the writer's path (the rename that drops
+    its last link would free it right there): a second link under a temp name, unlinked by
+    an I/O thread. The key names the new value at once; the old file is never listed, and
+    is gone once the thread ran. Small values are replaced plainly; a failed rename keeps
+    the old value."""
+    pool = _HeldPool()
+    monkeypatch.setattr(local_files, "io_pool", lambda: pool)
+    store = LocalStore(tmp_path)
+    big = local_files.FREE_LATER_BYTES
+    store.set_sync("s/0", b"a" * big)
+    assert not pool.jobs  # (no old file)
+    store.set_sync("s/0", b"b" * big)
+    assert len(pool.jobs) == 1 and tempfiles.is_temp_name(os.path.basename(pool.jobs[0][1][0]))
+    assert store.get_sync("s/0") == b"b" * big and sorted(os.listdir(tmp_path / "s"))[1:] == ["0"]
+    assert run(store.list_dir("s/")) == (["0"], [])  # the old file is not a key
+    pool.run_all()
+    assert os.listdir(tmp_path / "s") == ["0"]
+    store.set_sync("s/1", b"x")
+    store.set_sync("s/1", b"y")  # small: replaced right there
+    assert not pool.jobs and store.get_sync("s/1") == b"y"
+
+    def failing_replace(src: str, dst: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(local_files.os, "replace", failing_replace)
+    with pytest.raises(StoreError, match="'s/0'"):
+        store.set_sync("s/0", b"c" * big)
+    monkeypatch.setattr(local_files.os, "replace", os.rename)
+    pool.run_all()
+    assert store.get_sync("s/0") == b"b" * big and sorted(os.listdir(tmp_path / "s")) == ["0", "1"]
+
+
 def test_local_temp_files_are_not_keys(tmp_path: Path) -> None:
     store = LocalStore(tmp_path)
     run(store.set("d/real", b"1"))

@@ -15,6 +15,7 @@ import stat
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
+from .._sync import io_pool
 from ._fileio import pread
 from ._filelock import open_making_dirs
 from ._tempfiles import temp_path
@@ -148,16 +149,48 @@ def _replacing(path: str) -> Iterator[_TempFile]:
     try:
         try:
             yield t
+            large = t.keep and os.fstat(t.fd).st_size >= FREE_LATER_BYTES
         finally:
             os.close(t.fd)
-        if t.keep:
-            os.replace(tmp, path)
-        else:
+        if not t.keep:
             os.unlink(tmp)
+        elif large:
+            _replace_freeing_later(tmp, path)
+        else:
+            os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+#: a write of at least this many bytes frees the file it replaces off the writer's path
+FREE_LATER_BYTES = 4 << 20
+
+
+def _replace_freeing_later(tmp: str, path: str) -> None:
+    """``os.replace(tmp, path)``, the old file's blocks and cached pages freed by an I/O
+    thread afterwards: the rename that drops the last link of a large file frees it right
+    there (a 16 MiB shard rewritten: 4.5 ms for a clean old file, 11-13 ms for one still
+    being written back, of a ~30 ms rewrite). A second link under a temp name (never
+    listed as a key; one a killed process leaves behind, ``shardstore repair`` removes)
+    keeps the old file for the thread to unlink. Still atomic: ``path`` always names a whole
+    file, the old or the new one."""
+    old = temp_path(path)
+    try:
+        os.link(path, old)
+    except OSError:  # no old file, or no hard links here: nothing to free later
+        os.replace(tmp, path)
+        return
+    try:
+        os.replace(tmp, path)
+    finally:
+        io_pool().submit(_unlink_quietly, old)
+
+
+def _unlink_quietly(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
 
 
 def _open_creating(path: str, flag: int) -> int:
