@@ -187,3 +187,19 @@ def test_sharding_codec_config_round_trips_exactly():
     codec = codec_from_config(config)
     with pytest.raises(Exception, match="divide"):
         codec.validate(ChunkSpec((6,), np.dtype("uint8"), 0))
+
+
+def test_tagged_reads_are_declared_over_a_base_whose_replies_carry_versions():
+    """A shard's generation is the tag of the reply its index came in: declared over HTTP and
+    S3 (``versions_in_replies``), not over a store that asks it apart (memory, files), nor by
+    an adapter nested in another (whose shard's generation the outer one asks apart)."""
+
+    class Replying(MemoryStore):
+        versions_in_replies = True
+
+    assert ZarrShardingStore(MemoryStore(), make_layout()).tagged_reads is None
+    outer = ZarrShardingStore(Replying(), make_layout(shape=(16, 18), shard=(8, 12), inner=(4, 6)))
+    assert outer.tagged_reads is outer
+    inner_layout = make_layout("start", shape=(16, 18), shard=(4, 6), inner=(2, 3))
+    inner_layout = ShardLayout(inner_layout.codec, inner_layout.shard_spec, inner_layout.inner_grid_shape, inner_key)
+    assert ZarrShardingStore(outer, inner_layout).tagged_reads is None

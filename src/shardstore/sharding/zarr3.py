@@ -152,8 +152,10 @@ class ZarrShardingStore(UnitChecks, BatchedWrites):
 
     @property
     def tagged_reads(self) -> SupportsGetManyTagged | None:
-        # (the generation of a shard is the base's tag of the reply its index came in)
-        return None if self.base.tagged_reads is None else self
+        # (the generation of a shard is the base's tag of the reply its index came in: only
+        # a base whose versioned reads take it from the reply can give it; not a nested
+        # adapter, whose shard's generation would be asked apart)
+        return self if self.base.versions_in_replies else None
 
     async def get_many_tagged(self, keys: Sequence[str]) -> tuple[list[bytes | None], list[Hashable | None]]:
         """Inner chunks, each with the generation of its shard that its index was read at:

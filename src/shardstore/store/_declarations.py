@@ -92,6 +92,11 @@ class StoreDeclarations:
         blocking read can check on the calling thread (files and memory have ``sync_reads``)."""
         return None
 
+    #: whether ``get_versioned`` takes the generation from the very reply that carries the
+    #: value (an ETag), not from a question asked before it (HTTP, S3): what a sharding
+    #: adapter over it needs to declare ``tagged_reads`` for its inner chunks
+    versions_in_replies: bool = False
+
     @property
     def tagged_reads(self) -> SupportsGetManyTagged | None:
         """This store's ``get_many_tagged`` (values with the generation of their unit that

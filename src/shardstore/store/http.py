@@ -374,6 +374,8 @@ class ObjectStoreBase(Store):
             etag = head.get("e_tag") if head else None
         return value, etag
 
+    versions_in_replies = True
+
     @property
     def tagged_reads(self) -> SupportsGetManyTagged:
         return self
