@@ -32,15 +32,19 @@ SPEC = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "identity", "preshift
 
 # -- 2. importable format modules -------------------------------------------------------------
 
-def test_format_modules_import_in_a_fresh_interpreter() -> None:
-    code = ("import shardstore.precomputed, shardstore.zarr3, shardstore.bcolz\n"
-            "from shardstore.n5 import create, open_group\n"
-            "from shardstore.precomputed import open_kv, add_scale\n"
-            "import shardstore\n"
-            "assert shardstore.n5.create is create and shardstore.precomputed.open_kv is open_kv\n"
-            "assert shardstore.bcolz.ctable and shardstore.zarr3.create_group\n")
+def _run_fresh(code: str) -> None:
+    """Run ``code`` in a fresh interpreter of this environment (it fails the test by failing)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=120)
+
+
+def test_format_modules_import_in_a_fresh_interpreter() -> None:
+    _run_fresh("import shardstore.precomputed, shardstore.zarr3, shardstore.bcolz\n"
+               "from shardstore.n5 import create, open_group\n"
+               "from shardstore.precomputed import open_kv, add_scale\n"
+               "import shardstore\n"
+               "assert shardstore.n5.create is create and shardstore.precomputed.open_kv is open_kv\n"
+               "assert shardstore.bcolz.ctable and shardstore.zarr3.create_group\n")
 
 
 def test_numcodecs_is_imported_only_when_imagecodecs_cannot_do_the_blosc_work() -> None:
@@ -48,22 +52,20 @@ def test_numcodecs_is_imported_only_when_imagecodecs_cannot_do_the_blosc_work() 
     ~5 MiB of RSS) is not loaded by ``import shardstore``, nor by blosc arrays of the
     compressors every c-blosc has (imagecodecs' c-blosc does their work); only to ask
     whether this c-blosc has snappy."""
-    code = ("import sys, numpy as np, shardstore\n"
-            "from shardstore.codecs.blosc import BloscCodec\n"
-            "from shardstore.errors import UnsupportedFeatureError\n"
-            "b = shardstore.zarr3.create('memory://', shape=(64,), dtype='u2', chunks=(16,),\n"
-            "    codecs=[{'name': 'bytes', 'configuration': {'endian': 'little'}}, {'name': 'blosc', 'configuration':\n"
-            "    {'cname': 'lz4', 'clevel': 5, 'shuffle': 'shuffle', 'typesize': 2, 'blocksize': 0}}])\n"
-            "b[...] = np.arange(64)\n"
-            "assert (b[...] == np.arange(64)).all()\n"
-            "assert 'numcodecs' not in sys.modules, 'loaded'\n"
-            "try:\n"
-            "    BloscCodec('snappy')\n"
-            "except UnsupportedFeatureError:\n"
-            "    pass\n"
-            "assert 'numcodecs' in sys.modules, 'not asked about snappy'\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=120)
+    _run_fresh("import sys, numpy as np, shardstore\n"
+               "from shardstore.codecs.blosc import BloscCodec\n"
+               "from shardstore.errors import UnsupportedFeatureError\n"
+               "b = shardstore.zarr3.create('memory://', shape=(64,), dtype='u2', chunks=(16,),\n"
+               "    codecs=[{'name': 'bytes', 'configuration': {'endian': 'little'}}, {'name': 'blosc', 'configuration':\n"
+               "    {'cname': 'lz4', 'clevel': 5, 'shuffle': 'shuffle', 'typesize': 2, 'blocksize': 0}}])\n"
+               "b[...] = np.arange(64)\n"
+               "assert (b[...] == np.arange(64)).all()\n"
+               "assert 'numcodecs' not in sys.modules, 'loaded'\n"
+               "try:\n"
+               "    BloscCodec('snappy')\n"
+               "except UnsupportedFeatureError:\n"
+               "    pass\n"
+               "assert 'numcodecs' in sys.modules, 'not asked about snappy'\n")
 
 
 @pytest.mark.parametrize("name", ["zarr3", "n5", "precomputed", "bcolz"])
