@@ -69,8 +69,8 @@ def _numcodecs() -> Any:
     """numcodecs.blosc, imported on first use: only for what imagecodecs' c-blosc cannot do
     (a typesize that does not divide the data, a compressor it lacks) and to ask which
     compressors are built in. Its import costs ~60 ms and ~5 MiB (numcodecs reads every
-    installed package's entry points), paid by ``import shardstore`` before and by the
-    first blosc array's ``create`` after that; now by neither, for the usual compressors."""
+    installed package's entry points), which neither ``import shardstore`` nor opening an
+    array of the usual compressors should pay."""
     global _numcodecs_blosc
     if _numcodecs_blosc is None:
         import numcodecs.blosc

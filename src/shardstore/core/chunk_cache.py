@@ -232,13 +232,10 @@ def keep_placed(projections: Sequence[ChunkProjection], layout: ChunkLayout, out
     """Keep in the cache the whole chunks that a native read placed into ``out`` (copies of
     their boxes, at the generation asked before the fetch): the native path fetches, decodes
     and places a cold read's whole chunks faster than decoding each into an array of its own.
-    Each copy is an allocation of its own: one block for a batch of chunks (4 MiB and more
-    get huge pages from NumPy) had to be faulted in through the kernel's compaction of huge
-    pages on a machine whose memory had been in use (sharded precomputed and Zarr v3 256^3
-    read whole into a 256 MiB cache, medians of 5 fresh handles in 4 alternating runs, ms
-    cold, block -> per chunk: precomputed 40-54 -> 35-45, Zarr v3 51-57 -> 42-48; the warm
-    reads out of the cache alike, 3.7-5.8). (A batch for the runners' thread sharing, like
-    ``place_hits``.)"""
+    Each copy is an allocation of its own, not one block per batch: blocks of 4 MiB and more
+    get huge pages from NumPy, and faulting those in can stall on the kernel's compaction
+    (cold whole reads into the cache were 10-25 % slower so; warm reads no faster).
+    (A batch for the runners' thread sharing, like ``place_hits``.)"""
     cache = layout.chunk_cache
     kept = [(p, key, gen) for p in projections if (gen := gens.get(key := layout.chunk_key(p.coords))) is not None]
     if cache is None or not kept:

@@ -101,11 +101,9 @@ def threads_for(
     # threads do; a slow decoder (gzip) instead gets one thread per core, if there is enough
     # of it: a thread that waits for the GIL behind one running Python can lose whole switch
     # intervals, more than a few milliseconds of work gains. A write counts as waiting only
-    # when most of its time was: chunk files written into the page cache cost CPU (system
-    # time), an encoder on each of 8 I/O threads on 2 cores was slower than one per core
-    # (N5, 64^3 chunks, 512^3 writes, MB/s on 8 / 2 threads: gzip 322 / 380, blosc-lz4
-    # 499 / 659) and kept a malloc arena of buffers each (~1 MiB a thread for ISA-L's gzip),
-    # and a page-cache write's journal wait of a few tenths of a millisecond is no slow disk
+    # when most of its time was: writes into the page cache are CPU (system time), a short
+    # journal wait is no slow disk, and an encoder per I/O thread on few cores is slower than
+    # one per core and keeps a malloc arena of buffers per thread
     waiting = waited > config.waiting_item_seconds and (not writes or 2 * waited > took)
     if gil and not waiting:
         # measured (precomputed compressed_segmentation, 64^3 uint64 chunks): 100^3 reads
