@@ -34,6 +34,10 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#if defined(__SSE2__)
+#include <emmintrin.h> /* streaming stores (copy_run) */
+#endif
+
 #define MAXDIM 32
 #define NOTHING_TO_READ INT_MIN /* open_ahead of a job with an empty box */
 #define AHEAD 4 /* files opened (and their reads started) ahead of the one being copied */
@@ -85,6 +89,7 @@ typedef struct {
     Py_ssize_t file_size; /* raw: every full chunk file's size; inflate: the largest taken */
     Py_ssize_t chunk_nbytes;
     int inflate;
+    int stream; /* place_boxes: runs of 64 bytes and more bypass the CPU caches (copy_run) */
     char *out;
 } plan_t;
 
@@ -149,6 +154,32 @@ static int inflate_file(const plan_t *pl, inflater_t *inf, int fd, Py_ssize_t si
     return ST_OK;
 }
 
+/* memcpy, or with ``stream`` the 64-byte lines of the run that ``dst`` covers whole written
+ * with streaming (non-temporal) stores: a result larger than a good part of the CPU's last
+ * cache only evicts other data on its way to memory, and each line stored normally is first
+ * read from memory. Measured (16 MiB of 64^3 uint8 chunks into a 256^3 result, one thread):
+ * 0.9 ms streamed against 2.3 ms by memcpy; at 4 MiB memcpy is faster (0.16 / 0.22 ms). */
+static void copy_run(char *dst, const char *src, size_t n, int stream) {
+#if defined(__SSE2__)
+    if (stream && n >= 64) {
+        size_t head = (size_t)(-(uintptr_t)dst & 63);
+        memcpy(dst, src, head);
+        dst += head, src += head, n -= head;
+        for (; n >= 64; n -= 64, dst += 64, src += 64) {
+            __m128i a = _mm_loadu_si128((const __m128i *)src), b = _mm_loadu_si128((const __m128i *)(src + 16));
+            __m128i c = _mm_loadu_si128((const __m128i *)(src + 32)), d = _mm_loadu_si128((const __m128i *)(src + 48));
+            _mm_stream_si128((__m128i *)dst, a);
+            _mm_stream_si128((__m128i *)(dst + 16), b);
+            _mm_stream_si128((__m128i *)(dst + 32), c);
+            _mm_stream_si128((__m128i *)(dst + 48), d);
+        }
+    }
+#else
+    (void)stream;
+#endif
+    memcpy(dst, src, n);
+}
+
 /* Copy a job's box out of ``payload`` (the chunk's elements from element ``first`` on) into
  * ``out``: an odometer over every dimension but the last, then the innermost run. */
 static void scatter_box(const plan_t *pl, const job_t *job, const char *payload, Py_ssize_t first) {
@@ -186,7 +217,7 @@ static void scatter_box(const plan_t *pl, const job_t *job, const char *payload,
     char *dst = pl->out + dst_off;
     for (;;) {
         if (contiguous) {
-            memcpy(dst, src, (size_t)(n_inner * isz));
+            copy_run(dst, src, (size_t)(n_inner * isz), pl->stream);
         } else {
             for (Py_ssize_t i = 0; i < n_inner; i++) copy_item(dst + i * dst_step, src + i * src_step, isz, pl->swap);
         }
@@ -420,6 +451,82 @@ done:
     Py_XDECREF(jl);
     if (have_view) PyBuffer_Release(&view);
     PyBuffer_Release(&header);
+    return result;
+}
+
+/* -- copies from memory ---------------------------------------------------------------------
+ *
+ * The boxes of decoded chunks a read takes from the chunk cache, placed into its result in one
+ * call with the GIL released: from Python each box is two views and a copy whose per-row loop
+ * NumPy starts anew for every chunk (about 2 us of overhead per box, a third of a 100^3
+ * read's time), and a large result gains streaming stores (copy_run).
+ */
+PyDoc_STRVAR(place_boxes_doc,
+"place_boxes(out, chunk_shape, out_dims, itemsize, jobs, stream) -> None\n\n"
+"Copy boxes of chunks held in memory into ``out`` with the GIL released. ``jobs``: a list of\n"
+"``(chunk, box)``: ``chunk`` a contiguous buffer of the whole chunk (``chunk_shape``, C order),\n"
+"``box`` as for ``read_boxes``. ``stream``: write the runs with streaming stores (a result\n"
+"much larger than the CPU's caches).");
+
+static PyObject *place_boxes(PyObject *self, PyObject *args) {
+    PyObject *out_obj, *shape_obj, *dims_obj, *jobs_obj;
+    Py_ssize_t itemsize;
+    int stream;
+    if (!PyArg_ParseTuple(args, "OOOnOp", &out_obj, &shape_obj, &dims_obj, &itemsize, &jobs_obj, &stream)) return NULL;
+    plan_t pl;
+    Py_buffer view;
+    job_t *jobs = NULL;
+    Py_buffer *chunks = NULL;
+    Py_ssize_t njobs = 0, held = 0;
+    PyObject *shape = NULL, *dims = NULL, *jl = NULL, *result = NULL;
+    int have_view = 0;
+
+    if (PyObject_GetBuffer(out_obj, &view, PyBUF_RECORDS) != 0) goto done;
+    have_view = 1;
+    if (!(shape = PySequence_Fast(shape_obj, "chunk_shape must be a sequence"))) goto done;
+    if (!(dims = PySequence_Fast(dims_obj, "out_dims must be a sequence"))) goto done;
+    if (!(jl = PySequence_Fast(jobs_obj, "jobs must be a sequence"))) goto done;
+    Py_ssize_t out_dim[MAXDIM];
+    if (plan_out(&pl, &view, shape, dims, itemsize, 0, out_dim) != 0) goto done;
+    pl.stream = stream;
+    njobs = PySequence_Fast_GET_SIZE(jl);
+    jobs = PyMem_Calloc(njobs ? (size_t)njobs : 1, sizeof(job_t));
+    chunks = PyMem_Calloc(njobs ? (size_t)njobs : 1, sizeof(Py_buffer));
+    if (!jobs || !chunks) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (; held < njobs; held++) {
+        PyObject *job = PySequence_Fast_GET_ITEM(jl, held), *chunk, *box;
+        if (!PyArg_ParseTuple(job, "OO;a job is (chunk, box)", &chunk, &box)) goto done;
+        if (PyObject_GetBuffer(chunk, &chunks[held], PyBUF_ANY_CONTIGUOUS) != 0) goto done;
+        if (chunks[held].len != pl.chunk_nbytes) {
+            held++; /* (released below) */
+            PyErr_SetString(PyExc_ValueError, "a chunk's buffer is not of the chunk's size");
+            goto done;
+        }
+        if (parse_box(&pl, &view, out_dim, box, &jobs[held]) != 0) {
+            held++;
+            goto done;
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < njobs; i++) scatter_box(&pl, &jobs[i], chunks[i].buf, 0);
+#if defined(__SSE2__)
+    if (stream) _mm_sfence(); /* streamed lines are weakly ordered: visible before we return */
+#endif
+    Py_END_ALLOW_THREADS
+    result = Py_None;
+    Py_INCREF(result);
+
+done:
+    for (Py_ssize_t i = 0; i < held; i++) PyBuffer_Release(&chunks[i]);
+    PyMem_Free(chunks);
+    PyMem_Free(jobs);
+    Py_XDECREF(shape);
+    Py_XDECREF(dims);
+    Py_XDECREF(jl);
+    if (have_view) PyBuffer_Release(&view);
     return result;
 }
 
@@ -1012,6 +1119,7 @@ static PyObject *set_libdeflate(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"decoders", decoders, METH_NOARGS, decoders_doc},
+    {"place_boxes", place_boxes, METH_VARARGS, place_boxes_doc},
     {"read_boxes", read_boxes, METH_VARARGS, read_boxes_doc},
     {"read_spans", read_spans, METH_VARARGS, read_spans_doc},
     {"set_decoders", set_decoders, METH_VARARGS, set_decoders_doc},
@@ -1022,7 +1130,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "shardstore._rawio",
-    "Native batch reads and writes of chunks (see read_boxes, read_spans, write_boxes).", -1, methods,
+    "Native batch reads and writes of chunks (see read_boxes, read_spans, write_boxes, place_boxes).", -1, methods,
 };
 
 PyMODINIT_FUNC PyInit__rawio(void) { return PyModule_Create(&module); }

@@ -27,6 +27,15 @@ def write_boxes(
     jobs: Sequence[tuple[_Path, _Path, Sequence[int]]],
     /,
 ) -> bytes: ...
+def place_boxes(
+    out: Any,
+    chunk_shape: Sequence[int],
+    out_dims: Sequence[int],
+    itemsize: int,
+    jobs: Sequence[tuple[Any, Sequence[int]]],
+    stream: bool,
+    /,
+) -> None: ...
 def set_libdeflate(alloc_decompressor: int, free_decompressor: int, gzip_decompress_ex: int, zlib_decompress_ex: int, /) -> None: ...
 def read_spans(
     out: Any,

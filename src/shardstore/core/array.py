@@ -17,6 +17,7 @@ from .chunk_cache import ChunkCache
 from .indexing import ChunkProjection, Indexer, basic_indexer, orthogonal_indexer
 from .io import hits_now, read_into, read_into_now
 from .layout import ChunkLayout, FormatDriver, fill_mask
+from .placing import empty_result
 from .streaming import stream_unit, streamed_unit
 from .writes import UnitLocks, reshape_chunks, write_from, write_from_now, writes_now
 
@@ -97,7 +98,7 @@ class AsyncArray:
 
     async def read(self, indexer: Indexer, *, strict: bool = False) -> np.ndarray:
         layout = self._layout()
-        out = np.empty(indexer.shape, dtype=layout.spec.dtype, order=layout.order)
+        out = empty_result(indexer.shape, layout.spec.dtype, layout.order, layout.config)
         if out.size:
             await read_into(layout, indexer, out, strict=strict)
         return out
@@ -108,7 +109,7 @@ class AsyncArray:
         remote stores whose chunk cache serves part of it, that part here and the rest on the
         loop (``hits_now``); None, having read nothing, for the others."""
         layout = self._layout()
-        out = np.empty(indexer.shape, dtype=layout.spec.dtype, order=layout.order)
+        out = empty_result(indexer.shape, layout.spec.dtype, layout.order, layout.config)
         if out.size == 0 or read_into_now(layout, indexer, out, strict=strict):
             return out
         asked = hits_now(layout, indexer, out)

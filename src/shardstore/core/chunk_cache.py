@@ -55,8 +55,7 @@ if TYPE_CHECKING:
     from .layout import ChunkLayout
 
 __all__ = [
-    "ChunkCache", "Generations", "Hit", "bypassed", "copies_shared", "held_at_tag", "keep_placed", "owned", "place_hits",
-    "take_cached",
+    "ChunkCache", "Generations", "Hit", "bypassed", "copies_shared", "held_at_tag", "keep_placed", "owned", "take_cached",
     "unit_generations", "unit_generations_async",
 ]
 
@@ -209,14 +208,6 @@ def take_cached(
         else:
             hits.append((p, chunk))
     return rest, gens, hits
-
-
-def place_hits(hits: Sequence[Hit], out: np.ndarray) -> list:
-    """Copy each hit's part into ``out`` (a batch for the runners' thread sharing: the
-    copies of a large read of cached chunks run without the GIL)."""
-    for p, chunk in hits:
-        assign(out, p.out_selection, chunk[p.chunk_selection])
-    return []
 
 
 def copies_shared(hits: Sequence[Hit], out: np.ndarray, config: IOConfig) -> bool:

@@ -29,13 +29,13 @@ from .chunk_cache import (
     held_at_tag,
     keep_placed,
     owned,
-    place_hits,
     take_cached,
     unit_generations,
     unit_generations_async,
 )
 from .indexing import ChunkProjection
 from .layout import ChunkLayout
+from .placing import place_hits
 from .rawread import raw_reader
 from .spanread import span_reader, span_units
 from .threads import share_now
@@ -234,9 +234,9 @@ def _cached_part_now(
     generations = unit_generations(layout, projections, generation, threads, held_only)
     rest, gens, hits = take_cached(layout, projections, generations)
     if copies_shared(hits, out, config):
-        share_now(place_hits, hits, out, config=config, free=True)
+        share_now(place_hits, hits, out, config, config=config, free=True)
     else:
-        place_hits(hits, out)
+        place_hits(hits, out, config)
     return rest, gens
 
 
@@ -368,7 +368,7 @@ async def read_into(
 
     async def place(hits: list[Hit]) -> None:
         if hits:
-            await spread(place_hits, hits, out, config=config, light=not copies_shared(hits, out, config))
+            await spread(place_hits, hits, out, config, config=config, light=not copies_shared(hits, out, config))
 
     gens: Generations | None = None
     tagged = layout.store.tagged_reads

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import ctypes
 import math
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -44,6 +44,7 @@ __all__ = ["available", "inflate_available", "plan_boxes", "raw_reader", "revers
 
 #: a chunk of a read: its projection, its key, and None (the slot `_scatter` takes its bytes in)
 Items = list[tuple[ChunkProjection, str, None]]
+_T = TypeVar("_T", bound=tuple[Any, ...])
 _LIBDEFLATE_FUNCTIONS = ("alloc_decompressor", "free_decompressor", "gzip_decompress_ex", "zlib_decompress_ex")
 #: ``_rawio.read_boxes``' status of a job whose file does not exist
 ST_MISSING = 1
@@ -150,15 +151,16 @@ def reversed_boxes(boxes: list[list[int]], out_dims: list[int]) -> tuple[list[li
     return [[v for d in range(nd - 1, -1, -1) for v in box[4 * d : 4 * d + 4]] for box in boxes], out_dims[::-1]
 
 
-def plan_boxes(items: Items, out_ndim: int) -> tuple[list[list[int]], Items, Items, list[int] | None]:
-    """The boxes the native kernels copy (``_rawio.read_boxes`` / ``read_spans``): for each
-    item whose projection is slices and integers, ``(start, step, count, out_start)`` per
-    chunk dimension, flattened. Returns ``(boxes, the items they belong to, the other items,
+def plan_boxes(items: Sequence[_T], out_ndim: int) -> tuple[list[list[int]], list[_T], list[_T], list[int] | None]:
+    """The boxes the native kernels copy (``_rawio.read_boxes`` / ``read_spans`` /
+    ``place_boxes``): for each item (a tuple whose first element is the projection: a read's
+    item, a chunk cache hit) whose projection is slices and integers, ``(start, step, count,
+    out_start)`` per chunk dimension, flattened. Returns ``(boxes, the items they belong to, the other items,
     out_dims)``: ``out_dims`` gives the dimension of the output each chunk dimension fills
     (-1: an integer index), the same for every box (None when no item was taken)."""
     boxes: list[list[int]] = []
-    taken: Items = []
-    rest: Items = []
+    taken: list[_T] = []
+    rest: list[_T] = []
     out_dims: list[int] | None = None
     slice_ = slice
     for item in items:

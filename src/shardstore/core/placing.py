@@ -1,0 +1,98 @@
+"""Copies of chunks held in memory (the chunk cache's hits) into a read's result.
+
+Placing a cached chunk's part from Python costs two views and a NumPy copy whose row loop
+starts anew for every chunk: about 2 us per chunk beside the bytes, a third of a random
+100^3 read served from the cache. ``_rawio.place_boxes`` places a whole batch in one call
+without the GIL. A result of ``IOConfig.streaming_copy_bytes`` or more is written with
+streaming stores, which skip the CPU caches: such a result does not stay cached anyway, and
+each line stored normally is read from memory first (a 256^3 uint8 result of cached 64^3
+chunks: 0.9 ms against 2.3 ms on one thread). ``empty_result`` gives such results the
+64-byte alignment that lets their rows be streamed whole.
+
+Hits the kernel cannot take (a chunk of another dtype or layout, fancy indexing, the C
+extension not built or ``IOConfig(native=False)``) are copied by NumPy, with the same result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .._assign import assign
+from .chunk_cache import Hit
+from .rawread import available, plan_boxes, reversed_boxes
+
+if TYPE_CHECKING:
+    from .. import _rawio
+    from ..config import IOConfig
+else:
+    try:
+        from .. import _rawio
+    except ImportError:
+        _rawio = None
+
+__all__ = ["empty_result", "place_hits"]
+
+#: the line size streaming stores write whole
+_LINE = 64
+#: kinds of dtype the kernel copies as plain bytes
+_PLAIN_KINDS = frozenset("biufc")
+
+
+def empty_result(shape: tuple[int, ...], dtype: np.dtype, order: str, config: IOConfig) -> np.ndarray:
+    """``np.empty`` for a read's result, aligned to a cache line when it is large enough to
+    be written with streaming stores (NumPy's own allocation is aligned to 16 bytes only, and
+    the kernel streams only the lines a row covers whole: 64-byte rows at an odd offset would
+    cover none)."""
+    dtype = np.dtype(dtype)
+    nbytes = dtype.itemsize
+    for n in shape:
+        nbytes *= n
+    if nbytes < config.streaming_copy_bytes or not config.native or nbytes == 0:
+        return np.empty(shape, dtype=dtype, order=order)  # type: ignore[call-overload]
+    block = np.empty(nbytes + _LINE, dtype=np.uint8)
+    start = -block.ctypes.data % _LINE
+    flat = block[start : start + nbytes].view(dtype)
+    return flat.reshape(shape[::-1]).T if order == "F" else flat.reshape(shape)
+
+
+def place_hits(hits: Sequence[Hit], out: np.ndarray, config: IOConfig) -> list:
+    """Copy each hit's part into ``out`` (a batch for the runners' thread sharing: its
+    copies run without the GIL)."""
+    # (smaller results stay with NumPy: planning the boxes in Python costs about what the
+    # kernel saves on them)
+    rest = _place_natively(hits, out) if config.native and out.nbytes >= config.streaming_copy_bytes else hits
+    for p, chunk in rest:
+        assign(out, p.out_selection, chunk[p.chunk_selection])
+    return []
+
+
+def _place_natively(hits: Sequence[Hit], out: np.ndarray) -> Sequence[Hit]:
+    """The hits ``_rawio.place_boxes`` placed with streaming stores, in one call per chunk
+    shape and memory order; returns the others."""
+    if not available() or len(hits) < 2 or out.dtype.kind not in _PLAIN_KINDS:
+        return hits  # (one chunk: NumPy's copy costs no more than the call)
+    dtype = out.dtype
+    groups: dict[tuple[tuple[int, ...], bool], list[Any]] = {}
+    rest: list[Hit] = []
+    for hit in hits:
+        chunk = hit[1]
+        if chunk.dtype != dtype:
+            rest.append(hit)
+        elif chunk.flags.c_contiguous:
+            groups.setdefault((chunk.shape, False), []).append(hit)
+        elif chunk.flags.f_contiguous:  # (precomputed's chunks: the kernel copies their reversed view)
+            groups.setdefault((chunk.shape, True), []).append(hit)
+        else:
+            rest.append(hit)
+    for (shape, fortran), group in groups.items():
+        boxes, taken, left, out_dims = plan_boxes(group, out.ndim)
+        rest += left
+        if taken and out_dims is not None:
+            if fortran:
+                boxes, out_dims = reversed_boxes(boxes, out_dims)
+                shape = shape[::-1]
+            _rawio.place_boxes(out, shape, out_dims, dtype.itemsize, [(hit[1], b) for hit, b in zip(taken, boxes)], True)
+    return rest

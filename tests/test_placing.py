@@ -1,0 +1,195 @@
+"""Copies of cached chunks into a read's result (``core/placing.py``): large results get the
+native kernel's streaming stores (``_rawio.place_boxes``) and a 64-byte-aligned allocation,
+with the same values NumPy's copies give, for every format's memory order and any selection."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+import shardstore
+from shardstore.core import placing, rawread
+from shardstore.core.grid import RegularGrid
+from shardstore.core.indexing import ChunkProjection, basic_indexer
+from shardstore.testing.runners import RUNNERS, Runner, on_runner
+
+MIB = 1 << 20
+SHAPE = (40, 36, 75)  # (chunk rows of 80 bytes and an edge row of 22: streamed lines, heads and tails)
+needs_native = pytest.mark.skipif(
+    not rawread.available() and not os.environ.get("SHARDSTORE_REQUIRE_NATIVE"), reason="C extension not built"
+)
+
+
+def _make(fmt: str, runner: Runner = "blocking") -> tuple[Callable[..., shardstore.Array], np.ndarray]:
+    """(open the array again with a chunk cache, its volume): SHAPE in memory as the runner
+    sees it, chunks of 16 x 16 x 40 (edge chunks on every axis), written. The opened array streams every
+    read's copies (``streaming_copy_bytes=0``) unless ``config`` says otherwise."""
+    store = on_runner(shardstore.MemoryStore(), runner)
+    vol = np.random.default_rng(3).integers(0, 60000, SHAPE).astype("uint16")
+    if fmt == "zarr3":
+        a = shardstore.create(store, shape=SHAPE, dtype="uint16", chunks=(16, 16, 40), shards=(32, 32, 80),
+                              codecs=[{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "zstd"}])
+    elif fmt == "n5":  # (edge blocks are stored clipped)
+        a = shardstore.n5.create(store, "d", shape=SHAPE, dtype="uint16", block_size=(40, 16, 16),
+                                 compression={"type": "raw"})
+    else:  # precomputed: chunks decode to Fortran order
+        a = shardstore.precomputed.create(store, data_type="uint16", scales=[
+            {"size": list(SHAPE), "chunk_size": [16, 16, 40], "encoding": "raw"}])
+        vol = vol[..., None]
+    a[...] = vol
+
+    def reopen(**config: Any) -> shardstore.Array:
+        cfg = shardstore.IOConfig(**{"chunk_cache_bytes": 64 * MIB, "streaming_copy_bytes": 0, **config})
+        if fmt == "n5":
+            return shardstore.n5.open(store, path="d", mode="r", config=cfg)
+        if fmt == "precomputed":
+            return shardstore.precomputed.open(store, mode="r", config=cfg)
+        return shardstore.open(store, mode="r", config=cfg)
+
+    return reopen, vol
+
+
+@pytest.fixture
+def kernel_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, bool]]:
+    """(jobs, stream) of every ``_rawio.place_boxes`` call."""
+    calls: list[tuple[int, bool]] = []
+    real = placing._rawio
+
+    class Counting:
+        def place_boxes(self, out: Any, shape: Any, dims: Any, itemsize: int, jobs: list, stream: bool) -> None:
+            calls.append((len(jobs), stream))
+            real.place_boxes(out, shape, dims, itemsize, jobs, stream)
+
+    if real is not None:
+        monkeypatch.setattr(placing, "_rawio", Counting())
+    return calls
+
+
+FORMATS = ["zarr3", "n5", "precomputed"]
+
+
+@needs_native
+@pytest.mark.parametrize("runner", RUNNERS)
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_streamed_copies_of_cached_chunks_give_numpys_values(fmt: str, runner: Runner,
+                                                            kernel_calls: list[tuple[int, bool]]) -> None:
+    reopen, vol = _make(fmt, runner)
+    c = reopen()
+    selections: list[tuple[Any, ...]] = [
+        (slice(None),) * 3, (slice(5, 40), slice(3, 35), slice(1, 74)), (slice(2, 39, 3), slice(None), slice(7, 70, 2)),
+        (17, slice(4, 33), slice(None)), (slice(None), 0, 35), (slice(None), slice(None), slice(3, 75)),
+    ]
+    for sel in selections:
+        sel = sel + (slice(None),) * (vol.ndim - 3)
+        first = c[sel]  # fills the cache (the chunks are decoded)
+        again = c[sel]  # all hits
+        np.testing.assert_array_equal(first, vol[sel])
+        np.testing.assert_array_equal(again, vol[sel])
+    assert kernel_calls and all(stream for _, stream in kernel_calls)
+
+
+@needs_native
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_large_results_are_line_aligned_and_in_the_formats_order(fmt: str) -> None:
+    reopen, vol = _make(fmt)
+    c = reopen()
+    for _ in range(2):
+        out = c[...]
+        assert out.ctypes.data % 64 == 0
+        assert out.flags.f_contiguous if fmt == "precomputed" else out.flags.c_contiguous
+        assert out.flags.writeable
+        np.testing.assert_array_equal(out, vol)
+    assert reopen(streaming_copy_bytes=vol.nbytes + 1)[...].base is None  # (NumPy's own allocation)
+
+
+@needs_native
+def test_results_below_the_threshold_are_copied_by_numpy(kernel_calls: list[tuple[int, bool]]) -> None:
+    reopen, vol = _make("zarr3")
+    c = reopen(streaming_copy_bytes=vol.nbytes + 1)
+    c[...]
+    np.testing.assert_array_equal(c[...], vol)
+    assert kernel_calls == []
+    c = reopen(streaming_copy_bytes=vol.nbytes)
+    c[...]
+    np.testing.assert_array_equal(c[...], vol)
+    assert kernel_calls and kernel_calls[-1][1] is True
+
+
+def test_native_false_copies_by_numpy(kernel_calls: list[tuple[int, bool]]) -> None:
+    reopen, vol = _make("precomputed")
+    c = reopen(native=False)
+    c[...]
+    np.testing.assert_array_equal(c[...], vol)
+    assert kernel_calls == []
+
+
+# -- the kernel, given hits directly ------------------------------------------------------------
+@needs_native
+@given(
+    st.tuples(*[st.integers(1, 50) for _ in range(3)]), st.integers(3, 40), st.sampled_from(["C", "F", "mixed"]),
+    st.booleans(), st.data(),
+)
+@example(shape=(16, 16, 16), chunk=4, order="F", clipped=False, data=None)
+@example(shape=(17, 9, 13), chunk=4, order="mixed", clipped=True, data=None)
+@example(shape=(23, 45, 50), chunk=33, order="C", clipped=False, data=None)  # (rows of 132 bytes: streamed)
+def test_place_hits_equals_numpys_copies(shape: tuple[int, int, int], chunk: int, order: str, clipped: bool,
+                                         data: Any) -> None:
+    """Hits of any memory order, edge chunks full-size (Zarr) or clipped (N5, precomputed),
+    any basic selection (steps, negative steps and integers too): the same as NumPy."""
+    vol = np.random.default_rng(sum(shape) * chunk).integers(0, 1 << 30, shape).astype("int32")
+    grid = RegularGrid(shape, (chunk,) * 3)
+    sel: tuple[Any, ...] = (slice(None),) * 3
+    if data is not None:
+        sel = tuple(data.draw(st.one_of(st.integers(-n, n - 1), st.builds(
+            slice, st.none() | st.integers(-n, n), st.none() | st.integers(-n, n), st.sampled_from([None, 1, 2, 3, -1, -2]))))
+            for n in shape)
+    indexer = basic_indexer(sel, grid)
+    expected = vol[sel]
+    out = np.full(expected.shape, -1, dtype="int32")
+    hits = []
+    for p in indexer:
+        box = tuple(slice(c * chunk, (c + 1) * chunk) for c in p.coords)
+        part = vol[box] if clipped else np.pad(vol[box], [(0, chunk - n) for n in vol[box].shape])
+        layout = order if order != "mixed" else "CF"[sum(p.coords) % 2]
+        hits.append((p, np.array(part, order=layout)))
+    placing.place_hits(hits, out, shardstore.IOConfig(streaming_copy_bytes=0))
+    np.testing.assert_array_equal(out, expected)
+
+
+@needs_native
+def test_hits_the_kernel_cannot_take_are_left_to_numpy() -> None:
+    base = np.arange(8 * 8 * 8, dtype="int32").reshape(8, 8, 8)
+    whole = (slice(0, 8, 1),) * 3
+    p = ChunkProjection((0, 0, 0), whole, whole, True)
+    other_dtype = (p, base.astype("int64"))
+    strided = (p, np.arange(16 * 8 * 8, dtype="int32").reshape(16, 8, 8)[::2])
+    ok = (p, base)
+    out = np.zeros((8, 8, 8), dtype="int32")
+    assert placing._place_natively([other_dtype, strided, ok], out) == [other_dtype, strided]
+    np.testing.assert_array_equal(out, base)
+
+
+@needs_native
+def test_the_kernel_refuses_what_does_not_fit() -> None:
+    from shardstore import _rawio
+
+    out = np.zeros((8, 8), dtype="uint8")
+    chunk = np.ones((4, 4), dtype="uint8")
+    box = [0, 1, 4, 0, 0, 1, 4, 6]  # (start, step, count, out_start) per dim: out column 6..9
+    with pytest.raises(ValueError, match="outside"):
+        _rawio.place_boxes(out, (4, 4), (0, 1), 1, [(chunk, box)], False)
+    with pytest.raises(ValueError, match="size"):
+        _rawio.place_boxes(out, (4, 4), (0, 1), 1, [(np.ones(15, dtype="uint8"), [0, 1, 4, 0, 0, 1, 4, 0])], False)
+    read_only = np.zeros((8, 8), dtype="uint8")
+    read_only.setflags(write=False)
+    with pytest.raises((ValueError, BufferError)):
+        _rawio.place_boxes(read_only, (4, 4), (0, 1), 1, [(chunk, [0, 1, 4, 0, 0, 1, 4, 0])], False)
+    with pytest.raises(ValueError, match="item size"):
+        _rawio.place_boxes(out, (4, 4), (0, 1), 2, [(chunk, [0, 1, 4, 0, 0, 1, 4, 0])], False)
+    assert not out.any()
