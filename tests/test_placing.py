@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -14,7 +15,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 import shardstore
-from shardstore.core import placing, rawread
+from shardstore.core import placing, rawread, spanread
 from shardstore.core.grid import RegularGrid
 from shardstore.core.indexing import ChunkProjection, basic_indexer
 from shardstore.testing.runners import RUNNERS, Runner, on_runner
@@ -28,7 +29,8 @@ needs_native = pytest.mark.skipif(
 
 def _make(fmt: str, runner: Runner = "blocking") -> tuple[Callable[..., shardstore.Array], np.ndarray]:
     """(open the array again with a chunk cache, its volume): SHAPE in memory as the runner
-    sees it, chunks of 16 x 16 x 40 (edge chunks on every axis), written. The opened array streams every
+    sees it, chunks with rows of 40 elements (precomputed's along its first axis, Fortran
+    order), edge chunks, written. The opened array streams every
     read's copies (``streaming_copy_bytes=0``) unless ``config`` says otherwise."""
     store = on_runner(shardstore.MemoryStore(), runner)
     vol = np.random.default_rng(3).integers(0, 60000, SHAPE).astype("uint16")
@@ -36,11 +38,11 @@ def _make(fmt: str, runner: Runner = "blocking") -> tuple[Callable[..., shardsto
         a = shardstore.create(store, shape=SHAPE, dtype="uint16", chunks=(16, 16, 40), shards=(32, 32, 80),
                               codecs=[{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "zstd"}])
     elif fmt == "n5":  # (edge blocks are stored clipped)
-        a = shardstore.n5.create(store, "d", shape=SHAPE, dtype="uint16", block_size=(40, 16, 16),
+        a = shardstore.n5.create(store, "d", shape=SHAPE, dtype="uint16", block_size=(16, 16, 40),
                                  compression={"type": "raw"})
     else:  # precomputed: chunks decode to Fortran order
         a = shardstore.precomputed.create(store, data_type="uint16", scales=[
-            {"size": list(SHAPE), "chunk_size": [16, 16, 40], "encoding": "raw"}])
+            {"size": list(SHAPE), "chunk_size": [40, 16, 16], "encoding": "raw"}])
         vol = vol[..., None]
     a[...] = vol
 
@@ -127,6 +129,83 @@ def test_native_false_copies_by_numpy(kernel_calls: list[tuple[int, bool]]) -> N
     c[...]
     np.testing.assert_array_equal(c[...], vol)
     assert kernel_calls == []
+
+
+# -- native reads of local files ---------------------------------------------------------------
+@pytest.fixture
+def streamed_reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
+    """(kernel, stream) of every native read of chunk files (``read_boxes``) and shard files
+    (``read_spans``)."""
+    calls: list[tuple[str, bool]] = []
+    real = rawread._rawio
+
+    class Recording:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        def read_boxes(self, *args: Any) -> bytes:
+            calls.append(("read_boxes", bool(args[9]) if len(args) > 9 else False))
+            return real.read_boxes(*args)
+
+        def read_spans(self, *args: Any) -> bytes:
+            calls.append(("read_spans", bool(args[10]) if len(args) > 10 else False))
+            return real.read_spans(*args)
+
+    if real is not None:
+        monkeypatch.setattr(rawread, "_rawio", Recording())
+        monkeypatch.setattr(spanread, "_rawio", Recording())
+    return calls
+
+
+LOCAL = {  # format -> (create in a directory, the kernel that reads it)
+    "zarr3-zstd": (lambda d: shardstore.create(str(d), shape=SHAPE, dtype="uint16", chunks=(16, 16, 40), shards=(32, 32, 80),
+                                               codecs=[{"name": "bytes", "configuration": {"endian": "little"}},
+                                                       {"name": "zstd"}]), "read_spans"),
+    # (uint8: N5's big-endian uint16 is copied item by item, swapped, never streamed)
+    "n5-raw": (lambda d: shardstore.n5.create(str(d), "d", shape=SHAPE, dtype="uint8", block_size=(16, 16, 64),
+                                              compression={"type": "raw"}), "read_boxes"),
+    "n5-gzip": (lambda d: shardstore.n5.create(str(d), "d", shape=SHAPE, dtype="uint8", block_size=(16, 16, 64),
+                                               compression={"type": "gzip"}), "read_boxes"),
+    "precomputed-raw": (lambda d: shardstore.precomputed.create(str(d), data_type="uint16", scales=[
+        {"size": list(SHAPE), "chunk_size": [40, 16, 16], "encoding": "raw"}]), "read_boxes"),
+    "precomputed-sharded": (lambda d: shardstore.precomputed.create(str(d), data_type="uint16", scales=[
+        {"size": list(SHAPE), "chunk_size": [40, 16, 16], "encoding": "raw", "sharding": {
+            "@type": "neuroglancer_uint64_sharded_v1", "hash": "identity", "preshift_bits": 3, "minishard_bits": 0,
+            "shard_bits": 0, "minishard_index_encoding": "raw", "data_encoding": "raw"}}]), "read_spans"),
+}
+
+
+@needs_native
+@pytest.mark.parametrize("fmt", sorted(LOCAL))
+def test_large_native_reads_of_files_stream_unless_the_cache_keeps_their_chunks(
+    fmt: str, tmp_path: Path, streamed_reads: list[tuple[str, bool]]
+) -> None:
+    create, kernel = LOCAL[fmt]
+    a = create(tmp_path)
+    vol = np.random.default_rng(4).integers(0, 250, SHAPE).astype(a.dtype)
+    vol = vol[..., None] if a.ndim == 4 else vol
+    a[...] = vol
+    path = str(tmp_path)
+
+    def reopen(**config: Any) -> shardstore.Array:
+        cfg = shardstore.IOConfig(**{"streaming_copy_bytes": 0, **config})
+        if fmt.startswith("n5"):
+            return shardstore.n5.open(path, path="d", mode="r", config=cfg)
+        return (shardstore.precomputed.open if fmt.startswith("precomputed") else shardstore.open)(path, mode="r", config=cfg)
+
+    sels = [(slice(None),) * 3, (slice(3, 38), slice(2, 35), slice(1, 74)), (slice(None), 7, slice(5, 75, 2))]
+    for sel in sels:
+        sel = sel + (slice(None),) * (vol.ndim - 3)
+        np.testing.assert_array_equal(reopen()[sel], vol[sel])
+    assert {k for k, _ in streamed_reads} == {kernel} and all(stream for _, stream in streamed_reads)
+    streamed_reads.clear()
+    cached = reopen(chunk_cache_bytes=64 * MIB)  # (``keep_placed`` copies the chunks back: not streamed)
+    np.testing.assert_array_equal(cached[...], vol)
+    np.testing.assert_array_equal(cached[...], vol)
+    assert streamed_reads and not any(stream for _, stream in streamed_reads)
+    streamed_reads.clear()
+    np.testing.assert_array_equal(reopen(streaming_copy_bytes=vol.nbytes + 1)[...], vol)
+    assert streamed_reads and not any(stream for _, stream in streamed_reads)
 
 
 # -- the kernel, given hits directly ------------------------------------------------------------

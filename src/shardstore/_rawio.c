@@ -180,6 +180,15 @@ static void copy_run(char *dst, const char *src, size_t n, int stream) {
     memcpy(dst, src, n);
 }
 
+/* Streamed lines are weakly ordered: made visible before a call that streamed returns. */
+static void stream_fence(int stream) {
+#if defined(__SSE2__)
+    if (stream) _mm_sfence();
+#else
+    (void)stream;
+#endif
+}
+
 /* Copy a job's box out of ``payload`` (the chunk's elements from element ``first`` on) into
  * ``out``: an odometer over every dimension but the last, then the innermost run. */
 static void scatter_box(const plan_t *pl, const job_t *job, const char *payload, Py_ssize_t first) {
@@ -353,7 +362,7 @@ static int parse_box(const plan_t *pl, const Py_buffer *view, const Py_ssize_t *
 }
 
 PyDoc_STRVAR(read_boxes_doc,
-"read_boxes(out, chunk_shape, out_dims, header, itemsize, swap, jobs, inflate=False, work=None) -> bytes\n\n"
+"read_boxes(out, chunk_shape, out_dims, header, itemsize, swap, jobs, inflate=False, work=None, stream=False) -> bytes\n\n"
 "Read boxes of uncompressed chunk files into ``out`` with the GIL released.\n\n"
 "``chunk_shape``: the full chunk shape (C order of the stored elements). ``out_dims``: for each\n"
 "chunk dimension, the dimension of ``out`` it fills, or -1 (an integer index: count 1).\n"
@@ -362,16 +371,17 @@ PyDoc_STRVAR(read_boxes_doc,
 "dimension, flattened. Returns one status byte per job: 0 done, 1 no such file, 2 not read\n"
 "(another size or header, an I/O error): read that chunk another way. ``inflate``: the payload\n"
 "is a gzip or zlib stream (needs ``set_libdeflate``). ``work``: a writable buffer of at least the\n"
-"header and chunk's size to read files into (the caller's reused one: no allocation per call).");
+"header and chunk's size to read files into (the caller's reused one: no allocation per call).\n"
+"``stream``: copy into ``out`` with streaming stores (see ``place_boxes``).");
 
 static PyObject *read_boxes(PyObject *self, PyObject *args) {
     PyObject *out_obj, *shape_obj, *dims_obj, *jobs_obj;
     Py_buffer header, view;
     Py_ssize_t itemsize;
-    int swap, inflate = 0;
+    int swap, inflate = 0, stream = 0;
     Py_buffer work = {0};
-    if (!PyArg_ParseTuple(args, "OOOy*npO|pw*", &out_obj, &shape_obj, &dims_obj, &header, &itemsize, &swap, &jobs_obj,
-                          &inflate, &work))
+    if (!PyArg_ParseTuple(args, "OOOy*npO|pw*p", &out_obj, &shape_obj, &dims_obj, &header, &itemsize, &swap, &jobs_obj,
+                          &inflate, &work, &stream))
         return NULL;
     if (inflate && !ld_gzip) {
         PyBuffer_Release(&header);
@@ -397,6 +407,7 @@ static PyObject *read_boxes(PyObject *self, PyObject *args) {
     pl.header = header.buf;
     pl.header_len = header.len;
     pl.inflate = inflate;
+    pl.stream = stream;
     /* raw: the exact size; inflate: a bound past any sane stream for the chunk (deflate's
      * stored blocks add 5 bytes per 64 KiB), so a huge file is never read into memory here */
     pl.file_size = header.len + pl.chunk_nbytes + (inflate ? pl.chunk_nbytes / 8 + 4096 : 0);
@@ -434,6 +445,7 @@ static PyObject *read_boxes(PyObject *self, PyObject *args) {
         status[i] = (char)run_job(&pl, &inf, &jobs[i], fds[i % AHEAD], scratch, hbuf);
         if (i + AHEAD < njobs) fds[i % AHEAD] = open_ahead(&pl, &jobs[i + AHEAD]);
     }
+    stream_fence(stream);
     Py_END_ALLOW_THREADS
 
 done:
@@ -512,9 +524,7 @@ static PyObject *place_boxes(PyObject *self, PyObject *args) {
     }
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < njobs; i++) scatter_box(&pl, &jobs[i], chunks[i].buf, 0);
-#if defined(__SSE2__)
-    if (stream) _mm_sfence(); /* streamed lines are weakly ordered: visible before we return */
-#endif
+    stream_fence(stream);
     Py_END_ALLOW_THREADS
     result = Py_None;
     Py_INCREF(result);
@@ -935,7 +945,7 @@ static int run_span(const plan_t *pl, int codec, void *ld, int fd, Py_ssize_t en
 }
 
 PyDoc_STRVAR(read_spans_doc,
-"read_spans(out, chunk_shape, out_dims, itemsize, swap, codec, file, tail, jobs, work=None) -> bytes\n\n"
+"read_spans(out, chunk_shape, out_dims, itemsize, swap, codec, file, tail, jobs, work=None, stream=False) -> bytes\n\n"
 "Read, decode and copy boxes of chunks stored as byte ranges of one file into ``out`` with\n"
 "the GIL released.\n\n"
 "``file``: the file's path, or a descriptor of it the caller holds open (read with pread, left\n"
@@ -948,16 +958,17 @@ PyDoc_STRVAR(read_spans_doc,
 "bytes in the file and its box as for ``read_boxes``. ``work``: a writable buffer to use for the\n"
 "stored and decoded bytes instead of allocating (a thread's reused scratch: the decoded chunk\n"
 "first, unless raw, then room for the largest span). Returns one status byte per job: 0 done,\n"
-"2 not read (past the end, a size or decode mismatch, damage): read that chunk another way.");
+"2 not read (past the end, a size or decode mismatch, damage): read that chunk another way.\n"
+"``stream``: copy into ``out`` with streaming stores (see ``place_boxes``).");
 
 static PyObject *read_spans(PyObject *self, PyObject *args) {
     PyObject *out_obj, *shape_obj, *dims_obj, *file_obj, *path_obj = NULL, *jobs_obj;
     Py_buffer view;
     Py_ssize_t itemsize, tail;
-    int swap, codec, given_fd = -1;
+    int swap, codec, given_fd = -1, stream = 0;
     Py_buffer work = {0};
-    if (!PyArg_ParseTuple(args, "OOOnpiOnO|w*", &out_obj, &shape_obj, &dims_obj, &itemsize, &swap, &codec,
-                          &file_obj, &tail, &jobs_obj, &work))
+    if (!PyArg_ParseTuple(args, "OOOnpiOnO|w*p", &out_obj, &shape_obj, &dims_obj, &itemsize, &swap, &codec,
+                          &file_obj, &tail, &jobs_obj, &work, &stream))
         return NULL;
     if (PyLong_Check(file_obj)) {
         long v = PyLong_AsLong(file_obj);
@@ -990,6 +1001,7 @@ static PyObject *read_spans(PyObject *self, PyObject *args) {
     if (!(jl = PySequence_Fast(jobs_obj, "jobs must be a sequence"))) goto done;
     Py_ssize_t out_dim[MAXDIM];
     if (plan_out(&pl, &view, shape, dims, itemsize, swap, out_dim) != 0) goto done;
+    pl.stream = stream;
     njobs = PySequence_Fast_GET_SIZE(jl);
     jobs = PyMem_Calloc(njobs ? (size_t)njobs : 1, sizeof(job_t));
     if (!jobs) {
@@ -1039,6 +1051,7 @@ static PyObject *read_spans(PyObject *self, PyObject *args) {
     } else {
         memset(status, ST_FALLBACK, (size_t)njobs);
     }
+    stream_fence(stream);
     Py_END_ALLOW_THREADS
 
 done:

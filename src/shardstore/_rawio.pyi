@@ -16,6 +16,7 @@ def read_boxes(
     jobs: Sequence[tuple[_Path, Sequence[int]]],
     inflate: bool = ...,
     work: Any = ...,
+    stream: bool = ...,
     /,
 ) -> bytes: ...
 def write_boxes(
@@ -48,6 +49,7 @@ def read_spans(
     tail: int,
     jobs: Sequence[tuple[int, int, Sequence[int]]],
     work: Any = ...,
+    stream: bool = ...,
     /,
 ) -> bytes: ...
 def set_decoders(zstd_decompress: int, zstd_is_error: int, blosc_cbuffer_validate: int, blosc_decompress_ctx: int, /) -> None: ...

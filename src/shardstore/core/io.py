@@ -35,7 +35,7 @@ from .chunk_cache import (
 )
 from .indexing import ChunkProjection
 from .layout import ChunkLayout
-from .placing import place_hits
+from .placing import place_hits, streams
 from .rawread import raw_reader
 from .spanread import span_reader, span_units
 from .threads import share_now
@@ -156,7 +156,8 @@ def read_into_now(
     spans = None
     if unit_reads is not None:
         projections = list(projections)
-        spans = span_reader(layout, out) if len(projections) > 1 else None  # (one: core/spanread.py)
+        # (streamed unless the chunks are kept: ``keep_placed`` copies them back from ``out``)
+        spans = span_reader(layout, out, not gens and streams(out, config)) if len(projections) > 1 else None  # (one: spanread)
     if spans is not None:
         # shard files read, decoded and placed natively (core/spanread.py); the chunks it
         # leaves (missing, damaged) take the generic path, one by one. The native calls hold
@@ -194,7 +195,7 @@ def read_into_now(
         return True
 
     chunks = _StoreReads(reads, layout.store.transient_reads)
-    native = raw_reader(layout, out, strict)
+    native = raw_reader(layout, out, strict, not gens and streams(out, config))
     if native is not None:
         whole, projections = _placed_whole(layout, projections) if gens else (list(projections), [])
         items = [(p, layout.chunk_key(p.coords), None) for p in whole]

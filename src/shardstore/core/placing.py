@@ -33,7 +33,7 @@ else:
     except ImportError:
         _rawio = None
 
-__all__ = ["empty_result", "place_hits"]
+__all__ = ["empty_result", "place_hits", "streams"]
 
 #: the line size streaming stores write whole
 _LINE = 64
@@ -58,12 +58,17 @@ def empty_result(shape: tuple[int, ...], dtype: np.dtype, order: str, config: IO
     return flat.reshape(shape[::-1]).T if order == "F" else flat.reshape(shape)
 
 
+def streams(out: np.ndarray, config: IOConfig) -> bool:
+    """Whether the native copies into ``out`` use streaming stores."""
+    return config.native and out.nbytes >= config.streaming_copy_bytes
+
+
 def place_hits(hits: Sequence[Hit], out: np.ndarray, config: IOConfig) -> list:
     """Copy each hit's part into ``out`` (a batch for the runners' thread sharing: its
     copies run without the GIL)."""
     # (smaller results stay with NumPy: planning the boxes in Python costs about what the
     # kernel saves on them)
-    rest = _place_natively(hits, out) if config.native and out.nbytes >= config.streaming_copy_bytes else hits
+    rest = _place_natively(hits, out) if streams(out, config) else hits
     for p, chunk in rest:
         assign(out, p.out_selection, chunk[p.chunk_selection])
     return []

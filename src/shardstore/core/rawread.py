@@ -71,14 +71,17 @@ def inflate_available() -> bool:
     return bool(_libdeflate)
 
 
-def raw_reader(layout: ChunkLayout, out: np.ndarray, strict: bool = False) -> Callable[[Items], Items] | None:
+def raw_reader(
+    layout: ChunkLayout, out: np.ndarray, strict: bool = False, stream: bool = False
+) -> Callable[[Items], Items] | None:
     """``read(items) -> items left``: copies what it can of each chunk's box into ``out``
     natively and returns the items the caller must read itself; None when nothing of this
     read can go native (other compressions, a store of no local files, another dtype, an
     ``IOConfig`` with ``native=False``). Chunks without a file get the fill value here
     when the store says that means no value (``absent_without_file``) and the read is not
     ``strict`` (which raises for them, on the generic path): asking the store again would
-    cost more than the native attempt (N5 reads of a region never written ran at 0.4x)."""
+    cost more than the native attempt (N5 reads of a region never written ran at 0.4x).
+    ``stream``: copy with streaming stores (``core/placing.py``)."""
     config = layout.config
     if not config.native:
         return None
@@ -133,7 +136,7 @@ def raw_reader(layout: ChunkLayout, out: np.ndarray, strict: bool = False) -> Ca
             # (the file's bytes go to this thread's reused buffer: a fresh one per call is
             # an allocation the size of a chunk, and page faults on its first touch)
             work = scratch_buffer(file_bytes, scratch_max)
-            status = read_boxes(out, kernel_shape, out_dims, header, stored.itemsize, swap, jobs, inflate, work)
+            status = read_boxes(out, kernel_shape, out_dims, header, stored.itemsize, swap, jobs, inflate, work, stream)
             for item, s in zip(taken, status):
                 if s == ST_MISSING and fills:
                     out[item[0].out_selection] = fill_value

@@ -99,11 +99,12 @@ def span_units(layout: ChunkLayout, projections: Iterable[ChunkProjection]) -> l
     return batches
 
 
-def span_reader(layout: ChunkLayout, out: np.ndarray) -> Callable[[list[Items]], Items] | None:
+def span_reader(layout: ChunkLayout, out: np.ndarray, stream: bool = False) -> Callable[[list[Items]], Items] | None:
     """``read(batches) -> items left``: reads, decodes and copies what it can of the box of
     each chunk of ``batches`` (``span_units``) into ``out`` natively, one call per shard
-    file, and returns the items the caller must read itself; None when nothing of this read can go native (a store of no local shard
-    files, other codecs, another dtype, ``IOConfig(native=False)``)."""
+    file, and returns the items the caller must read itself; None when nothing of this read
+    can go native (a store of no local shard files, other codecs, another dtype,
+    ``IOConfig(native=False)``). ``stream``: copy with streaming stores (``core/placing.py``)."""
     config = layout.config
     if not config.native or _rawio is None:
         return None
@@ -159,7 +160,7 @@ def span_reader(layout: ChunkLayout, out: np.ndarray) -> Callable[[list[Items]],
             # chunk, then the largest stored span (a bigger one is sized by the kernel itself), and
             # room to put both at 64-byte boundaries
             work = scratch_buffer(decoded + min(max(sizes), bound) + 128, scratch_max)
-            status = read_spans(out, kernel_shape, dims, itemsize, swap, codec, fd, tail, jobs, work)
+            status = read_spans(out, kernel_shape, dims, itemsize, swap, codec, fd, tail, jobs, work, stream)
             done = np.empty(len(sizes), dtype=bool)
             done[order] = np.frombuffer(status, dtype=np.uint8) == 0
             return done
