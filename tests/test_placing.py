@@ -133,10 +133,10 @@ def test_native_false_copies_by_numpy(kernel_calls: list[tuple[int, bool]]) -> N
 
 # -- native reads of local files ---------------------------------------------------------------
 @pytest.fixture
-def streamed_reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
-    """(kernel, stream) of every native read of chunk files (``read_boxes``) and shard files
-    (``read_spans``)."""
-    calls: list[tuple[str, bool]] = []
+def native_reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool, int]]:
+    """(kernel, stream, jobs with a buffer to keep the chunk in) of every native read of chunk
+    files (``read_boxes``) and shard files (``read_spans``)."""
+    calls: list[tuple[str, bool, int]] = []
     real = rawread._rawio
 
     class Recording:
@@ -144,11 +144,11 @@ def streamed_reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
             return getattr(real, name)
 
         def read_boxes(self, *args: Any) -> bytes:
-            calls.append(("read_boxes", bool(args[9]) if len(args) > 9 else False))
+            calls.append(("read_boxes", bool(args[9]), sum(len(j) > 2 and j[2] is not None for j in args[6])))
             return real.read_boxes(*args)
 
         def read_spans(self, *args: Any) -> bytes:
-            calls.append(("read_spans", bool(args[10]) if len(args) > 10 else False))
+            calls.append(("read_spans", bool(args[10]), sum(len(j) > 3 and j[3] is not None for j in args[8])))
             return real.read_spans(*args)
 
     if real is not None:
@@ -161,11 +161,17 @@ LOCAL = {  # format -> (create in a directory, the kernel that reads it)
     "zarr3-zstd": (lambda d: shardstore.create(str(d), shape=SHAPE, dtype="uint16", chunks=(16, 16, 40), shards=(32, 32, 80),
                                                codecs=[{"name": "bytes", "configuration": {"endian": "little"}},
                                                        {"name": "zstd"}]), "read_spans"),
+    "zarr3-big-endian": (lambda d: shardstore.create(str(d), shape=SHAPE, dtype="uint16", chunks=(16, 16, 40),
+                                                     shards=(32, 32, 80),
+                                                     codecs=[{"name": "bytes", "configuration": {"endian": "big"}}]),
+                         "read_spans"),
     # (uint8: N5's big-endian uint16 is copied item by item, swapped, never streamed)
     "n5-raw": (lambda d: shardstore.n5.create(str(d), "d", shape=SHAPE, dtype="uint8", block_size=(16, 16, 64),
                                               compression={"type": "raw"}), "read_boxes"),
     "n5-gzip": (lambda d: shardstore.n5.create(str(d), "d", shape=SHAPE, dtype="uint8", block_size=(16, 16, 64),
                                                compression={"type": "gzip"}), "read_boxes"),
+    "n5-uint16": (lambda d: shardstore.n5.create(str(d), "d", shape=SHAPE, dtype="uint16", block_size=(16, 16, 40),
+                                                 compression={"type": "raw"}), "read_boxes"),
     "precomputed-raw": (lambda d: shardstore.precomputed.create(str(d), data_type="uint16", scales=[
         {"size": list(SHAPE), "chunk_size": [40, 16, 16], "encoding": "raw"}]), "read_boxes"),
     "precomputed-sharded": (lambda d: shardstore.precomputed.create(str(d), data_type="uint16", scales=[
@@ -177,9 +183,12 @@ LOCAL = {  # format -> (create in a directory, the kernel that reads it)
 
 @needs_native
 @pytest.mark.parametrize("fmt", sorted(LOCAL))
-def test_large_native_reads_of_files_stream_unless_the_cache_keeps_their_chunks(
-    fmt: str, tmp_path: Path, streamed_reads: list[tuple[str, bool]]
+def test_native_reads_of_files_stream_and_decode_the_chunks_to_cache_into_their_entries(
+    fmt: str, tmp_path: Path, native_reads: list[tuple[str, bool, int]]
 ) -> None:
+    """Large results are streamed; with the chunk cache, every chunk a native read takes
+    (partly read ones too) is decoded straight into its cache entry, in native byte order,
+    and later reads of it are hits."""
     create, kernel = LOCAL[fmt]
     a = create(tmp_path)
     vol = np.random.default_rng(4).integers(0, 250, SHAPE).astype(a.dtype)
@@ -194,18 +203,29 @@ def test_large_native_reads_of_files_stream_unless_the_cache_keeps_their_chunks(
         return (shardstore.precomputed.open if fmt.startswith("precomputed") else shardstore.open)(path, mode="r", config=cfg)
 
     sels = [(slice(None),) * 3, (slice(3, 38), slice(2, 35), slice(1, 74)), (slice(None), 7, slice(5, 75, 2))]
+    sels = [sel + (slice(None),) * (vol.ndim - 3) for sel in sels]
     for sel in sels:
-        sel = sel + (slice(None),) * (vol.ndim - 3)
         np.testing.assert_array_equal(reopen()[sel], vol[sel])
-    assert {k for k, _ in streamed_reads} == {kernel} and all(stream for _, stream in streamed_reads)
-    streamed_reads.clear()
-    cached = reopen(chunk_cache_bytes=64 * MIB)  # (``keep_placed`` copies the chunks back: not streamed)
-    np.testing.assert_array_equal(cached[...], vol)
-    np.testing.assert_array_equal(cached[...], vol)
-    assert streamed_reads and not any(stream for _, stream in streamed_reads)
-    streamed_reads.clear()
+    assert native_reads and {k for k, _, _ in native_reads} == {kernel}
+    assert all(stream and kept == 0 for _, stream, kept in native_reads)
+    native_reads.clear()
     np.testing.assert_array_equal(reopen(streaming_copy_bytes=vol.nbytes + 1)[...], vol)
-    assert streamed_reads and not any(stream for _, stream in streamed_reads)
+    assert native_reads and not any(stream for _, stream, _ in native_reads)
+
+    for sel in sels[::-1]:  # (partial reads first: their chunks are decoded whole, kept, and the later reads hit)
+        native_reads.clear()
+        cached = reopen(chunk_cache_bytes=64 * MIB)
+        np.testing.assert_array_equal(cached[sel], vol[sel])
+        assert native_reads and all(stream and kept for _, stream, kept in native_reads)
+        cache = cached._async.chunk_cache
+        assert cache is not None and len(cache)
+        for key, (_, chunk, _) in cache._entries.items():
+            assert chunk.dtype.isnative and not chunk.flags.writeable
+        native_reads.clear()
+        np.testing.assert_array_equal(cached[sel], vol[sel])
+        assert native_reads == []  # (all hits)
+    np.testing.assert_array_equal(cached[...], vol)  # (every chunk: hits and the rest, mixed)
+    np.testing.assert_array_equal(cached[...], vol)
 
 
 # -- the kernel, given hits directly ------------------------------------------------------------

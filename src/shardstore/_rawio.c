@@ -52,6 +52,9 @@ typedef struct {
     PyObject *path; /* bytes (file system encoding), owned; NULL for a span of one file */
     Py_ssize_t offset, length; /* read_spans: the chunk's stored bytes in that file */
     Py_ssize_t start[MAXDIM], step[MAXDIM], count[MAXDIM], out_start[MAXDIM];
+    /* the caller's buffer of the whole chunk to decode into and copy the box from (it keeps
+     * the chunk: a chunk cache entry), held while the call runs; ``keep.buf`` NULL: none */
+    Py_buffer keep;
 } job_t;
 
 static int read_full(int fd, char *buf, size_t n, off_t offset) {
@@ -120,8 +123,8 @@ static int open_ahead(const plan_t *pl, const job_t *job) {
     int fd = open(PyBytes_AS_STRING(job->path), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return -errno;
 #ifdef POSIX_FADV_WILLNEED
-    if (pl->inflate) {
-        posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED); /* the whole stream */
+    if (pl->inflate || job->keep.buf) {
+        posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED); /* the whole stream, or the whole chunk kept */
     } else {
         /* posix_fadvise takes (offset, length): the bytes run_job reads, header included
          * when the box starts at the first element (then it is one read from 0) */
@@ -246,12 +249,41 @@ static void scatter_box(const plan_t *pl, const job_t *job, const char *payload,
 }
 
 
+/* A kept chunk from stored to native byte order, in place. */
+static void swap_items(char *p, Py_ssize_t nbytes, Py_ssize_t isz) {
+    for (char *e = p + nbytes; p < e; p += isz)
+        for (Py_ssize_t a = 0, b = isz - 1; a < b; a++, b--) {
+            char t = p[a];
+            p[a] = p[b];
+            p[b] = t;
+        }
+}
+
+/* Copy a job's box out of its kept whole chunk, which is first put in native byte order. */
+static void scatter_kept(const plan_t *pl, const job_t *job, char *keep) {
+    if (!pl->swap) {
+        scatter_box(pl, job, keep, 0);
+        return;
+    }
+    swap_items(keep, pl->chunk_nbytes, pl->itemsize);
+    plan_t native = *pl;
+    native.swap = 0;
+    scatter_box(&native, job, keep, 0);
+}
+
 static int run_job(const plan_t *pl, inflater_t *inf, const job_t *job, int fd, char *scratch, char *hbuf) {
     Py_ssize_t first, last;
+    char *keep = job->keep.buf;
     if (fd == NOTHING_TO_READ || !job_span(pl, job, &first, &last)) return ST_OK; /* nothing to copy */
     if (fd < 0) return (fd == -ENOENT || fd == -ENOTDIR) ? ST_MISSING : ST_FALLBACK;
     int status = ST_OK;
     const char *payload = scratch; /* element ``first`` */
+    if (keep) {
+        scratch = keep; /* the whole chunk, read or inflated into the caller's buffer */
+        payload = keep;
+        first = 0;
+        last = pl->chunk_nbytes / pl->itemsize;
+    }
     struct stat st;
     if (fstat(fd, &st) != 0) {
         status = ST_FALLBACK;
@@ -262,6 +294,11 @@ static int run_job(const plan_t *pl, inflater_t *inf, const job_t *job, int fd, 
         first = 0; /* the payload is the whole chunk */
     } else if (st.st_size != pl->file_size) {
         status = ST_FALLBACK; /* an edge block, a varlength block, a damaged file */
+    } else if (keep) {
+        if ((pl->header_len > 0 && (read_full(fd, hbuf, (size_t)pl->header_len, 0) != 0 ||
+                                    memcmp(hbuf, pl->header, (size_t)pl->header_len) != 0)) ||
+            read_full(fd, keep, (size_t)pl->chunk_nbytes, (off_t)pl->header_len) != 0)
+            status = ST_FALLBACK;
     } else if (first == 0) {
         /* the box starts at the first element: header and payload in one read */
         if (read_full(fd, scratch, (size_t)(pl->header_len + last * pl->itemsize), 0) != 0 ||
@@ -277,8 +314,10 @@ static int run_job(const plan_t *pl, inflater_t *inf, const job_t *job, int fd, 
     }
     close(fd);
     if (status != ST_OK) return status;
-
-    scatter_box(pl, job, payload, first);
+    if (keep)
+        scatter_kept(pl, job, keep);
+    else
+        scatter_box(pl, job, payload, first);
     return ST_OK;
 }
 
@@ -361,6 +400,20 @@ static int parse_box(const plan_t *pl, const Py_buffer *view, const Py_ssize_t *
     return 0;
 }
 
+/* A job's optional buffer to keep the whole chunk in (``keep``: None or a writable contiguous
+ * buffer of the chunk's size; it ends up in native byte order): 0, or -1 with an exception set. */
+static int parse_keep(const plan_t *pl, PyObject *keep, job_t *j) {
+    if (!keep || keep == Py_None) return 0;
+    if (PyObject_GetBuffer(keep, &j->keep, PyBUF_WRITABLE | PyBUF_ANY_CONTIGUOUS) != 0) return -1;
+    if (j->keep.len != pl->chunk_nbytes) {
+        PyBuffer_Release(&j->keep);
+        j->keep.buf = NULL;
+        PyErr_SetString(PyExc_ValueError, "a buffer to keep a chunk in is not of the chunk's size");
+        return -1;
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(read_boxes_doc,
 "read_boxes(out, chunk_shape, out_dims, header, itemsize, swap, jobs, inflate=False, work=None, stream=False) -> bytes\n\n"
 "Read boxes of uncompressed chunk files into ``out`` with the GIL released.\n\n"
@@ -372,7 +425,10 @@ PyDoc_STRVAR(read_boxes_doc,
 "(another size or header, an I/O error): read that chunk another way. ``inflate``: the payload\n"
 "is a gzip or zlib stream (needs ``set_libdeflate``). ``work``: a writable buffer of at least the\n"
 "header and chunk's size to read files into (the caller's reused one: no allocation per call).\n"
-"``stream``: copy into ``out`` with streaming stores (see ``place_boxes``).");
+"``stream``: copy into ``out`` with streaming stores (see ``place_boxes``). A job may name a third\n"
+"item, ``keep``: None, or a writable contiguous buffer of the chunk's size that the whole chunk\n"
+"is read or inflated into, in native byte order, and its box copied from (filled when the\n"
+"job's status is 0).");
 
 static PyObject *read_boxes(PyObject *self, PyObject *args) {
     PyObject *out_obj, *shape_obj, *dims_obj, *jobs_obj;
@@ -419,11 +475,13 @@ static PyObject *read_boxes(PyObject *self, PyObject *args) {
         goto done;
     }
     for (; parsed < njobs; parsed++) {
-        PyObject *job = PySequence_Fast_GET_ITEM(jl, parsed), *box = NULL, *path = NULL;
+        PyObject *job = PySequence_Fast_GET_ITEM(jl, parsed), *box = NULL, *path = NULL, *keep = NULL;
         job_t *j = &jobs[parsed];
-        if (!PyArg_ParseTuple(job, "O&O;a job is (path, box)", PyUnicode_FSConverter, &path, &box)) goto done;
+        if (!PyArg_ParseTuple(job, "O&O|O;a job is (path, box) or (path, box, keep)", PyUnicode_FSConverter, &path, &box,
+                              &keep))
+            goto done;
         j->path = path;
-        if (parse_box(&pl, &view, out_dim, box, j) != 0) goto done;
+        if (parse_box(&pl, &view, out_dim, box, j) != 0 || parse_keep(&pl, keep, j) != 0) goto done;
     }
     if (!(result = PyBytes_FromStringAndSize(NULL, njobs))) goto done;
     char *status = PyBytes_AS_STRING(result);
@@ -450,7 +508,10 @@ static PyObject *read_boxes(PyObject *self, PyObject *args) {
 
 done:
     if (jobs) {
-        for (Py_ssize_t i = 0; i < njobs; i++) Py_XDECREF(jobs[i].path);
+        for (Py_ssize_t i = 0; i < njobs; i++) {
+            Py_XDECREF(jobs[i].path);
+            if (jobs[i].keep.buf) PyBuffer_Release(&jobs[i].keep);
+        }
         PyMem_Free(jobs);
     }
     PyMem_RawFree(own);
@@ -908,6 +969,7 @@ static int run_span(const plan_t *pl, int codec, void *ld, int fd, Py_ssize_t en
     Py_ssize_t first, last;
     if (!job_span(pl, job, &first, &last)) return ST_OK; /* nothing to copy */
     size_t nbytes = (size_t)pl->chunk_nbytes;
+    char *keep = job->keep.buf;
     if (job->offset < 0 || job->length < 0 || (size_t)job->length > stored_bound(codec, nbytes) ||
         job->offset > end - job->length)
         return ST_FALLBACK;
@@ -915,6 +977,11 @@ static int run_span(const plan_t *pl, int codec, void *ld, int fd, Py_ssize_t en
     size_t len = (size_t)job->length;
     if (codec == CODEC_RAW) {
         if (len != nbytes) return ST_FALLBACK;
+        if (keep) { /* the whole chunk, read straight into the caller's buffer */
+            if (read_span(fd, w, job, keep, nbytes, at) != 0) return ST_FALLBACK;
+            scatter_kept(pl, job, keep);
+            return ST_OK;
+        }
         /* only the elements from the box's first to its last */
         at += (off_t)(first * pl->itemsize);
         len = (size_t)((last - first) * pl->itemsize);
@@ -934,13 +1001,23 @@ static int run_span(const plan_t *pl, int codec, void *ld, int fd, Py_ssize_t en
     }
     const unsigned char *verbatim = stored_verbatim(codec, (const unsigned char *)w->buf, len, nbytes);
     if (verbatim) {
-        scatter_box(pl, job, (const char *)verbatim, 0);
+        if (!keep) {
+            scatter_box(pl, job, (const char *)verbatim, 0);
+            return ST_OK;
+        }
+        memcpy(keep, verbatim, nbytes);
+        scatter_kept(pl, job, keep);
         return ST_OK;
     }
     if (!declares_size(codec, (const unsigned char *)w->buf, len, nbytes)) return ST_FALLBACK;
-    if (!w->scratch && !(w->scratch = w->own_scratch = PyMem_RawMalloc(nbytes ? nbytes : 1))) return ST_FALLBACK;
-    if (decode_chunk(codec, ld, (const unsigned char *)w->buf, len, w->scratch, nbytes) != 0) return ST_FALLBACK;
-    scatter_box(pl, job, w->scratch, 0);
+    char *into = keep;
+    if (!into && !(into = w->scratch ? w->scratch : (w->scratch = w->own_scratch = PyMem_RawMalloc(nbytes ? nbytes : 1))))
+        return ST_FALLBACK;
+    if (decode_chunk(codec, ld, (const unsigned char *)w->buf, len, into, nbytes) != 0) return ST_FALLBACK;
+    if (keep)
+        scatter_kept(pl, job, keep);
+    else
+        scatter_box(pl, job, into, 0);
     return ST_OK;
 }
 
@@ -959,7 +1036,8 @@ PyDoc_STRVAR(read_spans_doc,
 "stored and decoded bytes instead of allocating (a thread's reused scratch: the decoded chunk\n"
 "first, unless raw, then room for the largest span). Returns one status byte per job: 0 done,\n"
 "2 not read (past the end, a size or decode mismatch, damage): read that chunk another way.\n"
-"``stream``: copy into ``out`` with streaming stores (see ``place_boxes``).");
+"``stream``: copy into ``out`` with streaming stores (see ``place_boxes``). A job may name a fourth\n"
+"item, ``keep``: as for ``read_boxes``, the buffer the whole chunk is decoded into.");
 
 static PyObject *read_spans(PyObject *self, PyObject *args) {
     PyObject *out_obj, *shape_obj, *dims_obj, *file_obj, *path_obj = NULL, *jobs_obj;
@@ -1009,11 +1087,12 @@ static PyObject *read_spans(PyObject *self, PyObject *args) {
         goto done;
     }
     for (Py_ssize_t i = 0; i < njobs; i++) {
-        PyObject *box = NULL;
+        PyObject *box = NULL, *keep = NULL;
         job_t *j = &jobs[i];
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(jl, i), "nnO;a job is (offset, length, box)", &j->offset,
-                              &j->length, &box) ||
-            parse_box(&pl, &view, out_dim, box, j) != 0)
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(jl, i),
+                              "nnO|O;a job is (offset, length, box) or (offset, length, box, keep)", &j->offset,
+                              &j->length, &box, &keep) ||
+            parse_box(&pl, &view, out_dim, box, j) != 0 || parse_keep(&pl, keep, j) != 0)
             goto done;
     }
     if (!(result = PyBytes_FromStringAndSize(NULL, njobs))) goto done;
@@ -1055,7 +1134,11 @@ static PyObject *read_spans(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS
 
 done:
-    PyMem_Free(jobs);
+    if (jobs) {
+        for (Py_ssize_t i = 0; i < njobs; i++)
+            if (jobs[i].keep.buf) PyBuffer_Release(&jobs[i].keep);
+        PyMem_Free(jobs);
+    }
     PyMem_RawFree(w.own_scratch);
     PyMem_RawFree(w.own);
     if (work.buf) PyBuffer_Release(&work);

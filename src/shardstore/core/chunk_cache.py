@@ -42,11 +42,10 @@ import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
 from concurrent.futures import Executor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from .._assign import assign
 from ..store.base import MISSING
 
 if TYPE_CHECKING:
@@ -55,8 +54,8 @@ if TYPE_CHECKING:
     from .layout import ChunkLayout
 
 __all__ = [
-    "ChunkCache", "Generations", "Hit", "bypassed", "copies_shared", "held_at_tag", "keep_placed", "owned", "take_cached",
-    "unit_generations", "unit_generations_async",
+    "ChunkCache", "Generations", "Hit", "buffers_to_keep", "bypassed", "copies_shared", "held_at_tag", "keep_filled", "owned",
+    "take_cached", "unit_generations", "unit_generations_async",
 ]
 
 #: chunk key -> the generation of its unit the read asked before fetching (cacheable misses)
@@ -219,25 +218,35 @@ def copies_shared(hits: Sequence[Hit], out: np.ndarray, config: IOConfig) -> boo
     return bool(hits) and min(out.nbytes, len(hits) * hits[0][1].nbytes) >= config.thread_copy_bytes
 
 
-def keep_placed(projections: Sequence[ChunkProjection], layout: ChunkLayout, out: np.ndarray, gens: Generations) -> list:
-    """Keep in the cache the whole chunks that a native read placed into ``out`` (copies of
-    their boxes, at the generation asked before the fetch): the native path fetches, decodes
-    and places a cold read's whole chunks faster than decoding each into an array of its own.
-    Each copy is an allocation of its own, not one block per batch: blocks of 4 MiB and more
-    get huge pages from NumPy, and faulting those in can stall on the kernel's compaction
-    (cold whole reads into the cache were 10-25 % slower so; warm reads no faster).
-    (A batch for the runners' thread sharing, like ``place_hits``.)"""
+def buffers_to_keep(
+    layout: ChunkLayout, keys: Sequence[str], gens: Generations | None, dtype: np.dtype, fortran: bool
+) -> list[np.ndarray | None]:
+    """For each chunk of a native read (``_rawio.read_boxes`` / ``read_spans``) that it keeps
+    (a generation in ``gens``), a new buffer of the whole chunk for the kernel to decode it
+    into (``keep``), copying its box from there; None for the others. Decoding straight into
+    the entry saves the copy from the kernel's scratch, and lets a partly read chunk go
+    native too. One allocation per chunk: a block for many gets huge pages from NumPy, and
+    faulting those in can stall on the kernel's compaction."""
     cache = layout.chunk_cache
-    kept = [(p, key, gen) for p in projections if (gen := gens.get(key := layout.chunk_key(p.coords))) is not None]
-    if cache is None or not kept:
-        return []
-    whole = (slice(None),) * out.ndim
-    for p, key, gen in kept:
-        box = out[p.out_selection]
-        chunk = np.empty_like(box)  # (in the box's memory order: precomputed's is Fortran)
-        assign(chunk, whole, box)
-        cache.put(key, gen, chunk)
-    return []
+    if cache is None or not gens:
+        return [None] * len(keys)
+    shape = tuple(layout.grid.chunk_shape)
+    order: Literal["C", "F"] = "F" if fortran else "C"  # (precomputed's chunks: Fortran, as its decoded ones)
+    return [np.empty(shape, dtype=dtype, order=order) if key in gens else None for key in keys]
+
+
+def keep_filled(
+    layout: ChunkLayout, keys: Sequence[str], buffers: Sequence[np.ndarray | None], done: Iterable[bool],
+    gens: Generations | None,
+) -> None:
+    """Keep the buffers ``buffers_to_keep`` gave that the kernel filled (``done``) in the
+    cache, at the generation asked before the fetch."""
+    cache = layout.chunk_cache
+    if cache is None or not gens:
+        return
+    for key, chunk, ok in zip(keys, buffers, done):
+        if ok and chunk is not None and (gen := gens.get(key)) is not None:
+            cache.put(key, gen, chunk)
 
 
 def _units_to_ask(

@@ -27,7 +27,6 @@ from .chunk_cache import (
     bypassed,
     copies_shared,
     held_at_tag,
-    keep_placed,
     owned,
     take_cached,
     unit_generations,
@@ -156,24 +155,16 @@ def read_into_now(
     spans = None
     if unit_reads is not None:
         projections = list(projections)
-        # (streamed unless the chunks are kept: ``keep_placed`` copies them back from ``out``)
-        spans = span_reader(layout, out, not gens and streams(out, config)) if len(projections) > 1 else None  # (one: spanread)
+        spans = span_reader(layout, out, streams(out, config), gens) if len(projections) > 1 else None  # (one: spanread)
     if spans is not None:
-        # shard files read, decoded and placed natively (core/spanread.py); the chunks it
-        # leaves (missing, damaged) take the generic path, one by one. The native calls hold
-        # no GIL, so a second thread pays off as for any GIL-free batch. Chunks to cache go
-        # native only when the read places them whole (``keep_placed`` copies them back)
-        whole, projections = _placed_whole(layout, projections) if gens else (projections, [])
-        units = span_units(layout, whole)
-        chunk_reads = _StoreReads(reads, layout.store.transient_reads)
-        if gens:
-            share_now(_native_kept, [[unit] for unit in units], spans, layout, out, strict, chunk_reads, gens, True,
-                      config=config, free=True, memo=layout.threads_memo)
-        else:
-            share_now(native_then, units, spans, _scatter, layout, out, strict, chunk_reads,
-                      config=config, free=True, memo=layout.threads_memo)
-        if not projections:
-            return True
+        # shard files read, decoded and placed natively (core/spanread.py), the chunks to
+        # cache decoded into their entries; the chunks it leaves (missing, damaged) take the
+        # generic path, one by one. The native calls hold no GIL, so a second thread pays
+        # off as for any GIL-free batch
+        units = span_units(layout, projections)
+        share_now(native_then, units, spans, _scatter, layout, out, strict, _StoreReads(reads, layout.store.transient_reads),
+                  gens, config=config, free=True, memo=layout.threads_memo)
+        return True
     if unit_reads is not None:
         # shards: each opened once at one version (its index read once), then the threads
         # read the chunks they decode from it, so reading overlaps decoding
@@ -195,18 +186,12 @@ def read_into_now(
         return True
 
     chunks = _StoreReads(reads, layout.store.transient_reads)
-    native = raw_reader(layout, out, strict, not gens and streams(out, config))
-    if native is not None:
-        whole, projections = _placed_whole(layout, projections) if gens else (list(projections), [])
-        items = [(p, layout.chunk_key(p.coords), None) for p in whole]
-        if gens:
-            share_now(_native_kept, [[it] for it in items], native, layout, out, strict, chunks, gens, False, config=config,
-                      free=True, memo=layout.threads_memo)
-        else:
-            share_now(native_then, items, native, _scatter, layout, out, strict, chunks, config=config, free=True,
-                      memo=layout.threads_memo)
+    native = raw_reader(layout, out, strict, streams(out, config), gens)
     items = [(p, layout.chunk_key(p.coords), None) for p in projections]
-    if items:
+    if native is not None:
+        share_now(native_then, items, native, _scatter, layout, out, strict, chunks, gens, config=config, free=True,
+                  memo=layout.threads_memo)
+    elif items:
         share_now(_scatter, items, layout, out, strict, chunks, gens, config=config, slow=pipeline.slow_decode,
                   gil=pipeline.holds_gil, memo=layout.threads_memo)
     return True
@@ -275,32 +260,6 @@ class _StoreReads:
 
     def close(self) -> None:
         pass
-
-
-def _placed_whole(
-    layout: ChunkLayout, projections: Iterable[ChunkProjection]
-) -> tuple[list[ChunkProjection], list[ChunkProjection]]:
-    """(the chunks a read places whole into its output, the others)."""
-    whole: list[ChunkProjection] = []
-    rest: list[ChunkProjection] = []
-    for p in projections:
-        (whole if p.is_complete and whole_chunk(p, layout.spec_for(p.coords).shape) else rest).append(p)
-    return whole, rest
-
-
-def _native_kept(
-    batch: list[list], native: Callable, layout: ChunkLayout, out: np.ndarray, strict: bool, reads: UnitReads,
-    gens: Generations, units: bool,
-) -> list:
-    """``native_then`` for each native call of ``batch`` (``units``: a list of one shard's
-    items, as ``span_units`` cuts them; else the item of one chunk file), keeping the whole
-    chunks it placed in the chunk cache right after (``keep_placed``), while they are still
-    in the CPU's caches."""
-    for call in batch:
-        native_then(call, native, _scatter, layout, out, strict, reads)
-        items = call[0] if units else call
-        keep_placed([item[0] for item in items], layout, out, gens)
-    return []
 
 
 #: a unit's chunks as fetched: (projection, key, stored bytes or None when missing)

@@ -29,6 +29,7 @@ import numpy as np
 
 from .._clibs import find_functions
 from ..codecs.base import scratch_buffer
+from .chunk_cache import Generations, buffers_to_keep, keep_filled
 from .indexing import ChunkProjection
 from .layout import ChunkLayout
 
@@ -72,7 +73,7 @@ def inflate_available() -> bool:
 
 
 def raw_reader(
-    layout: ChunkLayout, out: np.ndarray, strict: bool = False, stream: bool = False
+    layout: ChunkLayout, out: np.ndarray, strict: bool = False, stream: bool = False, gens: Generations | None = None
 ) -> Callable[[Items], Items] | None:
     """``read(items) -> items left``: copies what it can of each chunk's box into ``out``
     natively and returns the items the caller must read itself; None when nothing of this
@@ -81,7 +82,8 @@ def raw_reader(
     when the store says that means no value (``absent_without_file``) and the read is not
     ``strict`` (which raises for them, on the generic path): asking the store again would
     cost more than the native attempt (N5 reads of a region never written ran at 0.4x).
-    ``stream``: copy with streaming stores (``core/placing.py``)."""
+    ``stream``: copy with streaming stores (``core/placing.py``). The chunks named in
+    ``gens`` are read whole and kept in the chunk cache at that generation."""
     config = layout.config
     if not config.native:
         return None
@@ -132,11 +134,14 @@ def raw_reader(
         if taken and out_dims is not None:
             if fortran:
                 boxes, out_dims = reversed_boxes(boxes, out_dims)
-            jobs = [(path_of(item[1]), box) for item, box in zip(taken, boxes)]
+            keys = [item[1] for item in taken]
+            keep = buffers_to_keep(layout, keys, gens, out.dtype, fortran)
+            jobs = [(path_of(key), box, k) for key, box, k in zip(keys, boxes, keep)]
             # (the file's bytes go to this thread's reused buffer: a fresh one per call is
             # an allocation the size of a chunk, and page faults on its first touch)
             work = scratch_buffer(file_bytes, scratch_max)
             status = read_boxes(out, kernel_shape, out_dims, header, stored.itemsize, swap, jobs, inflate, work, stream)
+            keep_filled(layout, keys, keep, [s == 0 for s in status], gens)
             for item, s in zip(taken, status):
                 if s == ST_MISSING and fills:
                     out[item[0].out_selection] = fill_value

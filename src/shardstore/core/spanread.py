@@ -34,6 +34,7 @@ import numpy as np
 from .._clibs import find_functions
 from .._sync import codec_pool_size
 from ..codecs.base import expansion_bound, scratch_buffer
+from .chunk_cache import Generations, buffers_to_keep, keep_filled
 from .indexing import ChunkProjection
 from .layout import ChunkLayout
 from .rawread import Items, inflate_available, plan_boxes, reversed_boxes
@@ -99,12 +100,16 @@ def span_units(layout: ChunkLayout, projections: Iterable[ChunkProjection]) -> l
     return batches
 
 
-def span_reader(layout: ChunkLayout, out: np.ndarray, stream: bool = False) -> Callable[[list[Items]], Items] | None:
+def span_reader(
+    layout: ChunkLayout, out: np.ndarray, stream: bool = False, gens: Generations | None = None
+) -> Callable[[list[Items]], Items] | None:
     """``read(batches) -> items left``: reads, decodes and copies what it can of the box of
     each chunk of ``batches`` (``span_units``) into ``out`` natively, one call per shard
     file, and returns the items the caller must read itself; None when nothing of this read
     can go native (a store of no local shard files, other codecs, another dtype,
-    ``IOConfig(native=False)``). ``stream``: copy with streaming stores (``core/placing.py``)."""
+    ``IOConfig(native=False)``). ``stream``: copy with streaming stores (``core/placing.py``).
+    The chunks named in ``gens`` are decoded whole and kept in the chunk cache at that
+    generation."""
     config = layout.config
     if not config.native or _rawio is None:
         return None
@@ -150,12 +155,14 @@ def span_reader(layout: ChunkLayout, out: np.ndarray, stream: bool = False) -> C
         dims = out_dims
         if fortran:
             boxes, dims = reversed_boxes(boxes, dims)
+        keys = [item[1] for item in taken]
+        keep = buffers_to_keep(layout, keys, gens, out.dtype, fortran)
 
         def read_file(fd: int, which: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, tail: int) -> np.ndarray:
             # in file order: runs of adjacent chunks are read sequentially (the kernel's readahead)
             order = np.argsort(offsets, kind="stable")
             sizes = lengths[order].tolist()
-            jobs = [(o, n, boxes[w]) for w, o, n in zip(which[order].tolist(), offsets[order].tolist(), sizes)]
+            jobs = [(o, n, boxes[w], keep[w]) for w, o, n in zip(which[order].tolist(), offsets[order].tolist(), sizes)]
             # this thread's reused buffer (a fresh one per call costs page faults): the decoded
             # chunk, then the largest stored span (a bigger one is sized by the kernel itself), and
             # room to put both at 64-byte boundaries
@@ -165,8 +172,9 @@ def span_reader(layout: ChunkLayout, out: np.ndarray, stream: bool = False) -> C
             done[order] = np.frombuffer(status, dtype=np.uint8) == 0
             return done
 
-        done = spans.read_spans_sync([item[1] for item in taken], read_file)
-        rest += [item for item, d in zip(taken, done.tolist()) if not d]
+        done = spans.read_spans_sync(keys, read_file).tolist()
+        keep_filled(layout, keys, keep, done, gens)
+        rest += [item for item, d in zip(taken, done) if not d]
         return rest
 
     return read
