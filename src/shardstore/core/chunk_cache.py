@@ -232,7 +232,7 @@ def buffers_to_keep(
         return [None] * len(keys)
     shape = tuple(layout.grid.chunk_shape)
     order: Literal["C", "F"] = "F" if fortran else "C"  # (precomputed's chunks: Fortran, as its decoded ones)
-    return [np.empty(shape, dtype=dtype, order=order) if key in gens else None for key in keys]
+    return [np.empty(shape, dtype=dtype, order=order) if gens.get(key) is not None else None for key in keys]
 
 
 def keep_filled(

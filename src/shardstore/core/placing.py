@@ -1,16 +1,15 @@
 """Copies of chunks held in memory (the chunk cache's hits) into a read's result.
 
-Placing a cached chunk's part from Python costs two views and a NumPy copy whose row loop
-starts anew for every chunk: about 2 us per chunk beside the bytes, a third of a random
-100^3 read served from the cache. ``_rawio.place_boxes`` places a whole batch in one call
-without the GIL. A result of ``IOConfig.streaming_copy_bytes`` or more is written with
-streaming stores, which skip the CPU caches: such a result does not stay cached anyway, and
-each line stored normally is read from memory first (a 256^3 uint8 result of cached 64^3
-chunks: 0.9 ms against 2.3 ms on one thread). ``empty_result`` gives such results the
-64-byte alignment that lets their rows be streamed whole.
+A result of ``IOConfig.streaming_copy_bytes`` or more gets its hits from
+``_rawio.place_boxes``, one call per batch without the GIL, with streaming stores that skip
+the CPU caches: such a result does not stay cached anyway, and each line stored normally is
+read from memory first (a 256^3 uint8 result of cached 64^3 chunks: 0.9 ms against 2.3 ms
+on one thread). ``empty_result`` gives such results the 64-byte alignment that lets their
+rows be streamed whole; the native readers of files stream into them too (``streams``).
 
-Hits the kernel cannot take (a chunk of another dtype or layout, fancy indexing, the C
-extension not built or ``IOConfig(native=False)``) are copied by NumPy, with the same result.
+Smaller results, and hits the kernel cannot take (a chunk of another dtype or layout, fancy
+indexing, the C extension not built or ``IOConfig(native=False)``), are copied by NumPy:
+planning the boxes in Python costs about what the kernel saves on a small result.
 """
 
 from __future__ import annotations
@@ -50,7 +49,7 @@ def empty_result(shape: tuple[int, ...], dtype: np.dtype, order: str, config: IO
     nbytes = dtype.itemsize
     for n in shape:
         nbytes *= n
-    if nbytes < config.streaming_copy_bytes or not config.native or nbytes == 0:
+    if not nbytes or not _streamed(nbytes, config):
         return np.empty(shape, dtype=dtype, order=order)  # type: ignore[call-overload]
     block = np.empty(nbytes + _LINE, dtype=np.uint8)
     start = -block.ctypes.data % _LINE
@@ -60,14 +59,16 @@ def empty_result(shape: tuple[int, ...], dtype: np.dtype, order: str, config: IO
 
 def streams(out: np.ndarray, config: IOConfig) -> bool:
     """Whether the native copies into ``out`` use streaming stores."""
-    return config.native and out.nbytes >= config.streaming_copy_bytes
+    return _streamed(out.nbytes, config)
+
+
+def _streamed(nbytes: int, config: IOConfig) -> bool:
+    return nbytes >= config.streaming_copy_bytes and config.native and available()
 
 
 def place_hits(hits: Sequence[Hit], out: np.ndarray, config: IOConfig) -> list:
     """Copy each hit's part into ``out`` (a batch for the runners' thread sharing: its
     copies run without the GIL)."""
-    # (smaller results stay with NumPy: planning the boxes in Python costs about what the
-    # kernel saves on them)
     rest = _place_natively(hits, out) if streams(out, config) else hits
     for p, chunk in rest:
         assign(out, p.out_selection, chunk[p.chunk_selection])
@@ -77,8 +78,8 @@ def place_hits(hits: Sequence[Hit], out: np.ndarray, config: IOConfig) -> list:
 def _place_natively(hits: Sequence[Hit], out: np.ndarray) -> Sequence[Hit]:
     """The hits ``_rawio.place_boxes`` placed with streaming stores, in one call per chunk
     shape and memory order; returns the others."""
-    if not available() or len(hits) < 2 or out.dtype.kind not in _PLAIN_KINDS:
-        return hits  # (one chunk: NumPy's copy costs no more than the call)
+    if out.dtype.kind not in _PLAIN_KINDS:
+        return hits
     dtype = out.dtype
     groups: dict[tuple[tuple[int, ...], bool], list[Any]] = {}
     rest: list[Hit] = []
