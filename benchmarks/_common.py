@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
+import math
 import os
 import resource
 import shutil
@@ -531,7 +532,8 @@ def vs_best_anchor(values: Mapping[str, float | None], rows: Sequence[Row], high
     """The best anchor row of one figure and each of our rows' ratio against it.
 
     Ratios are oriented so that above 1 means shardstore is better: ours / best for rates,
-    best / ours for sizes, seconds and RSS. Empty when there is no anchor value.
+    best / ours for sizes, seconds, RSS and request counts (``inf`` when ours is 0 and the
+    best anchor's is not). Empty when there is no anchor value.
     """
     anchors: dict[str, float] = {}
     for r in rows:
@@ -545,8 +547,12 @@ def vs_best_anchor(values: Mapping[str, float | None], rows: Sequence[Row], high
     out: dict[str, Any] = {"best_anchor": best, "best_anchor_value": bv}
     for r in rows:
         v = values.get(r.name)
-        if r.ours and v is not None and bv:
-            out[r.name] = v / bv if higher else (bv / v if v else None)
+        if not r.ours or v is None:
+            continue
+        if higher:
+            out[r.name] = v / bv if bv else None
+        else:  # (none where the best anchor needs some, e.g. requests a cache saves: no finite ratio)
+            out[r.name] = bv / v if v else (math.inf if bv else 1.0)
     return out
 
 

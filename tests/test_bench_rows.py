@@ -62,3 +62,15 @@ def test_unknown(common: ModuleType, wanted: list[str]) -> None:
 def test_compare_versions_runs_exactly_the_shardstore_row() -> None:
     text = (BENCHMARKS / "compare_versions.py").read_text()
     assert '["--libs", "=shardstore"]' in text
+
+
+def test_vs_best_anchor_counts_none_as_better_than_some(common: ModuleType) -> None:
+    """A request count where shardstore makes none (its cache served every read) and the best
+    anchor some: shardstore is better, not unrated."""
+    rs = rows(common)
+    ours, anchor = rs[0].name, next(r.name for r in rs if not r.ours)
+    lower = common.vs_best_anchor({ours: 0, anchor: 32}, rs, higher=False)
+    assert lower[ours] == float("inf")
+    assert common.vs_best_anchor({ours: 0, anchor: 0}, rs, higher=False)[ours] == 1.0
+    assert common.vs_best_anchor({ours: 16, anchor: 32}, rs, higher=False)[ours] == 2.0
+    assert common.vs_best_anchor({ours: 16, anchor: 32}, rs, higher=True)[ours] == 0.5
