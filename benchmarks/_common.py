@@ -533,7 +533,9 @@ def vs_best_anchor(values: Mapping[str, float | None], rows: Sequence[Row], high
 
     Ratios are oriented so that above 1 means shardstore is better: ours / best for rates,
     best / ours for sizes, seconds, RSS and request counts (``inf`` when ours is 0 and the
-    best anchor's is not). Empty when there is no anchor value.
+    best anchor's is not; None, unrated, the other way round: the requests of one kind, such
+    as HEADs where the anchor sends conditional GETs, are compared in their totals).
+    Empty when there is no anchor value.
     """
     anchors: dict[str, float] = {}
     for r in rows:
@@ -551,8 +553,10 @@ def vs_best_anchor(values: Mapping[str, float | None], rows: Sequence[Row], high
             continue
         if higher:
             out[r.name] = v / bv if bv else None
-        else:  # (none where the best anchor needs some, e.g. requests a cache saves: no finite ratio)
-            out[r.name] = bv / v if v else (math.inf if bv else 1.0)
+        elif v:  # (some where the best anchor needs none, e.g. HEADs beside conditional GETs: unrated)
+            out[r.name] = bv / v if bv else None
+        else:  # (none where the best anchor needs some, e.g. GETs a cache saves: better, no finite ratio)
+            out[r.name] = math.inf if bv else 1.0
     return out
 
 

@@ -34,8 +34,10 @@ request) and with an ``IOConfig`` holding its decoded-chunk cache (``shardstore+
 skipped with the reason printed when the installed shardstore has none).
 
 Reported: MB/s (10^6 bytes of uncompressed data per second), reads/s, the requests each phase
-made (GET / PUT / other, from the proxy), and the CPU seconds each phase cost this process (all
-its threads: the library measured) and the SeaweedFS server; medians over ``--repeat`` runs.
+made (GET / PUT / other, and all of them: a HEAD beside a GET, where tensorstore revalidates
+with a conditional GET, is compared in the totals; from the proxy), and the CPU seconds each
+phase cost this process (all its threads: the library measured) and the SeaweedFS server;
+medians over ``--repeat`` runs.
 For every figure the table names the best anchor (tensorstore) row and gives each shardstore
 row's ratio against it, oriented so that above 1 means shardstore is better (fewer requests
 and CPU seconds count as better); below the table, the medians of the per-run throughput
@@ -299,6 +301,7 @@ def measure(lib: Lib, proxy: Any, cpu: CPU, vol: np.ndarray, origins: list[tuple
     seconds = phase("write", lambda: lib.write(arr, vol))
     out["write MB/s"] = vol.nbytes / MB / seconds
     out["write PUTs"], out["write other requests"] = proxy.count("PUT"), proxy.count() - proxy.count("PUT")
+    out["write requests"] = proxy.count()
 
     arr = lib.open(prefix)
     proxy.reset()
@@ -309,6 +312,7 @@ def measure(lib: Lib, proxy: Any, cpu: CPU, vol: np.ndarray, origins: list[tuple
     seconds = phase("read whole", lambda: got.append(lib.read(arr, ...)))
     out["read whole MB/s"] = vol.nbytes / MB / seconds
     out["read whole GETs"], out["read whole other requests"] = proxy.count("GET"), proxy.count() - proxy.count("GET")
+    out["read whole requests"] = proxy.count()
     if check and not np.array_equal(got[0], vol):
         raise SystemExit(f"{lib.name}: whole read differs from the volume")
     got.clear()
@@ -326,6 +330,7 @@ def measure(lib: Lib, proxy: Any, cpu: CPU, vol: np.ndarray, origins: list[tuple
     seconds = phase("64^3 reads", reads)
     out["64^3 aligned reads/s"] = len(origins) / seconds
     out["64^3 reads GETs"], out["64^3 reads other requests"] = proxy.count("GET"), proxy.count() - proxy.count("GET")
+    out["64^3 reads requests"] = proxy.count()
 
     # unaligned 100^3 boxes (up to 8 inner chunks, may straddle shards): cold on a fresh handle,
     # then warm, the same boxes again on that handle (a chunk cache serves what it kept)
@@ -343,18 +348,18 @@ def measure(lib: Lib, proxy: Any, cpu: CPU, vol: np.ndarray, origins: list[tuple
         proxy.reset()
         seconds = phase(f"100^3 {temp}", boxes)
         out[f"100^3 unaligned reads/s {temp}"] = len(unaligned) / seconds
-        out[f"100^3 {temp} GETs"] = proxy.count("GET")
+        out[f"100^3 {temp} GETs"], out[f"100^3 {temp} requests"] = proxy.count("GET"), proxy.count()
     return out
 
 
 #: the figures shown, in order (the CPU figures are measured per phase), and whether higher is better
 FIGURES = [(f, f, any(u in f for u in ("MB/s", "reads/s"))) for f in [
-    "write MB/s", "write PUTs", "write other requests", "write CPU s (client)", "write CPU s (server)",
-    "read whole MB/s", "read whole GETs", "read whole other requests", "read whole CPU s (client)",
-    "read whole CPU s (server)", "64^3 aligned reads/s", "64^3 reads GETs", "64^3 reads other requests",
-    "64^3 reads CPU s (client)", "64^3 reads CPU s (server)",
-    "100^3 unaligned reads/s cold", "100^3 cold GETs", "100^3 cold CPU s (client)",
-    "100^3 unaligned reads/s warm", "100^3 warm GETs", "100^3 warm CPU s (client)"]]
+    "write MB/s", "write PUTs", "write other requests", "write requests", "write CPU s (client)",
+    "write CPU s (server)", "read whole MB/s", "read whole GETs", "read whole other requests", "read whole requests",
+    "read whole CPU s (client)", "read whole CPU s (server)", "64^3 aligned reads/s", "64^3 reads GETs",
+    "64^3 reads other requests", "64^3 reads requests", "64^3 reads CPU s (client)", "64^3 reads CPU s (server)",
+    "100^3 unaligned reads/s cold", "100^3 cold GETs", "100^3 cold requests", "100^3 cold CPU s (client)",
+    "100^3 unaligned reads/s warm", "100^3 warm GETs", "100^3 warm requests", "100^3 warm CPU s (client)"]]
 THROUGHPUT = ["write MB/s", "read whole MB/s", "64^3 aligned reads/s", "100^3 unaligned reads/s cold",
               "100^3 unaligned reads/s warm"]
 ROWS = [  # every library's default configuration and its fastest documented one

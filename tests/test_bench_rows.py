@@ -72,5 +72,6 @@ def test_vs_best_anchor_counts_none_as_better_than_some(common: ModuleType) -> N
     lower = common.vs_best_anchor({ours: 0, anchor: 32}, rs, higher=False)
     assert lower[ours] == float("inf")
     assert common.vs_best_anchor({ours: 0, anchor: 0}, rs, higher=False)[ours] == 1.0
+    assert common.vs_best_anchor({ours: 24, anchor: 0}, rs, higher=False)[ours] is None
     assert common.vs_best_anchor({ours: 16, anchor: 32}, rs, higher=False)[ours] == 2.0
     assert common.vs_best_anchor({ours: 16, anchor: 32}, rs, higher=True)[ours] == 0.5
