@@ -111,6 +111,22 @@ def test_large_results_are_line_aligned_and_in_the_formats_order(fmt: str) -> No
 
 
 @needs_native
+@pytest.mark.parametrize("runner", RUNNERS)
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_chunks_decoded_by_the_generic_path_are_streamed_into_large_results(
+    fmt: str, runner: Runner, kernel_calls: list[tuple[int, bool]]
+) -> None:
+    """Without the cache too (memory, and HTTP/S3 on the async runner: no native reader of
+    files), each decoded chunk goes into a large result by the kernel's streaming stores."""
+    reopen, vol = _make(fmt, runner)
+    c = reopen(chunk_cache_bytes=0)
+    for sel in [(slice(None),) * 3, (slice(5, 40), slice(3, 35), slice(1, 74)), (3, slice(None), slice(2, 70, 3))]:
+        sel = sel + (slice(None),) * (vol.ndim - 3)
+        np.testing.assert_array_equal(c[sel], vol[sel])
+    assert kernel_calls and all(stream for _, stream in kernel_calls)
+
+
+@needs_native
 def test_results_below_the_threshold_are_copied_by_numpy(kernel_calls: list[tuple[int, bool]]) -> None:
     reopen, vol = _make("zarr3")
     c = reopen(streaming_copy_bytes=vol.nbytes + 1)

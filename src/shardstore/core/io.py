@@ -34,7 +34,7 @@ from .chunk_cache import (
 )
 from .indexing import ChunkProjection
 from .layout import ChunkLayout
-from .placing import place_hits, streams
+from .placing import place_chunk, place_hits, streams
 from .rawread import raw_reader
 from .spanread import span_reader, span_units
 from .threads import share_now
@@ -104,6 +104,8 @@ def _scatter(
     ranged = reads is not None and layout.pipeline.reads_partially
     scratch = layout.config.scratch_max_bytes
     into = layout.pipeline.decodes_into
+    partly = layout.pipeline.decodes_partially
+    stream = streams(out, layout.config)
     cache = layout.chunk_cache if gens else None
     for p, key, data in batch:
         gen = gens.get(key) if cache is not None and gens is not None else None
@@ -122,8 +124,12 @@ def _scatter(
         elif gen is not None and cache is not None:
             chunk = owned(decode_chunk(layout, key, p.coords, data))
             cache.put(key, gen, chunk)
-            assign(out, p.out_selection, chunk[p.chunk_selection])
-        elif not (into and p.is_complete and _into(layout, p, key, data, out)):
+            place_chunk((p, chunk), out, stream)
+        elif into and p.is_complete and _into(layout, p, key, data, out):
+            pass
+        elif stream and (p.is_complete or not partly):  # (a large result: streamed, see core/placing.py)
+            place_chunk((p, decode_chunk(layout, key, p.coords, data, transient=True)), out, True)
+        else:
             assign(out, p.out_selection, _selected(layout, p, key, data))
     return []
 

@@ -32,7 +32,7 @@ else:
     except ImportError:
         _rawio = None
 
-__all__ = ["empty_result", "place_hits", "streams"]
+__all__ = ["empty_result", "place_chunk", "place_hits", "streams"]
 
 #: the line size streaming stores write whole
 _LINE = 64
@@ -73,6 +73,14 @@ def place_hits(hits: Sequence[Hit], out: np.ndarray, config: IOConfig) -> list:
     for p, chunk in rest:
         assign(out, p.out_selection, chunk[p.chunk_selection])
     return []
+
+
+def place_chunk(hit: Hit, out: np.ndarray, stream: bool) -> None:
+    """One decoded chunk's part into ``out`` (``hit``: its projection, the whole chunk): with
+    ``stream`` (``streams``) by the kernel's streaming stores where it can."""
+    if not stream or _place_natively([hit], out):
+        p, chunk = hit
+        assign(out, p.out_selection, chunk[p.chunk_selection])
 
 
 def _place_natively(hits: Sequence[Hit], out: np.ndarray) -> Sequence[Hit]:
