@@ -92,7 +92,7 @@ typedef struct {
     Py_ssize_t file_size; /* raw: every full chunk file's size; inflate: the largest taken */
     Py_ssize_t chunk_nbytes;
     int inflate;
-    int stream; /* place_boxes: runs of 64 bytes and more bypass the CPU caches (copy_run) */
+    int stream; /* runs of 64 bytes and more bypass the CPU caches (copy_run) */
     char *out;
 } plan_t;
 
@@ -400,18 +400,23 @@ static int parse_box(const plan_t *pl, const Py_buffer *view, const Py_ssize_t *
     return 0;
 }
 
-/* A job's optional buffer to keep the whole chunk in (``keep``: None or a writable contiguous
- * buffer of the chunk's size; it ends up in native byte order): 0, or -1 with an exception set. */
-static int parse_keep(const plan_t *pl, PyObject *keep, job_t *j) {
-    if (!keep || keep == Py_None) return 0;
-    if (PyObject_GetBuffer(keep, &j->keep, PyBUF_WRITABLE | PyBUF_ANY_CONTIGUOUS) != 0) return -1;
-    if (j->keep.len != pl->chunk_nbytes) {
-        PyBuffer_Release(&j->keep);
-        j->keep.buf = NULL;
-        PyErr_SetString(PyExc_ValueError, "a buffer to keep a chunk in is not of the chunk's size");
+/* ``b``: a contiguous buffer of a whole chunk (``flags``: PyBUF_WRITABLE for one to fill): 0, or
+ * -1 with an exception set and nothing held. */
+static int chunk_buffer(const plan_t *pl, PyObject *obj, int flags, Py_buffer *b) {
+    if (PyObject_GetBuffer(obj, b, flags | PyBUF_ANY_CONTIGUOUS) != 0) return -1;
+    if (b->len != pl->chunk_nbytes) {
+        PyBuffer_Release(b);
+        b->buf = NULL;
+        PyErr_SetString(PyExc_ValueError, "a chunk's buffer is not of the chunk's size");
         return -1;
     }
     return 0;
+}
+
+/* A job's optional buffer to keep the whole chunk in (``keep``: None or a writable contiguous
+ * buffer of the chunk's size; it ends up in native byte order): 0, or -1 with an exception set. */
+static int parse_keep(const plan_t *pl, PyObject *keep, job_t *j) {
+    return (!keep || keep == Py_None) ? 0 : chunk_buffer(pl, keep, PyBUF_WRITABLE, &j->keep);
 }
 
 PyDoc_STRVAR(read_boxes_doc,
@@ -529,10 +534,9 @@ done:
 
 /* -- copies from memory ---------------------------------------------------------------------
  *
- * The boxes of decoded chunks a read takes from the chunk cache, placed into its result in one
- * call with the GIL released: from Python each box is two views and a copy whose per-row loop
- * NumPy starts anew for every chunk (about 2 us of overhead per box, a third of a 100^3
- * read's time), and a large result gains streaming stores (copy_run).
+ * The boxes of decoded chunks (the chunk cache's, or one just decoded) placed into a large
+ * result with streaming stores (copy_run), which NumPy's copies do not use, in one call with
+ * the GIL released.
  */
 PyDoc_STRVAR(place_boxes_doc,
 "place_boxes(out, chunk_shape, out_dims, itemsize, jobs, stream) -> None\n\n"
@@ -571,13 +575,9 @@ static PyObject *place_boxes(PyObject *self, PyObject *args) {
     }
     for (; held < njobs; held++) {
         PyObject *job = PySequence_Fast_GET_ITEM(jl, held), *chunk, *box;
-        if (!PyArg_ParseTuple(job, "OO;a job is (chunk, box)", &chunk, &box)) goto done;
-        if (PyObject_GetBuffer(chunk, &chunks[held], PyBUF_ANY_CONTIGUOUS) != 0) goto done;
-        if (chunks[held].len != pl.chunk_nbytes) {
-            held++; /* (released below) */
-            PyErr_SetString(PyExc_ValueError, "a chunk's buffer is not of the chunk's size");
+        if (!PyArg_ParseTuple(job, "OO;a job is (chunk, box)", &chunk, &box) ||
+            chunk_buffer(&pl, chunk, PyBUF_SIMPLE, &chunks[held]) != 0)
             goto done;
-        }
         if (parse_box(&pl, &view, out_dim, box, &jobs[held]) != 0) {
             held++;
             goto done;
