@@ -372,6 +372,33 @@ static int plan_out(plan_t *pl, const Py_buffer *view, PyObject *shape, PyObject
     return 0;
 }
 
+/* What every kernel call starts from: ``out``'s view, the sequences of the chunk shape, out_dims
+ * and jobs, and the plan they make (``begin_call``: 0, or -1 with an exception set; whatever
+ * it took is released by ``end_call``, which is safe on a zeroed ``call_t``). */
+typedef struct {
+    Py_buffer view;
+    int have_view;
+    PyObject *shape, *dims, *jobs;
+    Py_ssize_t out_dim[MAXDIM];
+} call_t;
+
+static int begin_call(call_t *c, plan_t *pl, PyObject *out_obj, PyObject *shape_obj, PyObject *dims_obj,
+                      PyObject *jobs_obj, Py_ssize_t itemsize, int swap) {
+    if (PyObject_GetBuffer(out_obj, &c->view, PyBUF_RECORDS) != 0) return -1;
+    c->have_view = 1;
+    if (!(c->shape = PySequence_Fast(shape_obj, "chunk_shape must be a sequence"))) return -1;
+    if (!(c->dims = PySequence_Fast(dims_obj, "out_dims must be a sequence"))) return -1;
+    if (!(c->jobs = PySequence_Fast(jobs_obj, "jobs must be a sequence"))) return -1;
+    return plan_out(pl, &c->view, c->shape, c->dims, itemsize, swap, c->out_dim);
+}
+
+static void end_call(call_t *c) {
+    Py_XDECREF(c->shape);
+    Py_XDECREF(c->dims);
+    Py_XDECREF(c->jobs);
+    if (c->have_view) PyBuffer_Release(&c->view);
+}
+
 /* A job's box, ``(start, step, count, out_start)`` per chunk dimension, flattened: 0, or -1
  * with an exception set (also when the box reaches outside the chunk or out). */
 static int parse_box(const plan_t *pl, const Py_buffer *view, const Py_ssize_t *out_dim, PyObject *box, job_t *j) {
@@ -437,7 +464,7 @@ PyDoc_STRVAR(read_boxes_doc,
 
 static PyObject *read_boxes(PyObject *self, PyObject *args) {
     PyObject *out_obj, *shape_obj, *dims_obj, *jobs_obj;
-    Py_buffer header, view;
+    Py_buffer header;
     Py_ssize_t itemsize;
     int swap, inflate = 0, stream = 0;
     Py_buffer work = {0};
@@ -455,16 +482,10 @@ static PyObject *read_boxes(PyObject *self, PyObject *args) {
     job_t *jobs = NULL;
     Py_ssize_t njobs = 0, parsed = 0;
     char *scratch = NULL, *hbuf = NULL, *own = NULL; /* own: the scratch this call allocated */
-    PyObject *shape = NULL, *dims = NULL, *jl = NULL, *result = NULL;
-    int have_view = 0;
+    PyObject *result = NULL;
+    call_t c = {.have_view = 0};
 
-    if (PyObject_GetBuffer(out_obj, &view, PyBUF_RECORDS) != 0) goto done;
-    have_view = 1;
-    if (!(shape = PySequence_Fast(shape_obj, "chunk_shape must be a sequence"))) goto done;
-    if (!(dims = PySequence_Fast(dims_obj, "out_dims must be a sequence"))) goto done;
-    if (!(jl = PySequence_Fast(jobs_obj, "jobs must be a sequence"))) goto done;
-    Py_ssize_t out_dim[MAXDIM];
-    if (plan_out(&pl, &view, shape, dims, itemsize, swap, out_dim) != 0) goto done;
+    if (begin_call(&c, &pl, out_obj, shape_obj, dims_obj, jobs_obj, itemsize, swap) != 0) goto done;
     pl.header = header.buf;
     pl.header_len = header.len;
     pl.inflate = inflate;
@@ -473,20 +494,20 @@ static PyObject *read_boxes(PyObject *self, PyObject *args) {
      * stored blocks add 5 bytes per 64 KiB), so a huge file is never read into memory here */
     pl.file_size = header.len + pl.chunk_nbytes + (inflate ? pl.chunk_nbytes / 8 + 4096 : 0);
 
-    njobs = PySequence_Fast_GET_SIZE(jl);
+    njobs = PySequence_Fast_GET_SIZE(c.jobs);
     jobs = PyMem_Calloc(njobs ? (size_t)njobs : 1, sizeof(job_t));
     if (!jobs) {
         PyErr_NoMemory();
         goto done;
     }
     for (; parsed < njobs; parsed++) {
-        PyObject *job = PySequence_Fast_GET_ITEM(jl, parsed), *box = NULL, *path = NULL, *keep = NULL;
+        PyObject *job = PySequence_Fast_GET_ITEM(c.jobs, parsed), *box = NULL, *path = NULL, *keep = NULL;
         job_t *j = &jobs[parsed];
         if (!PyArg_ParseTuple(job, "O&O|O;a job is (path, box) or (path, box, keep)", PyUnicode_FSConverter, &path, &box,
                               &keep))
             goto done;
         j->path = path;
-        if (parse_box(&pl, &view, out_dim, box, j) != 0 || parse_keep(&pl, keep, j) != 0) goto done;
+        if (parse_box(&pl, &c.view, c.out_dim, box, j) != 0 || parse_keep(&pl, keep, j) != 0) goto done;
     }
     if (!(result = PyBytes_FromStringAndSize(NULL, njobs))) goto done;
     char *status = PyBytes_AS_STRING(result);
@@ -524,10 +545,7 @@ done:
     PyMem_RawFree(inf.in);
     if (work.buf) PyBuffer_Release(&work);
     if (inf.d) ld_free(inf.d);
-    Py_XDECREF(shape);
-    Py_XDECREF(dims);
-    Py_XDECREF(jl);
-    if (have_view) PyBuffer_Release(&view);
+    end_call(&c);
     PyBuffer_Release(&header);
     return result;
 }
@@ -551,22 +569,15 @@ static PyObject *place_boxes(PyObject *self, PyObject *args) {
     int stream;
     if (!PyArg_ParseTuple(args, "OOOnOp", &out_obj, &shape_obj, &dims_obj, &itemsize, &jobs_obj, &stream)) return NULL;
     plan_t pl;
-    Py_buffer view;
     job_t *jobs = NULL;
     Py_buffer *chunks = NULL;
     Py_ssize_t njobs = 0, held = 0;
-    PyObject *shape = NULL, *dims = NULL, *jl = NULL, *result = NULL;
-    int have_view = 0;
+    PyObject *result = NULL;
+    call_t c = {.have_view = 0};
 
-    if (PyObject_GetBuffer(out_obj, &view, PyBUF_RECORDS) != 0) goto done;
-    have_view = 1;
-    if (!(shape = PySequence_Fast(shape_obj, "chunk_shape must be a sequence"))) goto done;
-    if (!(dims = PySequence_Fast(dims_obj, "out_dims must be a sequence"))) goto done;
-    if (!(jl = PySequence_Fast(jobs_obj, "jobs must be a sequence"))) goto done;
-    Py_ssize_t out_dim[MAXDIM];
-    if (plan_out(&pl, &view, shape, dims, itemsize, 0, out_dim) != 0) goto done;
+    if (begin_call(&c, &pl, out_obj, shape_obj, dims_obj, jobs_obj, itemsize, 0) != 0) goto done;
     pl.stream = stream;
-    njobs = PySequence_Fast_GET_SIZE(jl);
+    njobs = PySequence_Fast_GET_SIZE(c.jobs);
     jobs = PyMem_Calloc(njobs ? (size_t)njobs : 1, sizeof(job_t));
     chunks = PyMem_Calloc(njobs ? (size_t)njobs : 1, sizeof(Py_buffer));
     if (!jobs || !chunks) {
@@ -574,11 +585,11 @@ static PyObject *place_boxes(PyObject *self, PyObject *args) {
         goto done;
     }
     for (; held < njobs; held++) {
-        PyObject *job = PySequence_Fast_GET_ITEM(jl, held), *chunk, *box;
+        PyObject *job = PySequence_Fast_GET_ITEM(c.jobs, held), *chunk, *box;
         if (!PyArg_ParseTuple(job, "OO;a job is (chunk, box)", &chunk, &box) ||
             chunk_buffer(&pl, chunk, PyBUF_SIMPLE, &chunks[held]) != 0)
             goto done;
-        if (parse_box(&pl, &view, out_dim, box, &jobs[held]) != 0) {
+        if (parse_box(&pl, &c.view, c.out_dim, box, &jobs[held]) != 0) {
             held++;
             goto done;
         }
@@ -594,10 +605,7 @@ done:
     for (Py_ssize_t i = 0; i < held; i++) PyBuffer_Release(&chunks[i]);
     PyMem_Free(chunks);
     PyMem_Free(jobs);
-    Py_XDECREF(shape);
-    Py_XDECREF(dims);
-    Py_XDECREF(jl);
-    if (have_view) PyBuffer_Release(&view);
+    end_call(&c);
     return result;
 }
 
@@ -1041,7 +1049,6 @@ PyDoc_STRVAR(read_spans_doc,
 
 static PyObject *read_spans(PyObject *self, PyObject *args) {
     PyObject *out_obj, *shape_obj, *dims_obj, *file_obj, *path_obj = NULL, *jobs_obj;
-    Py_buffer view;
     Py_ssize_t itemsize, tail;
     int swap, codec, given_fd = -1, stream = 0;
     Py_buffer work = {0};
@@ -1065,22 +1072,16 @@ static PyObject *read_spans(PyObject *self, PyObject *args) {
     Py_ssize_t njobs = 0;
     span_work_t w = {NULL, NULL, NULL, NULL, 0, 0, NULL, 0};
     void *ld = NULL;
-    PyObject *shape = NULL, *dims = NULL, *jl = NULL, *result = NULL;
-    int have_view = 0;
+    PyObject *result = NULL;
+    call_t c = {.have_view = 0};
 
     if (codec < 0 || codec >= CODEC_COUNT || !codec_loaded(codec)) {
         PyErr_Format(PyExc_ValueError, "codec %d is unknown or its library was not handed over", codec);
         goto done;
     }
-    if (PyObject_GetBuffer(out_obj, &view, PyBUF_RECORDS) != 0) goto done;
-    have_view = 1;
-    if (!(shape = PySequence_Fast(shape_obj, "chunk_shape must be a sequence"))) goto done;
-    if (!(dims = PySequence_Fast(dims_obj, "out_dims must be a sequence"))) goto done;
-    if (!(jl = PySequence_Fast(jobs_obj, "jobs must be a sequence"))) goto done;
-    Py_ssize_t out_dim[MAXDIM];
-    if (plan_out(&pl, &view, shape, dims, itemsize, swap, out_dim) != 0) goto done;
+    if (begin_call(&c, &pl, out_obj, shape_obj, dims_obj, jobs_obj, itemsize, swap) != 0) goto done;
     pl.stream = stream;
-    njobs = PySequence_Fast_GET_SIZE(jl);
+    njobs = PySequence_Fast_GET_SIZE(c.jobs);
     jobs = PyMem_Calloc(njobs ? (size_t)njobs : 1, sizeof(job_t));
     if (!jobs) {
         PyErr_NoMemory();
@@ -1089,10 +1090,10 @@ static PyObject *read_spans(PyObject *self, PyObject *args) {
     for (Py_ssize_t i = 0; i < njobs; i++) {
         PyObject *box = NULL, *keep = NULL;
         job_t *j = &jobs[i];
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(jl, i),
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(c.jobs, i),
                               "nnO|O;a job is (offset, length, box) or (offset, length, box, keep)", &j->offset,
                               &j->length, &box, &keep) ||
-            parse_box(&pl, &view, out_dim, box, j) != 0 || parse_keep(&pl, keep, j) != 0)
+            parse_box(&pl, &c.view, c.out_dim, box, j) != 0 || parse_keep(&pl, keep, j) != 0)
             goto done;
     }
     if (!(result = PyBytes_FromStringAndSize(NULL, njobs))) goto done;
@@ -1143,11 +1144,8 @@ done:
     PyMem_RawFree(w.own);
     if (work.buf) PyBuffer_Release(&work);
     if (ld) ld_free(ld);
-    Py_XDECREF(shape);
-    Py_XDECREF(dims);
-    Py_XDECREF(jl);
+    end_call(&c);
     Py_XDECREF(path_obj);
-    if (have_view) PyBuffer_Release(&view);
     return result;
 }
 
