@@ -9,7 +9,6 @@ threads batches from one shared list.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -144,16 +143,15 @@ def share_now(
 
     ``config``: the array's ``IOConfig`` (thresholds, pool sizes), read once per call.
     ``memo`` (kept per array by the caller) remembers the choice: when the last call chose
-    threads, they start at once and the first item is timed while they work (for the next
-    call), instead of running alone first (measured: 7 % of a 100^3 gzip read; the first
-    8 100^3 reads of raw N5 blocks with the page cache dropped, 20-23 -> 18-19.5 ms).
+    the codec threads, they start at once and the first item is timed while they work (for
+    the next call), instead of running alone first (measured: 7 % of a 100^3 gzip read).
     """
     if len(items) <= 1:
         fn(items, *args)
         return
     kinds = (writes, free, slow, gil)
-    if memo is not None and (how := memo.get(fn)) in ("codec", "io") and len(items) > 2:
-        run_shared(fn, items, args, how, memo, kinds, config)
+    if memo is not None and memo.get(fn) == "codec" and len(items) > 2:
+        run_shared(fn, items, args, "codec", memo, kinds, config)
         return
     started, cpu = time.perf_counter(), time.thread_time()
     fn(items[:1], *args)
@@ -166,21 +164,6 @@ def share_now(
         fn(rest, *args)
         return
     run_shared(fn, rest, args, how, None, kinds, config)
-
-
-def _queued_seconds() -> float | None:
-    """Seconds this thread has spent ready to run but waiting for a CPU (Linux's
-    ``/proc/thread-self/schedstat``); None where the kernel does not tell."""
-    try:
-        fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        return int(os.read(fd, 128).split()[1]) / 1e9
-    except (OSError, IndexError, ValueError):
-        return None
-    finally:
-        os.close(fd)
 
 
 def run_shared(
@@ -197,15 +180,10 @@ def run_shared(
     futures = [pool.submit(feed.drain) for _ in range(workers - 1)]
     try:
         if memo is not None and (first := feed.take()):
-            # (with the I/O threads, more than cores, running already, time this thread spent
-            # ready on a run queue is no disk wait: counted so, warm reads kept those threads)
-            queued = _queued_seconds() if waiting else None
             started, cpu = time.perf_counter(), time.thread_time()
             fn(first, *args)
             took = (time.perf_counter() - started) / len(first)
             waited = took - (time.thread_time() - cpu) / len(first)
-            if queued is not None and (now_queued := _queued_seconds()) is not None:
-                waited -= (now_queued - queued) / len(first)
             memo[fn] = now = threads_for(config, took, waited, len(items) - 1, *kinds)
             if now == "io" and not waiting:  # the data went cold since: more reads in flight
                 futures += [io_pool(config.io_threads).submit(feed.drain) for _ in range(io_reads - workers)]
