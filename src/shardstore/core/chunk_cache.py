@@ -49,12 +49,11 @@ import numpy as np
 from ..store.base import MISSING
 
 if TYPE_CHECKING:
-    from ..config import IOConfig
     from .indexing import ChunkProjection
     from .layout import ChunkLayout
 
 __all__ = [
-    "ChunkCache", "Generations", "Hit", "buffers_to_keep", "bypassed", "copies_shared", "held_at_tag", "keep_filled", "owned",
+    "ChunkCache", "Generations", "Hit", "buffers_to_keep", "bypassed", "held_at_tag", "keep_filled", "owned",
     "take_cached", "unit_generations", "unit_generations_async",
 ]
 
@@ -207,15 +206,6 @@ def take_cached(
         else:
             hits.append((p, chunk))
     return rest, gens, hits
-
-
-def copies_shared(hits: Sequence[Hit], out: np.ndarray, config: IOConfig) -> bool:
-    """Whether the hits' copies are worth a second thread: only from
-    ``config.thread_copy_bytes`` on. Measured (sharded Zarr v3, 64^3 uint8 chunks, all hits,
-    median us per read of an n^3 box, one thread / two): 100^3 302 / 406, 160^3 1,016 /
-    1,491, 200^3 2,679 / 2,456, 256^3 4,025 / 3,169. A thread woken for a few copies,
-    each started under the GIL, costs more than the memory bandwidth it adds."""
-    return bool(hits) and min(out.nbytes, len(hits) * hits[0][1].nbytes) >= config.thread_copy_bytes
 
 
 def buffers_to_keep(

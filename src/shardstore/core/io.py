@@ -25,7 +25,6 @@ from .chunk_cache import (
     Generations,
     Hit,
     bypassed,
-    copies_shared,
     held_at_tag,
     owned,
     take_cached,
@@ -34,7 +33,7 @@ from .chunk_cache import (
 )
 from .indexing import ChunkProjection
 from .layout import ChunkLayout
-from .placing import place_chunk, place_hits, streams
+from .placing import copies_shared, place_chunk, place_hits, streams
 from .rawread import raw_reader
 from .spanread import span_reader, span_units
 from .threads import share_now
@@ -43,18 +42,15 @@ __all__ = ["Asked", "hits_now", "read_into", "read_into_now"]
 
 
 # -- reads -----------------------------------------------------------------------------------
-def _selected(layout: ChunkLayout, p: ChunkProjection, key: str, data: bytes) -> np.ndarray:
-    """``decoded chunk[p.chunk_selection]``, to be copied out at once; a partial selection
-    first asks the pipeline for a partial decode (e.g. only the blosc blocks it needs), else
-    the whole chunk is decoded."""
-    if not p.is_complete and layout.pipeline.decodes_partially:
-        try:
-            part = layout.pipeline.decode_region(data, layout.spec_for(p.coords), p.chunk_selection)
-        except CodecError as e:
-            raise type(e)(f"{layout.describe_key(key)}: {e}") from e
-        if part is not None:
-            return part
-    return decode_chunk(layout, key, p.coords, data, transient=True)[p.chunk_selection]
+def _partly_decoded(layout: ChunkLayout, p: ChunkProjection, key: str, data: bytes) -> np.ndarray | None:
+    """``decoded chunk[p.chunk_selection]`` from a partial decode (e.g. only the blosc blocks
+    a partial selection needs), to be copied out at once; None: decode the whole chunk."""
+    if p.is_complete or not layout.pipeline.decodes_partially:
+        return None
+    try:
+        return layout.pipeline.decode_region(data, layout.spec_for(p.coords), p.chunk_selection)
+    except CodecError as e:
+        raise type(e)(f"{layout.describe_key(key)}: {e}") from e
 
 
 def _selected_from(layout: ChunkLayout, p: ChunkProjection, key: str, read: Callable[..., bytes | None]) -> np.ndarray | None:
@@ -104,7 +100,6 @@ def _scatter(
     ranged = reads is not None and layout.pipeline.reads_partially
     scratch = layout.config.scratch_max_bytes
     into = layout.pipeline.decodes_into
-    partly = layout.pipeline.decodes_partially
     stream = streams(out, layout.config)
     cache = layout.chunk_cache if gens else None
     for p, key, data in batch:
@@ -125,12 +120,12 @@ def _scatter(
             chunk = owned(decode_chunk(layout, key, p.coords, data))
             cache.put(key, gen, chunk)
             place_chunk((p, chunk), out, stream)
-        elif into and p.is_complete and _into(layout, p, key, data, out):
-            pass
-        elif stream and (p.is_complete or not partly):  # (a large result: streamed, see core/placing.py)
-            place_chunk((p, decode_chunk(layout, key, p.coords, data, transient=True)), out, True)
-        else:
-            assign(out, p.out_selection, _selected(layout, p, key, data))
+        elif not (into and p.is_complete and _into(layout, p, key, data, out)):
+            part = _partly_decoded(layout, p, key, data)
+            if part is not None:
+                assign(out, p.out_selection, part)
+            else:  # (decoded into this thread's scratch and copied out before it decodes again)
+                place_chunk((p, decode_chunk(layout, key, p.coords, data, transient=True)), out, stream)
     return []
 
 
