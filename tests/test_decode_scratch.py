@@ -278,3 +278,32 @@ def test_zarr3_zstd_reads_decode_in_scratch(tmp_path: Path, monkeypatch) -> None
     b = shardstore.zarr3.open(str(tmp_path), config=GENERIC)
     np.testing.assert_array_equal(b[3:37, 5:45], data[3:37, 5:45])
     assert calls and all(calls)
+
+
+@pytest.mark.parametrize("endian", ["little", "big"])
+def test_chunks_to_cache_decode_into_the_buffer_their_entry_keeps(monkeypatch, endian: str) -> None:
+    """A chunk the cache keeps is decompressed into a fresh buffer that becomes its entry
+    (``CodecPipeline.decode_kept``), not into a bytes object the entry then copies to own its
+    memory: ``owned`` copies nothing, and the values are those of the volume."""
+    from shardstore.core import io as core_io
+
+    copies: list[bool] = []
+    real = core_io.owned
+
+    def spy(chunk: np.ndarray) -> np.ndarray:
+        got = real(chunk)
+        copies.append(got is not chunk)
+        return got
+
+    monkeypatch.setattr(core_io, "owned", spy)
+    data = np.arange(40 * 50, dtype="int32").reshape(40, 50)
+    store = shardstore.MemoryStore()
+    a = shardstore.zarr3.create(store, shape=data.shape, dtype="int32", chunks=(16, 16), shards=(32, 32),
+                                codecs=[{"name": "sharding_indexed", "configuration": {"chunk_shape": [16, 16], "codecs": [
+                                    {"name": "bytes", "configuration": {"endian": endian}}, {"name": "zstd"}]}}])
+    a[...] = data
+    b = shardstore.zarr3.open(store, config=IOConfig(chunk_cache_bytes=1 << 20))
+    np.testing.assert_array_equal(b[3:37, 5:45], data[3:37, 5:45])
+    assert len(copies) == 9 and not any(copies)
+    np.testing.assert_array_equal(b[3:37, 5:45], data[3:37, 5:45])  # (from the cache)
+    assert len(copies) == 9

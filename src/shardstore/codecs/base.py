@@ -29,7 +29,8 @@ __all__ = [
     "parse_named_config",
     "expansion_bound",
     "scratch_buffer",
-    "decode_to_scratch",
+    "decode_to_buffer",
+    "new_buffer",
 ]
 
 CodecKind = Literal["array_array", "array_bytes", "bytes_bytes"]
@@ -54,16 +55,22 @@ def scratch_buffer(nbytes: int, max_bytes: int = IOConfig.scratch_max_bytes, slo
     return buf[:nbytes]
 
 
-def decode_to_scratch(
-    codec: BytesBytesCodec, data: bytes | memoryview, spec: ChunkSpec, nbytes: int, max_bytes: int = IOConfig.scratch_max_bytes
+def new_buffer(nbytes: int) -> np.ndarray:
+    """``nbytes`` of fresh uint8 (a buffer for ``decode_to_buffer`` that the result keeps)."""
+    return np.empty(nbytes, np.uint8)
+
+
+def decode_to_buffer(
+    codec: BytesBytesCodec, data: bytes | memoryview, spec: ChunkSpec, nbytes: int, buffer: Callable[[int], np.ndarray]
 ) -> np.ndarray | None:
-    """``codec``'s decoding of ``data`` in this thread's ``scratch_buffer`` (kept up to
-    ``max_bytes``) when it is exactly ``nbytes`` long and the codec decodes in place; None
-    otherwise (the caller then uses ``decode``, which also words any error)."""
+    """``codec``'s decoding of ``data`` into ``buffer(nbytes)`` (this thread's
+    ``scratch_buffer``, or ``new_buffer``) when it is exactly ``nbytes`` long and the codec
+    decodes in place; None otherwise (the caller then uses ``decode``, which also words any
+    error)."""
     ratio = codec.max_ratio
     if ratio is not None and nbytes > len(data) * ratio + 1024:
         return None  # cannot decode to nbytes: no buffer of a size only a corrupt spec claims
-    buf = scratch_buffer(nbytes, max_bytes)
+    buf = buffer(nbytes)
     return buf if codec.decode_to(data, spec, buf) else None
 
 

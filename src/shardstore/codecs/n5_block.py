@@ -35,7 +35,7 @@ from . import gzip as _gzip  # noqa: F401
 from . import lz4 as _lz4  # noqa: F401
 from . import xz as _xz  # noqa: F401
 from . import zstd as _zstd  # noqa: F401
-from .base import ArrayBytesCodec, BytesBytesCodec, ChunkSpec, N5Compression, decode_to_scratch, scratch_buffer
+from .base import ArrayBytesCodec, BytesBytesCodec, ChunkSpec, N5Compression, decode_to_buffer, scratch_buffer
 from .memory_order import copy_to_c_order, first_axis_fastest
 from .registry import get_codec_class, register_codec
 
@@ -328,7 +328,8 @@ class N5BlockCodec(ArrayBytesCodec):
             return self.decode(data, spec)
         stored = self._dtype.newbyteorder(">")
         nbytes = full[0].num_elements * stored.itemsize
-        buf = decode_to_scratch(self.compression, memoryview(data)[full[0].offset :], spec, nbytes, scratch_max)
+        buf = decode_to_buffer(self.compression, memoryview(data)[full[0].offset :], spec, nbytes,
+                               lambda n: scratch_buffer(n, scratch_max))
         if buf is None:
             return self.decode(data, spec)  # several gzip members, corrupt data: worded there
         return buf.view(stored).reshape(spec.shape)

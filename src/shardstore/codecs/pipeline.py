@@ -8,14 +8,14 @@ allows (no decompression bombs).
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, cast
 
 import numpy as np
 
 from ..config import IOConfig
 from ..errors import CodecError, MetadataError
-from .base import ArrayArrayCodec, ArrayBytesCodec, BytesBytesCodec, ChunkSpec, Codec, NativeDecoder, decode_to_scratch
+from .base import ArrayArrayCodec, ArrayBytesCodec, BytesBytesCodec, ChunkSpec, Codec, NativeDecoder, decode_to_buffer, new_buffer, scratch_buffer
 from .registry import codec_from_config
 from .transpose import TransposeCodec
 
@@ -252,13 +252,8 @@ class CodecPipeline:
 
     @functools.cached_property
     def _innermost_decodes_to(self) -> bool:
-        """Whether the last bytes->bytes decoder to run can decode into a scratch buffer."""
+        """Whether the last bytes->bytes decoder to run can decode into a buffer given to it."""
         return bool(self.bytes_bytes) and self.bytes_bytes[0].decodes_to
-
-    def _decode_to_scratch(self, data: bytes, ab_spec: ChunkSpec, codec: BytesBytesCodec, limit: int, scratch_max: int) -> Any:
-        size = self.array_bytes.encoded_size(ab_spec)
-        buf = None if size is None else decode_to_scratch(codec, data, ab_spec, size, scratch_max)
-        return codec.decode(data, ab_spec, limit) if buf is None else buf
 
     def decode_transient(self, data: bytes, spec: ChunkSpec, scratch_max: int = IOConfig.scratch_max_bytes) -> np.ndarray:
         """``decode`` for callers that copy the result out at once (see
@@ -267,20 +262,32 @@ class CodecPipeline:
         ``IOConfig.scratch_max_bytes``) instead of a fresh one."""
         if not self.array_array and not self.bytes_bytes:
             return self.array_bytes.decode_transient(data, spec, scratch_max)
-        return self._decode(data, spec, self._innermost_decodes_to, scratch_max)
+        return self._decode(data, spec, (lambda n: scratch_buffer(n, scratch_max)) if self._innermost_decodes_to else None)
+
+    def decode_kept(self, data: bytes, spec: ChunkSpec) -> np.ndarray:
+        """``decode`` for a result that is kept (a chunk cache entry): the innermost
+        decompression goes into a fresh buffer that the result views, not into a bytes
+        object that the entry would have to copy to own its memory (a second fresh chunk,
+        page faults and all)."""
+        return self._decode(data, spec, new_buffer if self._innermost_decodes_to else None)
 
     def decode(self, data: bytes, spec: ChunkSpec) -> np.ndarray:
-        return self._decode(data, spec, False, 0)
+        return self._decode(data, spec, None)
 
-    def _decode(self, data: bytes, spec: ChunkSpec, transient: bool, scratch_max: int) -> np.ndarray:
+    def _decode(self, data: bytes, spec: ChunkSpec, buffer: Callable[[int], np.ndarray] | None) -> np.ndarray:
+        """The chunk decoded; ``buffer(nbytes)``: where the innermost decompression may go."""
         specs, caps = self._plan(spec)
         ab_spec = specs[-1]
         steps = list(zip(self.bytes_bytes, caps))[::-1]  # in decoding order
-        innermost = steps.pop() if transient else None
+        innermost = steps.pop() if buffer is not None else None
         for codec, limit in steps:
             data = codec.decode(data, ab_spec, limit)
-        if innermost is not None:
-            data = self._decode_to_scratch(data, ab_spec, *innermost, scratch_max)
+        if innermost is not None and buffer is not None:
+            size = self.array_bytes.encoded_size(ab_spec)
+            codec, limit = innermost
+            buf = None if size is None else decode_to_buffer(codec, data, ab_spec, size, buffer)
+            # (a uint8 array, which the array->bytes codecs take as the bytes it holds)
+            data = codec.decode(data, ab_spec, limit) if buf is None else cast(bytes, buf)
         array = self.array_bytes.decode(data, ab_spec)
         for aa, s in zip(reversed(self.array_array), reversed(specs[:-1])):
             array = aa.decode(array, s)

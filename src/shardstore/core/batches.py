@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -76,14 +76,18 @@ async def bounded(limit: int, jobs: list) -> None:
         raise
 
 
-def decode_chunk(layout: ChunkLayout, key: str, coords: tuple[int, ...], data: bytes, transient: bool = False) -> np.ndarray:
-    """The decoded chunk; ``transient``: the caller copies it out before this thread decodes
-    again, so it may live in a scratch buffer (``CodecPipeline.decode_transient``)."""
+def decode_chunk(
+    layout: ChunkLayout, key: str, coords: tuple[int, ...], data: bytes, use: Literal["copied", "transient", "kept"] = "copied"
+) -> np.ndarray:
+    """The decoded chunk. ``use``: "transient" when the caller copies it out before this
+    thread decodes again, so it may live in a scratch buffer (``CodecPipeline.decode_transient``);
+    "kept" when it becomes a chunk cache entry (``CodecPipeline.decode_kept``)."""
     pipeline = layout.pipeline
+    spec = layout.spec_for(coords)
     try:
-        if transient:
-            return pipeline.decode_transient(data, layout.spec_for(coords), layout.config.scratch_max_bytes)
-        return pipeline.decode(data, layout.spec_for(coords))
+        if use == "transient":
+            return pipeline.decode_transient(data, spec, layout.config.scratch_max_bytes)
+        return pipeline.decode_kept(data, spec) if use == "kept" else pipeline.decode(data, spec)
     except CodecError as e:
         raise type(e)(f"{layout.describe_key(key)}: {e}") from e
 

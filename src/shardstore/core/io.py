@@ -117,7 +117,7 @@ def _scatter(
                 raise ChunkNotFoundError(f"{layout.describe_key(key)} is missing")
             out[p.out_selection] = layout.spec.fill_value
         elif gen is not None and cache is not None:
-            chunk = owned(decode_chunk(layout, key, p.coords, data))
+            chunk = owned(decode_chunk(layout, key, p.coords, data, "kept"))
             cache.put(key, gen, chunk)
             place_chunk((p, chunk), out, stream)
         elif not (into and p.is_complete and _into(layout, p, key, data, out)):
@@ -125,7 +125,7 @@ def _scatter(
             if part is not None:
                 assign(out, p.out_selection, part)
             else:  # (decoded into this thread's scratch and copied out before it decodes again)
-                place_chunk((p, decode_chunk(layout, key, p.coords, data, transient=True)), out, stream)
+                place_chunk((p, decode_chunk(layout, key, p.coords, data, "transient")), out, stream)
     return []
 
 
