@@ -391,3 +391,41 @@ def test_shared_call_keeps_no_reference_to_its_work() -> None:
         release.set()
         for f in busy:
             f.result()
+
+
+def test_spread_shares_one_list_so_a_late_thread_holds_up_nothing() -> None:
+    """The async runner's ``spread`` hands its threads shares of one list (``Feed``), as the
+    blocking runner does: a pool thread that starts late takes what is left, not a fixed
+    half the calling thread then waits for (a whole S3 shard's decode ran a third longer so).
+    The results keep the order of the items."""
+    import asyncio
+    import time
+
+    from shardstore._sync import codec_pool
+    from shardstore.core.batches import spread
+
+    config = IOConfig(codec_threads=5)  # a pool of its own, kept busy until the items are done
+    pool = codec_pool(config.codec_threads)
+    release = threading.Event()
+    busy = [pool.submit(release.wait) for _ in range(5)]
+    ran_on: list[str] = []
+
+    def work(batch: list[int]) -> list[int]:
+        for _ in batch:
+            time.sleep(0.001)  # (slower than inline_item_seconds: the items go to threads)
+            ran_on.append(threading.current_thread().name)
+        return [i * 10 for i in batch]
+
+    async def main() -> list[int]:
+        loop = asyncio.get_running_loop()
+        # the pool frees up only once every item is done, whichever thread did it
+        loop.call_later(0, lambda: threading.Thread(target=lambda: (time.sleep(0.2), release.set())).start())
+        return await spread(work, list(range(40)), config=config)
+
+    try:
+        assert asyncio.run(main()) == [i * 10 for i in range(40)]
+        assert ran_on == [threading.current_thread().name] * 40
+    finally:
+        release.set()
+        for f in busy:
+            f.result()

@@ -17,6 +17,7 @@ from ..config import IOConfig
 from ..errors import CodecError
 from .indexing import ChunkProjection
 from .layout import ChunkLayout
+from .threads import Feed
 
 __all__ = ["bounded", "decode_chunk", "group_by_unit", "native_then", "spread", "whole_chunk"]
 
@@ -112,21 +113,23 @@ async def spread(fn: Callable[..., list], items: list, *args: Any, config: IOCon
     if time.perf_counter() - started < config.inline_item_seconds:
         out.extend(fn(items, *args))
         return out
+    # the threads take shares of one list (``core/threads.py``'s ``Feed``, as the blocking
+    # runner's): fixed halves left one thread decoding alone for a third of a whole S3 shard's
+    # decode when the other was slowed (the client's I/O threads share the cores)
     n = min(codec_pool_size(config.codec_threads), len(items))
-    size = -(-len(items) // n)
-    batches = [items[i : i + size] for i in range(0, len(items), size)]
-    # submitted now (run_in_executor, not a task that would start only after the inline batch)
+    feed = Feed(items, n, config.feed_takes, fn, args, collect=True)
+    # submitted now (run_in_executor, not a task that would start only after this thread's part)
     loop, pool = asyncio.get_running_loop(), codec_pool(config.codec_threads)
-    futures = [loop.run_in_executor(pool, fn, b, *args) for b in batches[1:]]
+    futures = [loop.run_in_executor(pool, feed.drain) for _ in range(n - 1)]
     try:
-        out.extend(fn(batches[0], *args))
+        feed.drain()
     finally:
         rest = await asyncio.gather(*futures, return_exceptions=True)
+        feed.release()
     for r in rest:
         if isinstance(r, BaseException):
             raise r
-        out.extend(r)
-    return out
+    return out + feed.results()
 
 
 def native_then(batch: list[tuple[ChunkProjection, str]], native: Callable, generic: Callable, *args: Any) -> Any:

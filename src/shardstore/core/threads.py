@@ -53,32 +53,48 @@ class Feed:
     memory back to the kernel: every read page-faulted its fresh output in again, a third
     of the CPU time of an unaligned 100^3 raw N5 read.)"""
 
-    def __init__(self, items: list, workers: int, takes: int, fn: Callable[..., Any], args: tuple) -> None:
+    def __init__(self, items: list, workers: int, takes: int, fn: Callable[..., Any], args: tuple,
+                 collect: bool = False) -> None:
         self._items, self._shares, self._next = items, takes * max(1, workers), 0
         self._work: tuple[Callable[..., Any], tuple] | None = (fn, args)
         self._lock = threading.Lock()
         self.failed = False
+        #: with ``collect``: what ``fn`` returned for each batch, by the batch's first item
+        self._results: dict[int, Any] | None = {} if collect else None
 
     def take(self) -> list:
+        return self._take()[1]
+
+    def _take(self) -> tuple[int, list]:
         with self._lock:
             if self.failed:
-                return []
+                return 0, []
             i = self._next
             n = max(1, (len(self._items) - i) // self._shares)
             self._next = i + n
-        return self._items[i : i + n]
+        return i, self._items[i : i + n]
 
     def drain(self) -> None:
         work = self._work
         if work is None:
             return
         fn, args = work
+        results = self._results
         try:
-            while batch := self.take():
-                fn(batch, *args)
+            while True:
+                i, batch = self._take()
+                if not batch:
+                    break
+                done = fn(batch, *args)
+                if results is not None:
+                    results[i] = done
         except BaseException:
             self.failed = True
             raise
+
+    def results(self) -> list:
+        """The lists ``fn`` returned (``collect``), concatenated in the order of the items."""
+        return [r for i in sorted(self._results or {}) for r in self._results[i]]  # type: ignore[index]
 
     def release(self) -> None:
         """Drop the items and the work (no thread runs ``drain`` any more)."""
