@@ -307,3 +307,26 @@ def test_chunks_to_cache_decode_into_the_buffer_their_entry_keeps(monkeypatch, e
     assert len(copies) == 9 and not any(copies)
     np.testing.assert_array_equal(b[3:37, 5:45], data[3:37, 5:45])  # (from the cache)
     assert len(copies) == 9
+
+
+def test_bcolz_chunks_to_cache_decode_into_their_entry(tmp_path: Path, monkeypatch) -> None:
+    """bcolz chunks (bloscpack, which decodes into the caller's array) kept by the cache are
+    decompressed straight into a new array that becomes the entry: ``owned`` copies nothing."""
+    from shardstore import bcolz
+    from shardstore.core import io as core_io
+
+    copies: list[bool] = []
+    real = core_io.owned
+
+    def spy(chunk: np.ndarray) -> np.ndarray:
+        got = real(chunk)
+        copies.append(got is not chunk)
+        return got
+
+    monkeypatch.setattr(core_io, "owned", spy)
+    data = np.arange(50_000, dtype="int32")
+    c = bcolz.carray(data, rootdir=str(tmp_path / "c"), chunklen=8192)
+    c.flush()
+    b = bcolz.open(str(tmp_path / "c"), mode="r", config=IOConfig(chunk_cache_bytes=8 << 20))
+    np.testing.assert_array_equal(b[1000:40_000], data[1000:40_000])
+    assert copies and not any(copies)

@@ -268,7 +268,12 @@ class CodecPipeline:
         """``decode`` for a result that is kept (a chunk cache entry): the innermost
         decompression goes into a fresh buffer that the result views, not into a bytes
         object that the entry would have to copy to own its memory (a second fresh chunk,
-        page faults and all)."""
+        page faults and all); a codec that decodes into the caller's array (bloscpack)
+        decodes into a new one."""
+        if self.decodes_into:
+            out = np.empty(spec.shape, spec.dtype)
+            if self.array_bytes.decode_into(data, spec, out):
+                return out
         return self._decode(data, spec, new_buffer if self._innermost_decodes_to else None)
 
     def decode(self, data: bytes, spec: ChunkSpec) -> np.ndarray:
