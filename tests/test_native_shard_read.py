@@ -469,3 +469,43 @@ def test_a_cached_read_that_places_no_chunk_whole_reads_right(tmp_path: Path) ->
     box = np.s_[3:13, 3:13, 3:13]  # 8 chunks, none whole
     np.testing.assert_array_equal(b[box], data[box])
     np.testing.assert_array_equal(b[box], data[box])
+
+
+
+def test_minishard_indexes_of_a_native_read_are_asked_for_together(tmp_path: Path, monkeypatch) -> None:
+    """A native read that needs several minishard indexes of a shard file reads them with one
+    ``read_many`` of the open file, which asks the kernel for all of them (``posix_fadvise``)
+    before reading the first: scattered through the file, they were read one after the other
+    on a cold disk. The values read are those of the volume."""
+    import os
+
+    from shardstore.store import open_values
+
+    calls: list[str] = []
+    monkeypatch.setattr(open_values.os, "posix_fadvise",
+                        lambda fd, offset, length, advice: calls.append(f"advise {offset}"))
+    real_pread = open_values.pread
+    monkeypatch.setattr(open_values, "pread", lambda fd, n, offset: (calls.append(f"read {offset}"), real_pread(fd, n, offset))[1])
+    path = tmp_path / "f"
+    path.write_bytes(bytes(range(256)) * 4)
+    fd = os.open(path, os.O_RDONLY)
+    version = open_values.FileVersion(fd, 1, 1024)
+    try:
+        assert version.read_many([(0, 4), (300, 302), (1000, 1030)]) == [bytes(range(4)), bytes([44, 45]), bytes(range(232, 256))]
+    finally:
+        version.close()
+    assert calls == ["advise 0", "advise 300", "advise 1000", "read 0", "read 300", "read 1000"]
+
+    sharding = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "identity", "preshift_bits": 0, "minishard_bits": 3,
+                "shard_bits": 0, "minishard_index_encoding": "raw", "data_encoding": "raw"}
+    a = precomputed.create(str(tmp_path / "v"), data_type="uint8", num_channels=1,
+                           scales=[{"size": [32, 32, 32], "chunk_sizes": [[8, 8, 8]], "encoding": "raw", "key": "s0",
+                                    "sharding": sharding}])
+    data = random_array((32, 32, 32, 1), "uint8", 3)
+    a[...] = data
+    sizes: list[int] = []
+    real_many = open_values.FileVersion.read_many
+    monkeypatch.setattr(open_values.FileVersion, "read_many", lambda self, spans: (sizes.append(len(spans)), real_many(self, spans))[1])
+    b = precomputed.open(str(tmp_path / "v"), mode="r", config=IOConfig(native=True))
+    np.testing.assert_array_equal(b[...], data)
+    assert max(sizes) >= 2  # several of the 8 minishard indexes in one call

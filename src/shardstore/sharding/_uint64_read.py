@@ -84,8 +84,7 @@ class _OpenIO:
         return self.st
 
     def read_ranges(self, key: str, ranges: Sequence[ByteRange | None]) -> list[bytes | None]:
-        read = self.value.read
-        return [read(r.start, r.end) for r in ranges]  # type: ignore[union-attr]  # (RangeBR only)
+        return list(self.value.read_many([(r.start, r.end) for r in ranges]))  # type: ignore[union-attr]  # (RangeBR only)
 
 
 _IO = _StoreIO | _OpenIO

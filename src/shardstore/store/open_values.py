@@ -11,7 +11,7 @@ that cannot hold a value open).
 from __future__ import annotations
 
 import os
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 
 from ._fileio import pread, read_buffer
 from .base import ByteRange, slice_range
@@ -31,6 +31,16 @@ class FileVersion:
     def read(self, start: int, end: int) -> bytes:
         end = min(end, self.size)
         return pread(self._fd, end - start, start) if end > start else b""
+
+    def read_many(self, spans: Sequence[tuple[int, int]]) -> list[bytes]:
+        """``read`` of each ``(start, end)``, the kernel asked for all of them first: on a cold
+        disk their reads then overlap instead of waiting one after the other (a shard's
+        minishard indexes, scattered through the file, took 6-8 ms of a 30 ms cold read)."""
+        if len(spans) > 1 and hasattr(os, "posix_fadvise"):
+            for start, end in spans:
+                if end > start:
+                    os.posix_fadvise(self._fd, start, end - start, os.POSIX_FADV_WILLNEED)
+        return [self.read(start, end) for start, end in spans]
 
     def read_transient(self, start: int, end: int, max_bytes: int) -> bytes | memoryview:
         end = min(end, self.size)
@@ -66,6 +76,9 @@ class BytesVersion:
 
     def read(self, start: int, end: int) -> bytes:
         return self._value[start:end]
+
+    def read_many(self, spans: Sequence[tuple[int, int]]) -> list[bytes]:
+        return [self._value[start:end] for start, end in spans]
 
     def read_transient(self, start: int, end: int, max_bytes: int) -> bytes | memoryview:
         return memoryview(self._value)[start:end]  # (no copy at all)

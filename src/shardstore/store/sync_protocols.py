@@ -99,6 +99,11 @@ class OpenValue(Protocol):
         """Bytes ``[start, end)``, cut at the end of the value (thread-safe)."""
         ...
 
+    def read_many(self, spans: Sequence[tuple[int, int]]) -> list[bytes]:
+        """``read`` of each ``(start, end)``, in that order (a file asks the kernel for all
+        of them before reading the first)."""
+        ...
+
     def read_transient(self, start: int, end: int, max_bytes: int) -> bytes | memoryview:
         """``read``, possibly into a buffer the calling thread reuses (up to ``max_bytes``):
         valid only until this thread's next ``read_transient``, for a caller that decodes it
