@@ -376,7 +376,8 @@ def test_index_page_lists_sources(sharded: tuple[Path, np.ndarray]) -> None:
 # -- the command line --------------------------------------------------------------------------
 def _start_cli(args: list[str], tmp_path: Path) -> tuple[subprocess.Popen[str], list[str]]:
     """Run ``shardstore ARGS``; return it and its output up to the "Ctrl-C stops" line."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    # (PYTHONFAULTHANDLER: a child that does not stop dumps every thread's stack on SIGABRT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p), "PYTHONFAULTHANDLER": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "shardstore", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, env=env, cwd=tmp_path)
     lines: list[str] = []
@@ -394,12 +395,19 @@ def _start_cli(args: list[str], tmp_path: Path) -> tuple[subprocess.Popen[str], 
 
 
 def _stop_cli(proc: subprocess.Popen[str]) -> None:
+    """Ctrl-C the child; one that has not ended 10 s later fails the test with the stacks of
+    its threads (a full-suite run once saw a ``serve`` child outlive that: this says where)."""
     proc.send_signal(signal.SIGINT)
     try:
         proc.wait(10)
     except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+        proc.send_signal(signal.SIGABRT)  # (the fault handler writes the stacks to its output)
+        try:
+            rest, _ = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rest, _ = proc.communicate()
+        pytest.fail(f"shardstore {proc.args[3:]} did not stop within 10 s of Ctrl-C; its last output:\n{rest[-6000:]}")
 
 
 def test_cli_serve_prints_url_and_sources(sharded: tuple[Path, np.ndarray], tmp_path: Path) -> None:
