@@ -280,11 +280,8 @@ def test_zarr3_zstd_reads_decode_in_scratch(tmp_path: Path, monkeypatch) -> None
     assert calls and all(calls)
 
 
-@pytest.mark.parametrize("endian", ["little", "big"])
-def test_chunks_to_cache_decode_into_the_buffer_their_entry_keeps(monkeypatch, endian: str) -> None:
-    """A chunk the cache keeps is decompressed into a fresh buffer that becomes its entry
-    (``CodecPipeline.decode_kept``), not into a bytes object the entry then copies to own its
-    memory: ``owned`` copies nothing, and the values are those of the volume."""
+def _owned_copies(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Per chunk the read puts in the cache, whether ``owned`` had to copy it."""
     from shardstore.core import io as core_io
 
     copies: list[bool] = []
@@ -296,6 +293,15 @@ def test_chunks_to_cache_decode_into_the_buffer_their_entry_keeps(monkeypatch, e
         return got
 
     monkeypatch.setattr(core_io, "owned", spy)
+    return copies
+
+
+@pytest.mark.parametrize("endian", ["little", "big"])
+def test_chunks_to_cache_decode_into_the_buffer_their_entry_keeps(monkeypatch, endian: str) -> None:
+    """A chunk the cache keeps is decompressed into a fresh buffer that becomes its entry
+    (``CodecPipeline.decode_kept``), not into a bytes object the entry then copies to own its
+    memory: ``owned`` copies nothing, and the values are those of the volume."""
+    copies = _owned_copies(monkeypatch)
     data = np.arange(40 * 50, dtype="int32").reshape(40, 50)
     store = shardstore.MemoryStore()
     a = shardstore.zarr3.create(store, shape=data.shape, dtype="int32", chunks=(16, 16), shards=(32, 32),
@@ -313,17 +319,8 @@ def test_bcolz_chunks_to_cache_decode_into_their_entry(tmp_path: Path, monkeypat
     """bcolz chunks (bloscpack, which decodes into the caller's array) kept by the cache are
     decompressed straight into a new array that becomes the entry: ``owned`` copies nothing."""
     from shardstore import bcolz
-    from shardstore.core import io as core_io
 
-    copies: list[bool] = []
-    real = core_io.owned
-
-    def spy(chunk: np.ndarray) -> np.ndarray:
-        got = real(chunk)
-        copies.append(got is not chunk)
-        return got
-
-    monkeypatch.setattr(core_io, "owned", spy)
+    copies = _owned_copies(monkeypatch)
     data = np.arange(50_000, dtype="int32")
     c = bcolz.carray(data, rootdir=str(tmp_path / "c"), chunklen=8192)
     c.flush()

@@ -96,8 +96,11 @@ def decode_chunk(
 async def spread(fn: Callable[..., list], items: list, *args: Any, config: IOConfig, light: bool = False) -> list:
     """``fn(batch, *args)`` over ``items`` split across the codec pool *and* this thread.
 
-    One batch per worker, the first run right here: a pool hop costs tens of microseconds
-    per job, and the event loop thread would otherwise sit idle while the pool works.
+    This thread takes part (the event loop thread would otherwise sit idle while the pool
+    works), and every thread takes shares of one list as it goes (``core/threads.py``'s
+    ``Feed``, as the blocking runner's threads do), so that a pool thread that starts late
+    or is slowed (by the client's I/O threads, on few cores) leaves the rest to the others
+    instead of a fixed half that this thread would wait for.
     Work of about a memory copy per item all runs here, because handing it to threads costs
     more in GIL hand-offs than it saves: ``light`` says so up front (see ``Codec.light``);
     otherwise the first item is timed and cheap items (blosc chunks stored uncompressed, say)
@@ -113,9 +116,6 @@ async def spread(fn: Callable[..., list], items: list, *args: Any, config: IOCon
     if time.perf_counter() - started < config.inline_item_seconds:
         out.extend(fn(items, *args))
         return out
-    # the threads take shares of one list (``core/threads.py``'s ``Feed``, as the blocking
-    # runner's): fixed halves left one thread decoding alone for a third of a whole S3 shard's
-    # decode when the other was slowed (the client's I/O threads share the cores)
     n = min(codec_pool_size(config.codec_threads), len(items))
     feed = Feed(items, n, config.feed_takes, fn, args, collect=True)
     # submitted now (run_in_executor, not a task that would start only after this thread's part)

@@ -94,7 +94,8 @@ class Feed:
 
     def results(self) -> list:
         """The lists ``fn`` returned (``collect``), concatenated in the order of the items."""
-        return [r for i in sorted(self._results or {}) for r in self._results[i]]  # type: ignore[index]
+        results = self._results or {}
+        return [r for i in sorted(results) for r in results[i]]
 
     def release(self) -> None:
         """Drop the items and the work (no thread runs ``drain`` any more)."""

@@ -35,7 +35,7 @@ class FileVersion:
     def read_many(self, spans: Sequence[tuple[int, int]]) -> list[bytes]:
         """``read`` of each ``(start, end)``, the kernel asked for all of them first: on a cold
         disk their reads then overlap instead of waiting one after the other (a shard's
-        minishard indexes, scattered through the file, took 6-8 ms of a 30 ms cold read)."""
+        minishard indexes, one after each minishard's data, are scattered through the file)."""
         if len(spans) > 1 and hasattr(os, "posix_fadvise"):
             for start, end in spans:
                 if end > start:
