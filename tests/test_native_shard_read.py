@@ -475,8 +475,9 @@ def test_a_cached_read_that_places_no_chunk_whole_reads_right(tmp_path: Path) ->
 def test_minishard_indexes_of_a_native_read_are_asked_for_together(tmp_path: Path, monkeypatch) -> None:
     """A native read that needs several minishard indexes of a shard file reads them with one
     ``read_many`` of the open file, which asks the kernel for all of them (``posix_fadvise``)
-    before reading the first: scattered through the file, they were read one after the other
-    on a cold disk. The values read are those of the volume."""
+    before reading the first when the first is not in the page cache: scattered through the
+    file, they were read one after the other on a cold disk. The values read are those of
+    the volume."""
     import os
 
     from shardstore.store import open_values
@@ -490,11 +491,20 @@ def test_minishard_indexes_of_a_native_read_are_asked_for_together(tmp_path: Pat
     path.write_bytes(bytes(range(256)) * 4)
     fd = os.open(path, os.O_RDONLY)
     version = open_values.FileVersion(fd, 1, 1024)
+    spans, want = [(0, 4), (300, 302), (1000, 1030)], [bytes(range(4)), bytes([44, 45]), bytes(range(232, 256))]
     try:
-        assert version.read_many([(0, 4), (300, 302), (1000, 1030)]) == [bytes(range(4)), bytes([44, 45]), bytes(range(232, 256))]
+        assert version.read_many(spans) == want  # (just written: in the page cache, no advice)
+        assert calls == ["read 0", "read 300", "read 1000"]
+        calls.clear()
+        monkeypatch.setattr(open_values, "_uncached", lambda fd, offset: True)  # (as on a cold disk)
+        assert version.read_many(spans) == want
+        assert calls == ["advise 0", "advise 300", "advise 1000", "read 0", "read 300", "read 1000"]
+        if open_values._NOWAIT:  # the real question, asked of the page cache without waiting
+            monkeypatch.undo()
+            assert not open_values._uncached(fd, 0)
     finally:
         version.close()
-    assert calls == ["advise 0", "advise 300", "advise 1000", "read 0", "read 300", "read 1000"]
+    monkeypatch.setattr(open_values, "_uncached", lambda fd, offset: True)
 
     sharding = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "identity", "preshift_bits": 0, "minishard_bits": 3,
                 "shard_bits": 0, "minishard_index_encoding": "raw", "data_encoding": "raw"}

@@ -18,6 +18,23 @@ from .base import ByteRange, slice_range
 
 __all__ = ["BytesVersion", "FileVersion", "PrefetchedReads", "read_buffer"]
 
+def _uncached(fd: int, offset: int) -> bool:
+    """Whether the byte at ``offset`` of ``fd`` would be read from the disk (Linux's
+    ``RWF_NOWAIT`` tells without waiting); False where that cannot be told (no advice then)."""
+    if not _NOWAIT:
+        return False
+    try:
+        os.preadv(fd, [bytearray(1)], offset, os.RWF_NOWAIT)
+    except BlockingIOError:
+        return True
+    except OSError:  # (a file system without it: EOPNOTSUPP)
+        return False
+    return False
+
+
+_NOWAIT = hasattr(os, "RWF_NOWAIT") and hasattr(os, "posix_fadvise")
+
+
 class FileVersion:
     """An open file, read with ``pread`` from any thread (``OpenValue``)."""
 
@@ -33,10 +50,12 @@ class FileVersion:
         return pread(self._fd, end - start, start) if end > start else b""
 
     def read_many(self, spans: Sequence[tuple[int, int]]) -> list[bytes]:
-        """``read`` of each ``(start, end)``, the kernel asked for all of them first: on a cold
-        disk their reads then overlap instead of waiting one after the other (a shard's
-        minishard indexes, one after each minishard's data, are scattered through the file)."""
-        if len(spans) > 1 and hasattr(os, "posix_fadvise"):
+        """``read`` of each ``(start, end)``; when the first is not in the page cache, the
+        kernel is asked for all of them before any is read: on a cold disk their reads then
+        overlap instead of waiting one after the other (a shard's minishard indexes, one after
+        each minishard's data, are scattered through the file). Cached ones are just read: the
+        advice costs about as much as such a read."""
+        if len(spans) > 1 and _uncached(self._fd, spans[0][0]):
             for start, end in spans:
                 if end > start:
                     os.posix_fadvise(self._fd, start, end - start, os.POSIX_FADV_WILLNEED)
