@@ -21,12 +21,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 MB = 1e6  # throughput unit: 10^6 bytes of uncompressed data per second
 MiB = 2**20  # size unit for disk usage and RSS
+_T = TypeVar("_T")
 
 
 # --------------------------------------------------------------------------- data
@@ -250,7 +251,7 @@ def order_key(key: str, order: str) -> str:
 def bench_volumes(
     script: str, adapters: dict[str, Any], variant: str, paths: dict[str, Path], vol: np.ndarray,
     npy: Path | Mapping[str, Path], origins: dict[str, list[Origin]], write_repeat: int,
-    read_repeat: int, chunk: int, child_args: Sequence[str] = (),
+    read_repeat: int, chunk: int, child_args: Sequence[str] = (), turn: int = 0,
 ) -> dict[str, dict[str, Any]]:
     """Every phase of a volume benchmark for several rows (library configurations), taking turns.
 
@@ -270,14 +271,10 @@ def bench_volumes(
     names = list(adapters)
     npys = {"C": npy} if isinstance(npy, Path) else dict(npy)
 
-    def turns(rep: int) -> list[str]:
-        k = rep % len(names)
-        return names[k:] + names[:k]
-
     writes: dict[str, dict[str, list[dict[str, Any]]]] = {n: {o: [] for o in npys} for n in names}
     for order, source in npys.items():
         for rep in range(max(write_repeat, 1)):
-            for name in turns(rep):
+            for name in turns(names, rep + turn):
                 # no dirty pages waiting (the .npy just saved, another library's files): the
                 # kernel's writeback would otherwise slow whoever writes next
                 os.sync()
@@ -301,7 +298,7 @@ def bench_volumes(
 
     for phase in ("cold", "warm"):
         for rep in range(max(read_repeat, 1)):
-            for name in turns(rep):
+            for name in turns(names, rep + turn):
                 if phase == "cold":
                     cold_open(name)
                 data = timed(phase, name, lambda name=name: adapters[name].read_all(handles[name]))  # type: ignore[misc]
@@ -314,7 +311,7 @@ def bench_volumes(
         n = min(n, vol.shape[0])
         boxes = origins[kind]
         for rep in range(max(read_repeat, 1)):
-            for name in turns(rep):
+            for name in turns(names, rep + turn):
                 a = adapters[name]
                 cold_open(name)
                 h = handles[name]
@@ -451,11 +448,27 @@ def select_rows(declared: Sequence[Row], wanted: Sequence[str]) -> list[Row]:
     return [r for r in declared if r.name in exact or r.name in loose or r.lib in loose]
 
 
+def turns(names: Sequence[_T], rep: int) -> list[_T]:
+    """The order the rows (``names``) take their turns in at repetition ``rep``: rotated one
+    place per repetition, and reversed at every other one, so that no row always goes first
+    (or always after the same others: ours are declared before the anchors). Benches that
+    repeat in one process pass their repetition; a bench run once per process adds its
+    ``--turn`` (``anchor_runs.py`` gives each of its runs another)."""
+    names = list(names)
+    if not names:
+        return names
+    k = (rep // 2) % len(names)
+    order = names[k:] + names[:k]
+    return order[::-1] if rep % 2 else order
+
+
 def add_row_arguments(parser: Any, declared: Sequence[Row]) -> None:
-    """``--libs`` (rows or libraries) and the shardstore configuration options."""
+    """``--libs`` (rows or libraries), ``--turn`` and the shardstore configuration options."""
     parser.add_argument("--libs", default=",".join(dict.fromkeys(r.lib for r in declared)),
                         help="comma list of libraries (all their rows), rows, or =row (that row only): "
                         + ", ".join(r.name for r in declared))
+    parser.add_argument("--turn", type=int, default=0,
+                        help="start the rows' turns this many repetitions on (see turns(); default 0)")
     parser.add_argument("--shardstore-config", type=json.loads, default={},
                         help="JSON object of IOConfig fields for every shardstore row "
                         "(passed as config=IOConfig(...) to open/create)")

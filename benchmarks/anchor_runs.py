@@ -100,7 +100,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="anchor-runs-", dir="/tmp") as tmp:
         for bench in benches:
             for i in range(args.runs):
-                res = run_bench(args.python, bench, sizes[bench], Path(tmp))
+                # (each run starts the rows' turns elsewhere: a bench that runs its rows
+                # once per process would otherwise always measure them in the same order)
+                res = run_bench(args.python, bench, [*sizes[bench], "--turn", str(i)], Path(tmp))
                 if isinstance(res, str):
                     print(f"# {bench} run {i + 1} failed: {res}", file=sys.stderr, flush=True)
                     continue

@@ -57,6 +57,7 @@ from _common import (  # noqa: E402
     select_rows,
     shardstore_kwargs,
     shardstore_rows,
+    turns,
 )
 
 
@@ -189,12 +190,6 @@ FIGURES = [  # (key, label, higher is better)
 ]
 
 
-def _turns(names: list[str], i: int) -> list[str]:
-    """``names`` starting at the ``i``-th (turns rotate so that no library always goes first)."""
-    k = i % len(names)
-    return names[k:] + names[:k]
-
-
 def bench_run(adapters: dict[str, Any], out_dir: Path, pieces: list[np.ndarray], n: int, starts: np.ndarray,
               source: np.ndarray, run: int, floor: bool = False) -> dict[str, dict[str, float]]:
     """One run of every measurement for every row, the rows taking turns; with ``floor``,
@@ -211,18 +206,18 @@ def bench_run(adapters: dict[str, Any], out_dir: Path, pieces: list[np.ndarray],
         handles[name] = adapters[name].create(paths[name], n, pieces[0].nbytes)
         spent[name] += time.perf_counter() - t0
     for i, piece in enumerate(pieces):  # append: every piece to every library in turn
-        for name in _turns(libs, i + run):
+        for name in turns(libs, i + run):
             t0 = time.perf_counter()
             adapters[name].add(handles[name], piece)
             spent[name] += time.perf_counter() - t0
-    for name in _turns(libs, run):
+    for name in turns(libs, run):
         t0 = time.perf_counter()
         adapters[name].finish(handles[name])
         spent[name] += time.perf_counter() - t0
     del handles
     out = {name: {"append_MBps": source.nbytes / MB / spent[name]} for name in libs}
     opened = {}
-    for name in _turns(libs, run):  # cold: the cache dropped before each library's read
+    for name in turns(libs, run):  # cold: the cache dropped before each library's read
         p = paths[name]
         out[name]["disk_MiB"] = (disk_usage(p)[0] if p.is_dir() else p.stat().st_size) / 2**20
         _drop(p)
@@ -239,7 +234,7 @@ def bench_run(adapters: dict[str, Any], out_dir: Path, pieces: list[np.ndarray],
                 raise AssertionError(f"{name}: slice at {s} differs")
     warm: dict[str, list[float]] = {name: [] for name in libs}
     for rep in range(3):  # warm: three reads per library, in turns; the median counts
-        for name in _turns(libs, rep + run):
+        for name in turns(libs, rep + run):
             t0 = time.perf_counter()
             adapters[name].read_all(opened[name])
             warm[name].append(time.perf_counter() - t0)
@@ -247,7 +242,7 @@ def bench_run(adapters: dict[str, Any], out_dir: Path, pieces: list[np.ndarray],
     batch = 1000
     for b, lo in enumerate(range(0, len(starts), batch)):  # slices: batches read in turns
         part = [int(s) for s in starts[lo : lo + batch]]
-        for name in _turns(libs, b + run):
+        for name in turns(libs, b + run):
             a, h = adapters[name], opened[name]
             t0 = time.perf_counter()
             for s in part:
@@ -408,7 +403,7 @@ def main(argv: list[str] | None = None) -> None:
     runs: list[dict[str, dict[str, float]]] = []
     try:
         for r in range(args.runs):
-            res = bench_run(adapters, out_dir, pieces, args.n, starts, source, r, floor=any(
+            res = bench_run(adapters, out_dir, pieces, args.n, starts, source, r + args.turn, floor=any(
                 adapters[name].__class__ is Shardstore for name in libs))
             for name in res:
                 print(f"# run {r} {name}: {json.dumps({k: round(v, 1) for k, v in res[name].items()})}", flush=True)

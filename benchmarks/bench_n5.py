@@ -235,7 +235,8 @@ def main(argv: list[str] | None = None) -> None:
             t0 = time.perf_counter()
             paths = {name: out_dir / f"{variant}_{name}.n5" for name in adapters}
             results[variant] = bench_volumes(__file__, adapters, variant, paths, vol, npys, origins,
-                                             write_repeat, read_repeat, BLOCK, row_child_args(args))
+                                             write_repeat, read_repeat, BLOCK, row_child_args(args),
+                                             turn=args.turn)
             for name, res in results[variant].items():
                 resident = res["resident_after_drop"]
                 print(f"# {variant}/{name}: cache drop: {res['cache_drop']}, resident after drop: "

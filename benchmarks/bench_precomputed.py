@@ -283,7 +283,7 @@ def main(argv: list[str] | None = None) -> None:
                 t0 = time.perf_counter()
                 paths = {name: out_dir / f"{variant}_{name}" for name in adapters}
                 results[variant] = bench_volumes(__file__, adapters, variant, paths, vol, npys, origins,
-                                                 1, args.repeat, CHUNK, row_child_args(args))
+                                                 1, args.repeat, CHUNK, row_child_args(args), turn=run + args.turn)
                 print(f"# run {run + 1} {variant}: all rows {time.perf_counter() - t0:.1f}s "
                       f"({next(iter(results[variant].values()))['cache_drop']})", flush=True)
                 if not args.keep:

@@ -68,6 +68,7 @@ from _common import (  # noqa: E402
     shardstore_kwargs,
     shardstore_rows,
     tensorstore_rows,
+    turns,
 )
 
 SPEC = {
@@ -262,7 +263,7 @@ def main() -> None:
     runs: list[dict[str, dict[str, float]]] = []
     for r in range(args.runs):
         figures: dict[str, dict[str, float]] = {}
-        for lib in libs:
+        for lib in turns(libs, r + args.turn):
             res = run_once(adapters[lib], out_dir / lib, values, probe, nbytes)
             for fig, v in res.items():
                 figures.setdefault(fig, {})[lib] = v

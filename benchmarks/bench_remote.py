@@ -83,6 +83,7 @@ from _common import (  # noqa: E402
     shardstore_kwargs,
     shardstore_rows,
     tensorstore_rows,
+    turns,
 )
 
 SHARD, CHUNK = 256, 64
@@ -422,9 +423,7 @@ def main() -> None:
             runs: dict[str, list[dict[str, float]]] = {lib.name: [] for lib in libs}
             cpu = CPU(proc.pid)
             for rep in range(args.repeat):
-                k = rep % len(libs)  # rotate who goes first
-                order = libs[k:] + libs[:k] if rep % 2 == 0 else (libs[k:] + libs[:k])[::-1]
-                for lib in order:
+                for lib in turns(libs, rep + args.turn):
                     res = measure(lib, proxy, cpu, vol, origins, unaligned, check=rep == 0)
                     runs[lib.name].append(res)
                     print(f"   run {rep + 1} {lib.name:11s} " + ", ".join(f"{k} {v:.1f}" for k, v in res.items()), flush=True)

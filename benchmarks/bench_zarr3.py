@@ -358,7 +358,8 @@ def main(argv: list[str] | None = None) -> None:
             t0 = time.perf_counter()
             paths = {name: out_dir / f"{variant}_{name}" for name in adapters}
             results[variant] = bench_volumes(__file__, adapters, variant, paths, vol, npys, origins,
-                                             write_repeat, read_repeat, CHUNK, row_child_args(args))
+                                             write_repeat, read_repeat, CHUNK, row_child_args(args),
+                                             turn=args.turn)
             for name, adapter in adapters.items():
                 res = results[variant][name]
                 res.update(bench_updates(adapter, paths[name], vol, origins["partial"]))

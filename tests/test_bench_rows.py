@@ -75,3 +75,17 @@ def test_vs_best_anchor_counts_none_as_better_than_some(common: ModuleType) -> N
     assert common.vs_best_anchor({ours: 24, anchor: 0}, rs, higher=False)[ours] is None
     assert common.vs_best_anchor({ours: 16, anchor: 32}, rs, higher=False)[ours] == 2.0
     assert common.vs_best_anchor({ours: 16, anchor: 32}, rs, higher=True)[ours] == 0.5
+
+
+def test_turns_give_every_row_the_first_and_the_last_turn(common: ModuleType) -> None:
+    """Rows take turns in an order that rotates and reverses, so no row always goes first,
+    nor always after the same rows (ours are declared before the anchors): a bench that runs
+    its rows once per process is given another ``--turn`` per run."""
+    turns = common.turns
+    declared = ["ours", "ours+cache", "ts", "ts+cache"]
+    orders = [turns(declared, rep) for rep in range(2 * len(declared))]
+    assert orders[0] == declared and orders[1] == declared[::-1]
+    assert all(sorted(o) == sorted(declared) for o in orders)
+    assert {o[0] for o in orders} == set(declared) and {o[-1] for o in orders} == set(declared)
+    assert [turns(["a", "b"], rep)[0] for rep in range(4)] == ["a", "b", "b", "a"]
+    assert turns([], 3) == []
