@@ -182,8 +182,11 @@ class ObjectStoreBase(Store):
     runs_on_any_loop = True
     #: requests in flight at once (per event loop), whatever number of batches run
     max_concurrency = 32
-    #: a round trip costs ~0.3-1 ms on a LAN and tens of ms to a cloud region; merging ranges
-    #: up to 1 MiB apart is cheaper than another request (tensorstore and obstore do the same)
+    #: a round trip costs ~0.3-1 ms on a LAN and tens of ms to a cloud region, and each request
+    #: costs the client CPU; merging ranges up to 1 MiB apart is cheaper than another request
+    #: (obstore's own get_ranges merges at 1 MiB too; tensorstore only within 4 KiB, and sends
+    #: several times the requests: bench_remote counts them; a 64 or 4 KiB gap here made
+    #: unaligned 100^3 reads from SeaweedFS slower, not faster)
     coalesce_max_gap = 1 << 20
     #: extra attempts after a body was cut short (obstore retries failed requests itself,
     #: but not a reply whose body broke off)
