@@ -15,6 +15,7 @@ from concurrent.futures import Executor
 
 import numpy as np
 
+from .._aio import gather
 from .._assign import assign
 from .._sync import io_pool
 from ..errors import ChunkNotFoundError, CodecError
@@ -350,10 +351,7 @@ async def read_into(
     if sum(map(len, groups)) <= config.small_read_chunks:
         # a small read (a box across a few shards): fetch everything, then decode it all in
         # one spread, so the work is balanced across threads instead of per shard
-        if len(groups) == 1:  # (the usual read within one unit: no task, fewer loop iterations)
-            fetched = [await _fetch(layout, groups[0], tagged, gens)]
-        else:
-            fetched = await asyncio.gather(*(_fetch(layout, g, tagged, gens) for g in groups))
+        fetched = await gather(_fetch(layout, g, tagged, gens) for g in groups)
         await place([hit for _, hits in fetched for hit in hits])
         await spread(_scatter, [item for found, _ in fetched for item in found], layout, out, strict, None, gens,
                       config=config,

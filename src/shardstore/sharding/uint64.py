@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
+from .._aio import gather
 from .._sync import codec_pool_size
 from ..config import IOConfig
 from ..errors import CodecError, ConflictError
@@ -256,10 +257,7 @@ class Uint64ShardedStore(UnitChecks, Uint64Writes):
                 reqs = by_shard[shard] = []
             reqs.append((pos, k, m))
         by_stem = {self.spec.shard_name(shard): reqs for shard, reqs in by_shard.items()}
-        if len(by_stem) == 1:
-            parts = [await self._locate_shard(*next(iter(by_stem.items())))]
-        else:
-            parts = await asyncio.gather(*(self._locate_shard(s, r) for s, r in by_stem.items()))
+        parts = await gather(self._locate_shard(s, r) for s, r in by_stem.items())
         out: list[tuple[int, str, int, int] | None] = [None] * len(keys)
         for located in parts:
             for hit in located:

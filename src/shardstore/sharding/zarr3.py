@@ -34,7 +34,6 @@ open) and ``_zarr3_checked`` (generations compared), the write assembly ``_zarr3
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import itertools
@@ -43,6 +42,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .._aio import gather
 from ..codecs.sharding_indexed import EMPTY, ShardBuilder
 from ..config import IOConfig
 from ..errors import CodecError, ConflictError, ShardStoreError, UnsupportedFeatureError
@@ -171,10 +171,7 @@ class ZarrShardingStore(UnitChecks, BatchedWrites):
             shard, i = self.layout.locate(parse_inner_key(key, self._rank))
             by_shard.setdefault(shard, []).append((pos, i, br))
         results: list[bytes | None] = [None] * len(requests)
-        if len(by_shard) == 1:
-            shard_gens = [await self._read_shard(*next(iter(by_shard.items())), results)]
-        else:
-            shard_gens = await asyncio.gather(*(self._read_shard(s, reqs, results) for s, reqs in by_shard.items()))
+        shard_gens = await gather(self._read_shard(s, reqs, results) for s, reqs in by_shard.items())
         gens: list[Hashable | None] = [None] * len(requests)
         for reqs, gen in zip(by_shard.values(), shard_gens):
             for pos, _, _ in reqs:

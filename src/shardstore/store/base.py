@@ -14,6 +14,7 @@ import weakref
 from collections.abc import AsyncIterator, Hashable, Sequence
 from typing import TYPE_CHECKING, Final, cast
 
+from .._aio import gather
 from ..errors import ConflictError, NotPicklableError, ReadOnlyError
 from ._coalesce import coalesce_ranges
 from ._declarations import StoreDeclarations
@@ -139,10 +140,7 @@ class Store(StoreDeclarations, abc.ABC):
             self._get_key_many(key, [(p, requests[p][1]) for p in positions], results, limit)
             for key, positions in by_key.items()
         ]
-        if len(jobs) == 1:
-            await jobs[0]
-        else:
-            await asyncio.gather(*jobs)
+        await gather(jobs)
         return results
 
     async def _get_key_many(
@@ -199,9 +197,7 @@ class Store(StoreDeclarations, abc.ABC):
             async with limit:
                 return await self._get(key, br)
 
-        if len(parts) == 1:
-            return [await one(parts[0])]
-        return list(await asyncio.gather(*(one(br) for br in parts)))
+        return await gather(one(br) for br in parts)
 
     async def generation(self, key: str) -> Hashable | None:
         """A cheap token that changes whenever the value at ``key`` changes, or None.
@@ -360,10 +356,7 @@ class Store(StoreDeclarations, abc.ABC):
         jobs = [one(k, u) for k, u in updates]
         if plain:  # (Parts values are bytes-like: set_many joins them where needed)
             jobs.append(self.set_many(cast("list[tuple[str, bytes | None]]", plain)))
-        if len(jobs) == 1:
-            await jobs[0]
-        else:
-            await asyncio.gather(*jobs)
+        await gather(jobs)
 
     def _checked_updates(self, items: Sequence[tuple[str, bytes | Parts | Update | None]]) -> dict[str, bytes | Parts | Update | None]:
         """``_checked_batch`` for ``update_many`` items (functions are not checked as values)."""

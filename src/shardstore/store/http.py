@@ -32,6 +32,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .._aio import gather
 from ..config import IOConfig
 from ..errors import StoreError, UnsupportedFeatureError
 from ._keys import validate_key
@@ -358,10 +359,7 @@ class ObjectStoreBase(Store):
             if cache is not None and value is not None and isinstance(br, RangeBR):
                 cache.put(key, br.start, value)
 
-        if len(todo) == 1:
-            await one(todo[0])
-        elif todo:
-            await asyncio.gather(*(one(i) for i in todo))
+        await gather(one(i) for i in todo)
         return out
 
     async def get_versioned(
@@ -385,10 +383,7 @@ class ObjectStoreBase(Store):
 
     async def get_many_tagged(self, keys: Sequence[str]) -> tuple[list[bytes | None], list[Hashable | None]]:
         """Whole values, each with the ETag of the GET that read it (``get_versioned``)."""
-        if len(keys) == 1:
-            got = [await self.get_versioned(keys[0])]
-        else:
-            got = await asyncio.gather(*(self.get_versioned(k) for k in keys))
+        got = await gather(self.get_versioned(k) for k in keys)
         return [v for v, _ in got], [t for _, t in got]
 
     async def generation(self, key: str) -> Hashable | None:

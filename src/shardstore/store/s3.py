@@ -21,6 +21,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Hashable, Iterable, Ma
 from typing import Any
 from urllib.parse import urlsplit
 
+from .._aio import gather
 from ..errors import ConflictError, StoreError
 from ._aws_credentials import INSTANCE_METADATA_ENV, s3_credentials
 from ._coalesce import coalesce_ranges
@@ -394,10 +395,7 @@ class S3Store(ObjectStoreBase):
                 lo, hi = spans[i]
                 out[i] = data[lo - start : hi - start]  # (bytes-like, as get_many's)
 
-        if len(groups) == 1:  # (the usual read of one chunk: no tasks, fewer loop iterations)
-            await one(*groups[0])
-        else:
-            await asyncio.gather(*(one(s, e, m) for s, e, m in groups))
+        await gather(one(s, e, m) for s, e, m in groups)
         return None if stale else out
 
     # -- listing -----------------------------------------------------------------------------
