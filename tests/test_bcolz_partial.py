@@ -346,3 +346,32 @@ def test_small_reads_of_one_chunk(tmp_path: Path, dtype: str) -> None:
     rows = np.arange(60 * 6, dtype="i2").reshape(60, 2, 3)
     nd = sbz.carray(rows, rootdir=tmp_path / "nd", chunklen=16)
     assert np.array_equal(nd[3], rows[3]) and np.array_equal(nd[17:20], rows[17:20])
+
+
+def test_small_reads_of_a_cached_carray_are_served_from_its_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a decoded-chunk cache, ``ca[a:b]`` keeps the chunk it decodes and the next small
+    reads of that chunk copy from it: neither a partial nor a whole decode again."""
+    from shardstore.config import IOConfig
+    from shardstore.core import io
+
+    data = _smooth(50_000, "i4")
+    sbz.carray(data, rootdir=tmp_path / "c", chunklen=8192).flush()
+    ca = sbz.open(tmp_path / "c", mode="r", config=IOConfig(chunk_cache_bytes=1 << 20))
+    decodes = {"whole": 0, "partial": 0}
+    whole, partial = io.decode_chunk, CodecPipeline.decode_region_from
+
+    def count(kind: str, fn):  # type: ignore[no-untyped-def]
+        def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+            decodes[kind] += 1
+            return fn(*args, **kwargs)
+        return counted
+
+    monkeypatch.setattr(io, "decode_chunk", count("whole", whole))
+    monkeypatch.setattr(CodecPipeline, "decode_region_from", count("partial", partial))
+    assert np.array_equal(ca[100:200], data[100:200]) and decodes == {"whole": 1, "partial": 0}
+    for sel in [slice(5000, 5100), slice(0, 1), slice(8000, 8192)]:
+        got = ca[sel]
+        assert np.array_equal(got, data[sel]) and got.flags.writeable, sel
+    assert int(ca[7]) == data[7]
+    assert decodes == {"whole": 1, "partial": 0}
+    assert np.array_equal(ca[9000:9100], data[9000:9100]) and decodes == {"whole": 2, "partial": 0}  # chunk 1
