@@ -198,11 +198,8 @@ def test_share_now_threads_only_when_it_pays(n: int, work: str, slow: bool, expe
 
 
 @pytest.mark.parametrize("last, n, expect", [
-    # a cold disk last time: timed first all the same. Started at once, the I/O threads (8 on
-    # 2 cores) made the timed batch look like waiting on the disk, so warm reads kept them; a
-    # convert's peak RSS then outgrew its budget (the arenas of threads that should not run)
     ("io", 2, []),
-    ("io", 3, []),
+    ("io", 3, ["io"]),  # a cold disk last time (where the system counts blocks read: Linux)
     ("codec", 3, ["codec"]),
     ("codec", 2, []),  # two decodes: timed first, here inline
     (None, 2, []),
@@ -210,6 +207,7 @@ def test_share_now_threads_only_when_it_pays(n: int, work: str, slow: bool, expe
 def test_share_now_starts_as_the_last_call_chose(last: str | None, n: int, expect: list[str],
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(threads, "time", _FakeClock())  # (every item takes no time: inline)
+    monkeypatch.setattr(threads, "_RUSAGE_THREAD", 1)  # (as on Linux, whatever runs the test)
     chosen = _spy_on_run_shared(monkeypatch)
     done: list[int] = []
 
@@ -221,6 +219,52 @@ def test_share_now_starts_as_the_last_call_chose(last: str | None, n: int, expec
     assert sorted(done) == list(range(n)) and chosen == expect
     if not expect:  # (shared, the helper may take every item before this thread times one)
         assert memo[fn] == "inline"  # what this call's timing saw, for the next one
+
+
+def test_without_counts_of_blocks_read_a_cold_disk_is_timed_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the system does not count a thread's blocks read from storage, the I/O threads
+    never start before an item was timed alone: among 7 others on 2 cores, the timed batch
+    would look like waiting on a disk when the data is warm, and warm reads kept the threads
+    (a convert's peak RSS then outgrew its budget: their malloc arenas)."""
+    monkeypatch.setattr(threads, "time", _FakeClock())
+    monkeypatch.setattr(threads, "_RUSAGE_THREAD", None)
+    chosen = _spy_on_run_shared(monkeypatch)
+    fn = lambda batch: None  # noqa: E731
+    memo: dict = {fn: "io"}
+    threads.share_now(fn, list(range(5)), config=DEFAULTS, memo=memo)
+    assert chosen == [] and memo[fn] == "inline"
+
+
+@pytest.mark.parametrize("blocks_per_item, expect", [(64, "io"), (0, None)])
+def test_io_threads_started_at_once_stay_only_for_reads_from_storage(
+    blocks_per_item: int, expect: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The I/O threads the last call chose start at once, and the batch this thread times
+    meanwhile decides the next call: it waited on the disk only if its reads fetched blocks
+    from storage. Off the CPU with none fetched (waiting for a core beside the other I/O
+    threads, or on a network file system, which is not counted), the next call times an item
+    alone again (no memo) instead of keeping 8 threads for warm data."""
+    clock = _FakeClock()
+    blocks = [0]
+    monkeypatch.setattr(threads, "time", clock)
+    monkeypatch.setattr(threads, "_RUSAGE_THREAD", 1)
+    monkeypatch.setattr(threads, "_blocks_read", lambda: blocks[0])
+    chosen = _spy_on_run_shared(monkeypatch)
+    here = threading.current_thread()
+    timed = threading.Event()  # (the helpers wait for it: else they may take every item first)
+
+    def fn(batch: list) -> None:
+        if threading.current_thread() is not here:
+            timed.wait(10)
+            return
+        clock.wall += 2e-3 * len(batch)  # each item: 2 ms, of which 20 us on the CPU
+        clock.cpu += 20e-6 * len(batch)
+        blocks[0] += blocks_per_item * len(batch)
+        timed.set()
+
+    memo: dict = {fn: "io"}
+    threads.share_now(fn, list(range(40)), config=DEFAULTS, memo=memo)
+    assert chosen == ["io"] and memo.get(fn) == expect
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,13 @@ from typing import Any
 from .._sync import codec_pool, codec_pool_size, io_pool
 from ..config import IOConfig
 
+try:  # (Linux: the blocks a thread had the file system read from storage; ``_blocks_read``)
+    import resource
+
+    _RUSAGE_THREAD: int | None = resource.RUSAGE_THREAD
+except (ImportError, AttributeError):
+    _RUSAGE_THREAD = None
+
 __all__ = ["share_now", "Feed", "threads_for"]
 
 # The thresholds below are ``IOConfig`` fields (``thread_item_seconds``, ``thread_work_seconds``,
@@ -36,6 +43,21 @@ __all__ = ["share_now", "Feed", "threads_for"]
 #   1 ms cold N5 reads stayed on two threads (410 -> 620 MB/s, tensorstore 650)
 # - batches that run without the GIL (``core/rawread.py``) use a second thread from
 #   ``free_thread_work_seconds`` of work on (100^3 reads of raw N5, ~0.8 ms, gain from it)
+
+
+def _blocks_read() -> int | None:
+    """How many blocks the file system has read from storage for this thread so far (None
+    where the system does not say)."""
+    return None if _RUSAGE_THREAD is None else resource.getrusage(_RUSAGE_THREAD).ru_inblock
+
+
+def _timed(fn: Callable[..., Any], batch: list, args: tuple) -> tuple[float, float, int | None]:
+    """``fn(batch, *args)`` here: (seconds it took, seconds of them on the CPU, blocks it had
+    read from storage; None: not known)."""
+    started, cpu, blocks = time.perf_counter(), time.thread_time(), _blocks_read()
+    fn(batch, *args)
+    took, on_cpu, after = time.perf_counter() - started, time.thread_time() - cpu, _blocks_read()
+    return took, on_cpu, None if blocks is None or after is None else after - blocks
 
 
 class Feed:
@@ -167,14 +189,16 @@ def share_now(
         fn(items, *args)
         return
     kinds = (writes, free, slow, gil)
-    if memo is not None and memo.get(fn) == "codec" and len(items) > 2:
-        run_shared(fn, items, args, "codec", memo, kinds, config)
+    # the threads the last call chose start at once (its first batch timed meanwhile, for
+    # the next call); the I/O threads only for reads where the system counts a thread's
+    # blocks read from storage, which ``run_shared`` needs to tell a disk from the cores
+    last = None if memo is None else memo.get(fn)
+    if len(items) > 2 and (last == "codec" or (last == "io" and not writes and _RUSAGE_THREAD is not None)):
+        run_shared(fn, items, args, last, memo, kinds, config)
         return
-    started, cpu = time.perf_counter(), time.thread_time()
-    fn(items[:1], *args)
+    took, cpu, _ = _timed(fn, items[:1], args)
     rest = items[1:]
-    took = time.perf_counter() - started
-    how = threads_for(config, took, took - (time.thread_time() - cpu), len(rest), *kinds)
+    how = threads_for(config, took, took - cpu, len(rest), *kinds)
     if memo is not None:
         memo[fn] = how
     if how == "inline":
@@ -197,13 +221,18 @@ def run_shared(
     futures = [pool.submit(feed.drain) for _ in range(workers - 1)]
     try:
         if memo is not None and (first := feed.take()):
-            started, cpu = time.perf_counter(), time.thread_time()
-            fn(first, *args)
-            took = (time.perf_counter() - started) / len(first)
-            waited = took - (time.thread_time() - cpu) / len(first)
-            memo[fn] = now = threads_for(config, took, waited, len(items) - 1, *kinds)
-            if now == "io" and not waiting:  # the data went cold since: more reads in flight
-                futures += [io_pool(config.io_threads).submit(feed.drain) for _ in range(io_reads - workers)]
+            took, cpu, read = _timed(fn, first, args)
+            took, waited = took / len(first), (took - cpu) / len(first)
+            if waiting and read == 0 and waited > config.waiting_item_seconds:
+                # off the CPU beside the other I/O threads with no block read from storage: it
+                # waited for a core (8 threads on 2: warm data looked cold, and warm reads
+                # kept the threads and their malloc arenas), or on a network file system (not
+                # counted): the next call times its first item alone again
+                memo.pop(fn, None)
+            else:
+                memo[fn] = now = threads_for(config, took, waited, len(items) - 1, *kinds)
+                if now == "io" and not waiting:  # the data went cold since: more reads in flight
+                    futures += [io_pool(config.io_threads).submit(feed.drain) for _ in range(io_reads - workers)]
         feed.drain()
     finally:
         # a helper that has not started has nothing left to do: cancelled, it cannot keep
