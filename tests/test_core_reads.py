@@ -473,30 +473,3 @@ def test_spread_shares_one_list_so_a_late_thread_holds_up_nothing() -> None:
         release.set()
         for f in busy:
             f.result()
-
-
-def test_a_fresh_handle_starts_from_the_last_choice_made_in_the_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The first call with an empty memo (a reopened array, a Dask task's handle) starts the
-    threads the process's last call of the same work chose, instead of timing an item alone;
-    what it times then is its own memo's, and the process's, next choice."""
-    clock = _FakeClock()
-    monkeypatch.setattr(threads, "time", clock)
-    monkeypatch.setattr(threads, "_LAST", {})
-    chosen = _spy_on_run_shared(monkeypatch)
-    here = threading.current_thread()
-    cost = [300e-6]
-
-    def fn(batch: list) -> None:
-        if threading.current_thread() is here:
-            clock.wall += cost[0] * len(batch)
-            clock.cpu += cost[0] * len(batch)
-
-    first: dict = {}
-    threads.share_now(fn, list(range(60)), config=DEFAULTS, memo=first)  # timed alone: worth the codec pool
-    assert chosen == ["codec"] and first[fn] == "codec"
-    fresh: dict = {}
-    cost[0] = 0.0  # (memcpy-sized now: this call's timing says inline)
-    threads.share_now(fn, list(range(60)), config=DEFAULTS, memo=fresh)
-    assert chosen == ["codec", "codec"] and fresh[fn] == "inline"
-    threads.share_now(fn, list(range(60)), config=DEFAULTS, memo={})
-    assert chosen == ["codec", "codec"]  # the process's last choice: inline, timed first

@@ -45,20 +45,6 @@ __all__ = ["share_now", "Feed", "threads_for"]
 #   ``free_thread_work_seconds`` of work on (100^3 reads of raw N5, ~0.8 ms, gain from it)
 
 
-#: the last choice ``share_now`` made for each function and kind of items (``kinds``), in any
-#: array of this process: the first call of a fresh handle (a Dask task's, a reopened
-#: array's) starts from it
-_LAST: dict[tuple[Callable[..., Any], tuple[bool, ...]], str] = {}
-
-
-def _remember(memo: dict, fn: Callable[..., Any], kinds: tuple[bool, ...], how: str | None) -> None:
-    if how is None:
-        memo.pop(fn, None)
-        _LAST.pop((fn, kinds), None)
-    else:
-        memo[fn] = _LAST[fn, kinds] = how
-
-
 def _blocks_read() -> int | None:
     """How many blocks the file system has read from storage for this thread so far (None
     where the system does not say)."""
@@ -196,20 +182,17 @@ def share_now(
 
     ``config``: the array's ``IOConfig`` (thresholds, pool sizes), read once per call.
     ``memo`` (kept per array by the caller) remembers the choice: when the last call chose
-    the codec threads, or the I/O threads for a cold disk, they start at once and the first
-    item is timed while they work (for the next call), instead of running alone first
-    (measured: 7 % of a 100^3 gzip read); a memo without a choice yet starts from the last
-    one made in this process.
+    the codec threads, they start at once and the first item is timed while they work (for
+    the next call), instead of running alone first (measured: 7 % of a 100^3 gzip read).
     """
     if len(items) <= 1:
         fn(items, *args)
         return
     kinds = (writes, free, slow, gil)
     # the threads the last call chose start at once (its first batch timed meanwhile, for
-    # the next call; a fresh handle's first call takes the process's last choice, ``_LAST``);
-    # the I/O threads only for reads where the system counts a thread's blocks read from
-    # storage, which ``run_shared`` needs to tell a disk from the cores
-    last = None if memo is None else memo.get(fn, _LAST.get((fn, kinds)))
+    # the next call); the I/O threads only for reads where the system counts a thread's
+    # blocks read from storage, which ``run_shared`` needs to tell a disk from the cores
+    last = None if memo is None else memo.get(fn)
     if len(items) > 2 and (last == "codec" or (last == "io" and not writes and _RUSAGE_THREAD is not None)):
         run_shared(fn, items, args, last, memo, kinds, config)
         return
@@ -217,7 +200,7 @@ def share_now(
     rest = items[1:]
     how = threads_for(config, took, took - cpu, len(rest), *kinds)
     if memo is not None:
-        _remember(memo, fn, kinds, how)
+        memo[fn] = how
     if how == "inline":
         fn(rest, *args)
         return
@@ -245,10 +228,9 @@ def run_shared(
                 # waited for a core (8 threads on 2: warm data looked cold, and warm reads
                 # kept the threads and their malloc arenas), or on a network file system (not
                 # counted): the next call times its first item alone again
-                _remember(memo, fn, kinds, None)
+                memo.pop(fn, None)
             else:
-                now = threads_for(config, took, waited, len(items) - 1, *kinds)
-                _remember(memo, fn, kinds, now)
+                memo[fn] = now = threads_for(config, took, waited, len(items) - 1, *kinds)
                 if now == "io" and not waiting:  # the data went cold since: more reads in flight
                     futures += [io_pool(config.io_threads).submit(feed.drain) for _ in range(io_reads - workers)]
         feed.drain()
