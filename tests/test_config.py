@@ -376,8 +376,11 @@ def test_read_and_write_groups_in_flight_bound_the_async_runner(limit: int) -> N
     assert store.most == 16
 
 
-def _scatter_threads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The threads that run the core's chunk decodes (``core.io._scatter``) from now on."""
+def _scatter_threads(monkeypatch: pytest.MonkeyPatch, seconds: float = 0.0) -> list[int]:
+    """The threads that run the core's chunk decodes (``core.io._scatter``) from now on;
+    ``seconds``: each batch is made to take that long more (off the GIL)."""
+    import time
+
     from shardstore.core import io
 
     seen: list[int] = []
@@ -385,6 +388,7 @@ def _scatter_threads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     def spy(batch: list, *args: Any) -> list:
         seen.append(threading.get_ident())
+        time.sleep(seconds)
         return real(batch, *args)
 
     monkeypatch.setattr(io, "_scatter", spy)
@@ -416,7 +420,9 @@ def test_inline_item_seconds_keeps_async_decodes_on_the_loop_thread(monkeypatch:
     expected = np.arange(64 * 64, dtype="u2").reshape(64, 64)
     inline = _zstd_array(AsyncOnlyStore(MemoryStore()), IOConfig(inline_item_seconds=1e9))
     spread = _zstd_array(AsyncOnlyStore(MemoryStore()), IOConfig(inline_item_seconds=0.0, codec_threads=2))
-    seen = _scatter_threads(monkeypatch)
+    # (batches of a few ms: a codec thread that starts late still finds some left, as real
+    # decodes would leave it; with 64 tiny chunks the loop's thread could take them all first)
+    seen = _scatter_threads(monkeypatch, seconds=2e-3)
     np.testing.assert_array_equal(inline[...], expected)
     assert len(set(seen)) == 1  # the event loop's thread alone
     seen.clear()
