@@ -18,6 +18,10 @@ from .base import ByteRange, slice_range
 
 __all__ = ["BytesVersion", "FileVersion", "PrefetchedReads", "read_buffer"]
 
+#: whether this system can tell a page-cache miss without waiting and advise the kernel
+_NOWAIT = hasattr(os, "RWF_NOWAIT") and hasattr(os, "posix_fadvise")
+
+
 def _uncached(fd: int, offset: int) -> bool:
     """Whether the byte at ``offset`` of ``fd`` would be read from the disk (Linux's
     ``RWF_NOWAIT`` tells without waiting); False where that cannot be told (no advice then)."""
@@ -30,9 +34,6 @@ def _uncached(fd: int, offset: int) -> bool:
     except OSError:  # (a file system without it: EOPNOTSUPP)
         return False
     return False
-
-
-_NOWAIT = hasattr(os, "RWF_NOWAIT") and hasattr(os, "posix_fadvise")
 
 
 class FileVersion:
