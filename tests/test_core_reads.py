@@ -157,9 +157,9 @@ def _spy_on_run_shared(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     chosen: list[str] = []
     real_run_shared = threads.run_shared
 
-    def spy(fn, items, args, how, memo, kinds, config):  # type: ignore[no-untyped-def]
+    def spy(fn, items, args, how, memo, kinds, config, meanwhile=None):  # type: ignore[no-untyped-def]
         chosen.append(how)
-        real_run_shared(fn, items, args, how, memo, kinds, config)
+        real_run_shared(fn, items, args, how, memo, kinds, config, meanwhile)
 
     monkeypatch.setattr(threads, "run_shared", spy)
     return chosen
@@ -219,6 +219,64 @@ def test_share_now_starts_as_the_last_call_chose(last: str | None, n: int, expec
     assert sorted(done) == list(range(n)) and chosen == expect
     if not expect:  # (shared, the helper may take every item before this thread times one)
         assert memo[fn] == "inline"  # what this call's timing saw, for the next one
+
+
+@pytest.mark.parametrize("last, n", [("io", 1), ("io", 2), ("io", 5), ("codec", 2), ("codec", 5)])
+def test_meanwhile_runs_beside_the_threads_the_last_call_chose(last: str, n: int,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read's other work (the cache's hits copied out) runs on the calling thread while
+    the threads the last call chose work on its items, even on a single item after a
+    disk wait: ``meanwhile`` waits here for an item done by another thread, which would
+    time out if the items waited for it."""
+    monkeypatch.setattr(threads, "_RUSAGE_THREAD", 1)
+    elsewhere = threading.Event()
+    done: list[int] = []
+    here = threading.get_ident()
+
+    def fn(batch: list) -> None:
+        done.extend(batch)
+        if threading.get_ident() != here:
+            elsewhere.set()
+
+    def meanwhile() -> None:
+        assert elsewhere.wait(10), "no item ran beside meanwhile"
+
+    threads.share_now(fn, list(range(n)), config=DEFAULTS, memo={fn: last}, meanwhile=meanwhile)
+    assert sorted(done) == list(range(n))
+
+
+@pytest.mark.parametrize("memo", [None, {}, {"fn": "inline"}])
+def test_meanwhile_runs_first_when_no_thread_starts_at_once(memo: dict | None) -> None:
+    order: list[tuple[str, int]] = []
+
+    def fn(batch: list) -> None:
+        order.extend(("item", threading.get_ident()) for _ in batch)
+
+    if memo is not None and "fn" in memo:
+        memo = {fn: memo["fn"]}
+    threads.share_now(fn, [0], config=DEFAULTS, memo=memo, meanwhile=lambda: order.append(("meanwhile", threading.get_ident())))
+    assert order == [("meanwhile", threading.get_ident()), ("item", threading.get_ident())]
+
+
+def test_an_error_in_meanwhile_leaves_once_the_item_beside_it_is_done() -> None:
+    """Both write into one output: the item read beside a failing ``meanwhile`` is done (or
+    never started) before the error reaches the caller, and the error is meanwhile's."""
+    started, release = threading.Event(), threading.Event()
+    finished: list[int] = []
+
+    def fn(batch: list) -> None:
+        started.set()
+        release.wait(10)
+        finished.extend(batch)
+
+    def meanwhile() -> None:
+        assert started.wait(10)
+        threading.Timer(0.05, release.set).start()
+        raise ValueError("meanwhile failed")
+
+    with pytest.raises(ValueError, match="meanwhile failed"):
+        threads.share_now(fn, [7], config=DEFAULTS, memo={fn: "io"}, meanwhile=meanwhile)
+    assert finished == [7]
 
 
 def test_without_counts_of_blocks_read_a_cold_disk_is_timed_first(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -178,13 +178,15 @@ Hit = tuple["ChunkProjection", np.ndarray]
 def take_cached(
     layout: ChunkLayout,
     projections: Sequence[ChunkProjection],
+    keys: Sequence[str],
     generations: Sequence[Hashable | None],
 ) -> tuple[list[ChunkProjection], Generations, list[Hit]]:
     """Look the chunks up in the cache at their unit's current generation.
 
-    ``generations``: per projection, its unit's generation asked now (None or ``MISSING``:
-    not cached). Returns the projections still to fetch; for the cacheable ones among them,
-    the generation to store their decoded chunk under; and the hits, for ``place_hits``.
+    ``keys``: per projection, its chunk key; ``generations``: per projection, its unit's
+    generation asked now (None or ``MISSING``: not cached). Returns the projections still to
+    fetch; for the cacheable ones among them, the generation to store their decoded chunk
+    under; and the hits, for ``place_hits``.
     """
     cache = layout.chunk_cache
     if cache is None:
@@ -192,13 +194,12 @@ def take_cached(
     rest: list[ChunkProjection] = []
     gens: Generations = {}
     hits: list[Hit] = []
-    for p, gen in zip(projections, generations):
+    for p, key, gen in zip(projections, keys, generations):
         if gen is None or gen == MISSING:
             # MISSING: a unit not there has no chunks to keep, and one found anyway lives
             # elsewhere (legacy uint64 ``.index``/``.data`` pairs) under no token of its own
             rest.append(p)
             continue
-        key = layout.chunk_key(p.coords)
         chunk = cache.get(key, gen)
         if chunk is None:
             rest.append(p)
@@ -240,22 +241,24 @@ def keep_filled(
 
 
 def _units_to_ask(
-    layout: ChunkLayout, projections: Sequence[ChunkProjection], held_only: bool
-) -> tuple[list[tuple[int, ...]], dict[tuple[int, ...], str]]:
+    layout: ChunkLayout, projections: Sequence[ChunkProjection], keys: Sequence[str], held_only: bool
+) -> tuple[Sequence[Hashable], dict[Hashable, str]]:
     """Per projection its write unit; per unit to ask, the key to ask it with (its first
-    chunk's). ``held_only`` (a store with tagged reads): only units all of whose chunks
-    asked for the cache holds. The others have chunks to fetch: the tag their reply carries
-    tells the unit's generation, and checks the held ones too (``held_at_tag``)."""
-    units = [layout.write_unit(p.coords) for p in projections]
-    first: dict[tuple[int, ...], str] = {}
+    chunk's, ``keys`` giving each projection's). ``held_only`` (a store with tagged reads):
+    only units all of whose chunks asked for the cache holds. The others have chunks to
+    fetch: the tag their reply carries tells the unit's generation, and checks the held ones
+    too (``held_at_tag``)."""
+    # (a chunk that is its own unit is named by its key: no unit coordinates per chunk)
+    units: Sequence[Hashable] = keys if layout.one_chunk_units else [layout.write_unit(p.coords) for p in projections]
+    first: dict[Hashable, str] = {}
     cache = layout.chunk_cache
     if held_only and cache is not None:
-        unheld = {unit for unit, p in zip(units, projections) if not cache.holds(layout.chunk_key(p.coords))}
+        unheld = {unit for unit, key in zip(units, keys) if not cache.holds(key)}
     else:
         unheld = set()
-    for unit, p in zip(units, projections):
+    for unit, key in zip(units, keys):
         if unit not in first and unit not in unheld:
-            first[unit] = layout.chunk_key(p.coords)
+            first[unit] = key
     return units, first
 
 
@@ -279,16 +282,17 @@ def held_at_tag(
 def unit_generations(
     layout: ChunkLayout,
     projections: Sequence[ChunkProjection],
+    keys: Sequence[str],
     generation: Callable[[str], Hashable | None],
     threads: Executor | None = None,
     held_only: bool = False,
 ) -> list[Hashable | None]:
-    """Per projection, ``generation(chunk key)`` asked once per write unit (None for units
-    not asked: see ``_units_to_ask``); with ``threads``, the units of a read that has
-    several are asked side by side there (blocking requests)."""
-    units, first = _units_to_ask(layout, projections, held_only)
-    keys = first.values()
-    asked = threads.map(generation, keys) if threads is not None and len(keys) > 1 else map(generation, keys)
+    """Per projection (whose chunk key ``keys`` gives), ``generation(chunk key)`` asked once
+    per write unit (None for units not asked: see ``_units_to_ask``); with ``threads``, the
+    units of a read that has several are asked side by side there (blocking requests)."""
+    units, first = _units_to_ask(layout, projections, keys, held_only)
+    ask = first.values()
+    asked = threads.map(generation, ask) if threads is not None and len(ask) > 1 else map(generation, ask)
     answers = dict(zip(first, asked))
     return [answers.get(unit) for unit in units]
 
@@ -296,10 +300,11 @@ def unit_generations(
 async def unit_generations_async(
     layout: ChunkLayout,
     projections: Sequence[ChunkProjection],
+    keys: Sequence[str],
     generation: Callable[[str], Awaitable[Hashable | None]],
     held_only: bool = False,
 ) -> list[Hashable | None]:
     """``unit_generations`` for the async runner (the units asked concurrently)."""
-    units, first = _units_to_ask(layout, projections, held_only)
+    units, first = _units_to_ask(layout, projections, keys, held_only)
     answers = dict(zip(first, await asyncio.gather(*(generation(k) for k in first.values()))))
     return [answers.get(unit) for unit in units]

@@ -146,12 +146,14 @@ def read_into_now(
     pipeline = layout.pipeline
     config = layout.config
     gens: Generations | None = None
+    place = None  # the cache's hits, copied out while the threads fetch the rest
     if layout.chunk_cache is not None:
         projections = list(projections)
         asked = _cached_part_now(layout, projections, out, reads.generation_sync)
         if asked is not None:
-            projections, gens = asked
+            projections, gens, place = asked
             if not projections:
+                place()
                 return True
     unit_reads = None if layout.one_chunk_units else layout.store.sync_unit_reads
     spans = None
@@ -165,9 +167,11 @@ def read_into_now(
         # off as for any GIL-free batch
         units = span_units(layout, projections)
         share_now(native_then, units, spans, _scatter, layout, out, strict, _StoreReads(reads, layout.store.transient_reads),
-                  gens, config=config, free=True, memo=layout.threads_memo)
+                  gens, config=config, free=True, memo=layout.threads_memo, meanwhile=place)
         return True
     if unit_reads is not None:
+        if place is not None:
+            place()
         # shards: each opened once at one version (its index read once), then the threads
         # read the chunks they decode from it, so reading overlaps decoding
         def read_units(group: list[ChunkProjection]) -> None:
@@ -192,10 +196,10 @@ def read_into_now(
     items = [(p, layout.chunk_key(p.coords), None) for p in projections]
     if native is not None:
         share_now(native_then, items, native, _scatter, layout, out, strict, chunks, gens, config=config, free=True,
-                  memo=layout.threads_memo)
-    elif items:
+                  memo=layout.threads_memo, meanwhile=place)
+    else:
         share_now(_scatter, items, layout, out, strict, chunks, gens, config=config, slow=pipeline.slow_decode,
-                  gil=pipeline.holds_gil, memo=layout.threads_memo)
+                  gil=pipeline.holds_gil, memo=layout.threads_memo, meanwhile=place)
     return True
 
 
@@ -211,21 +215,26 @@ def _cached_part_now(
     generation: Callable[[str], Hashable | None],
     threads: Executor | None = None,
     held_only: bool = False,
-) -> Asked | None:
+) -> tuple[list[ChunkProjection], Generations, Callable[[], None]] | None:
     """The decoded-chunk cache's part of a read, on this thread: the units' generations asked
-    with ``generation`` (side by side on ``threads`` when given), the hits placed into ``out``
-    (on a second thread too only from ``IOConfig.thread_copy_bytes`` on). None, having done
-    nothing, when there is no cache or the read bypasses it."""
+    with ``generation`` (side by side on ``threads`` when given) and the chunks held looked
+    up. Returns what is left to fetch (``Asked``) and the function that places the hits
+    into ``out`` (on a second thread too only from ``IOConfig.thread_copy_bytes`` on), to be
+    called once; None, having done nothing, when there is no cache or the read bypasses it."""
     if bypassed(layout, projections):
         return None
     config = layout.config
-    generations = unit_generations(layout, projections, generation, threads, held_only)
-    rest, gens, hits = take_cached(layout, projections, generations)
-    if copies_shared(hits, out, config):
-        share_now(place_hits, hits, out, config, config=config, free=True)
-    else:
-        place_hits(hits, out, config)
-    return rest, gens
+    keys = [layout.chunk_key(p.coords) for p in projections]
+    generations = unit_generations(layout, projections, keys, generation, threads, held_only)
+    rest, gens, hits = take_cached(layout, projections, keys, generations)
+
+    def place() -> None:
+        if copies_shared(hits, out, config):
+            share_now(place_hits, hits, out, config, config=config, free=True)
+        elif hits:
+            place_hits(hits, out, config)
+
+    return rest, gens, place
 
 
 def hits_now(layout: ChunkLayout, projections: Iterable[ChunkProjection], out: np.ndarray) -> Asked | None:
@@ -241,8 +250,13 @@ def hits_now(layout: ChunkLayout, projections: Iterable[ChunkProjection], out: n
     checks = layout.store.sync_checks
     if layout.chunk_cache is None or checks is None:
         return None
-    return _cached_part_now(layout, list(projections), out, checks.checked_generation_sync,
-                            io_pool(layout.config.io_threads), held_only=layout.store.tagged_reads is not None)
+    cached = _cached_part_now(layout, list(projections), out, checks.checked_generation_sync,
+                              io_pool(layout.config.io_threads), held_only=layout.store.tagged_reads is not None)
+    if cached is None:
+        return None
+    rest, gens, place = cached
+    place()
+    return rest, gens
 
 
 class _StoreReads:
@@ -341,9 +355,10 @@ async def read_into(
         if not bypassed(layout, projections):
             # (remote stores: a HEAD per unit, so that a hit is never another writer's old
             # data; with tagged reads only of units all of whose chunks asked for it holds)
+            keys = [layout.chunk_key(p.coords) for p in projections]
             generations = await unit_generations_async(
-                layout, projections, layout.store.checked_generation, held_only=tagged is not None)
-            projections, gens, hits = take_cached(layout, projections, generations)
+                layout, projections, keys, layout.store.checked_generation, held_only=tagged is not None)
+            projections, gens, hits = take_cached(layout, projections, keys, generations)
             await place(hits)
             if not projections:
                 return

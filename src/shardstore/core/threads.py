@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, wait
 from typing import Any
 
 from .._sync import codec_pool, codec_pool_size, io_pool
@@ -168,6 +169,7 @@ def share_now(
     slow: bool = False,
     gil: bool = False,
     memo: dict | None = None,
+    meanwhile: Callable[[], Any] | None = None,
 ) -> None:
     """``fn(batch, *args)`` over ``items`` on this thread and, when items are slow enough to be
     worth a hand-off, the codec pool's threads too (file reads, numpy copies and the C codecs
@@ -184,18 +186,30 @@ def share_now(
     ``memo`` (kept per array by the caller) remembers the choice: when the last call chose
     the codec threads, they start at once and the first item is timed while they work (for
     the next call), instead of running alone first (measured: 7 % of a 100^3 gzip read).
+
+    ``meanwhile``: other work of the call for this thread (a read's chunks the cache holds,
+    copied out), done while the threads started at once work on the items, else first.
     """
+    last = None if memo is None else memo.get(fn)
     if len(items) <= 1:
-        fn(items, *args)
+        if meanwhile is None:
+            fn(items, *args)
+        elif items and last == "io" and not writes:
+            # (the last call waited on the disk: this item's read goes on while ``meanwhile`` runs)
+            run_beside(io_pool(config.io_threads).submit(fn, items, *args), meanwhile)
+        else:
+            meanwhile()
+            fn(items, *args)
         return
     kinds = (writes, free, slow, gil)
     # the threads the last call chose start at once (its first batch timed meanwhile, for
     # the next call); the I/O threads only for reads where the system counts a thread's
     # blocks read from storage, which ``run_shared`` needs to tell a disk from the cores
-    last = None if memo is None else memo.get(fn)
-    if len(items) > 2 and (last == "codec" or (last == "io" and not writes and _RUSAGE_THREAD is not None)):
-        run_shared(fn, items, args, last, memo, kinds, config)
+    if (len(items) > 2 or meanwhile is not None) and (last == "codec" or (last == "io" and not writes and _RUSAGE_THREAD is not None)):
+        run_shared(fn, items, args, last, memo, kinds, config, meanwhile)
         return
+    if meanwhile is not None:
+        meanwhile()
     took, cpu, _ = _timed(fn, items[:1], args)
     rest = items[1:]
     how = threads_for(config, took, took - cpu, len(rest), *kinds)
@@ -207,12 +221,26 @@ def share_now(
     run_shared(fn, rest, args, how, None, kinds, config)
 
 
+def run_beside(future: Future, work: Callable[[], Any]) -> None:
+    """``work()`` here while ``future`` runs; returns once both are done (the first error
+    raised, ``work``'s first)."""
+    try:
+        work()
+    except BaseException:
+        if not future.cancel():
+            wait([future])  # (it writes into the same output: done before the error leaves)
+        raise
+    future.result()
+
+
 def run_shared(
-    fn: Callable[..., Any], items: list, args: tuple, how: str, memo: dict | None, kinds: tuple[bool, ...], config: IOConfig
+    fn: Callable[..., Any], items: list, args: tuple, how: str, memo: dict | None, kinds: tuple[bool, ...], config: IOConfig,
+    meanwhile: Callable[[], Any] | None = None,
 ) -> None:
     """``fn`` over ``items`` on this thread and pool threads ("codec" or "io", see
     ``threads_for``); with ``memo``, this thread's first batch is timed to update it.
-    ``kinds``: ``(writes, free, slow, gil)`` as given to ``share_now``."""
+    ``kinds``: ``(writes, free, slow, gil)`` as given to ``share_now``; ``meanwhile``: run
+    here once the pool threads are started."""
     waiting = how == "io"
     io_reads = config.io_reads_in_flight
     workers = min(io_reads if waiting else codec_pool_size(config.codec_threads), len(items))
@@ -220,7 +248,11 @@ def run_shared(
     feed = Feed(items, workers, config.feed_takes, fn, args)
     futures = [pool.submit(feed.drain) for _ in range(workers - 1)]
     try:
-        if memo is not None and (first := feed.take()):
+        # (this thread's first batch is taken before ``meanwhile``, so that there is one to time)
+        first = feed.take() if memo is not None else []
+        if meanwhile is not None:
+            meanwhile()
+        if first and memo is not None:
             took, cpu, read = _timed(fn, first, args)
             took, waited = took / len(first), (took - cpu) / len(first)
             if waiting and read == 0 and waited > config.waiting_item_seconds:
