@@ -12,6 +12,8 @@ import pytest
 
 import shardstore
 from shardstore.config import IOConfig
+from shardstore.core import batches as core_batches
+from shardstore.core import io as core_io
 from shardstore.core import threads
 from shardstore.errors import ChunkNotFoundError, CodecError, ShardStoreError
 
@@ -277,6 +279,36 @@ def test_an_error_in_meanwhile_leaves_once_the_item_beside_it_is_done() -> None:
     with pytest.raises(ValueError, match="meanwhile failed"):
         threads.share_now(fn, [7], config=DEFAULTS, memo={fn: "io"}, meanwhile=meanwhile)
     assert finished == [7]
+
+
+def test_a_cached_read_copies_its_hits_while_the_io_thread_reads_its_one_miss(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read with one chunk to fetch and chunks the cache holds, after a read that waited
+    on the disk: the fetch goes to an I/O thread while this thread copies the hits out. A
+    read with nothing held runs its one chunk here (no thread hop for nothing beside it)."""
+    vol = np.arange(16 * 16 * 16, dtype=np.uint16).reshape(16, 16, 16)
+    a = _arrays(tmp_path, vol, IOConfig(chunk_cache_bytes=1 << 20))["n5"]
+    layout = a._async._layout()
+    submitted: list[int] = []
+    real_pool = threads.io_pool
+
+    def io_pool(n: int | None = None):  # type: ignore[no-untyped-def]
+        submitted.append(1)
+        return real_pool(n)
+
+    monkeypatch.setattr(threads, "io_pool", io_pool)
+
+    def last_waited() -> None:  # (as after a cold read: whichever work function reads)
+        for fn in (core_batches.native_then, core_io._scatter):
+            layout.threads_memo[fn] = "io"
+
+    last_waited()
+    np.testing.assert_array_equal(a[0:8, 0:8, 0:8], vol[0:8, 0:8, 0:8])  # one chunk, none held
+    assert submitted == []
+    last_waited()
+    np.testing.assert_array_equal(a[0:8, 0:8, 0:16], vol[0:8, 0:8, 0:16])  # one held, one to fetch
+    assert submitted == [1]
 
 
 def test_without_counts_of_blocks_read_a_cold_disk_is_timed_first(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -153,7 +153,8 @@ def read_into_now(
         if asked is not None:
             projections, gens, place = asked
             if not projections:
-                place()
+                if place is not None:
+                    place()
                 return True
     unit_reads = None if layout.one_chunk_units else layout.store.sync_unit_reads
     spans = None
@@ -215,12 +216,13 @@ def _cached_part_now(
     generation: Callable[[str], Hashable | None],
     threads: Executor | None = None,
     held_only: bool = False,
-) -> tuple[list[ChunkProjection], Generations, Callable[[], None]] | None:
+) -> tuple[list[ChunkProjection], Generations, Callable[[], None] | None] | None:
     """The decoded-chunk cache's part of a read, on this thread: the units' generations asked
     with ``generation`` (side by side on ``threads`` when given) and the chunks held looked
     up. Returns what is left to fetch (``Asked``) and the function that places the hits
     into ``out`` (on a second thread too only from ``IOConfig.thread_copy_bytes`` on), to be
-    called once; None, having done nothing, when there is no cache or the read bypasses it."""
+    called once (None: no hits); None, having done nothing, when there is no cache or the
+    read bypasses it."""
     if bypassed(layout, projections):
         return None
     config = layout.config
@@ -231,10 +233,10 @@ def _cached_part_now(
     def place() -> None:
         if copies_shared(hits, out, config):
             share_now(place_hits, hits, out, config, config=config, free=True)
-        elif hits:
+        else:
             place_hits(hits, out, config)
 
-    return rest, gens, place
+    return rest, gens, place if hits else None
 
 
 def hits_now(layout: ChunkLayout, projections: Iterable[ChunkProjection], out: np.ndarray) -> Asked | None:
@@ -255,7 +257,8 @@ def hits_now(layout: ChunkLayout, projections: Iterable[ChunkProjection], out: n
     if cached is None:
         return None
     rest, gens, place = cached
-    place()
+    if place is not None:
+        place()
     return rest, gens
 
 
