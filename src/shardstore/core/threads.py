@@ -191,25 +191,25 @@ def share_now(
     copied out), done while the threads started at once work on the items, else first.
     """
     last = None if memo is None else memo.get(fn)
+    kinds = (writes, free, slow, gil)
     if len(items) <= 1:
-        if meanwhile is None:
-            fn(items, *args)
-        elif items and last == "io" and not writes:
+        if items and meanwhile is not None and last == "io" and not writes:
             # (the last call waited on the disk: this item's read goes on while ``meanwhile`` runs)
             run_beside(io_pool(config.io_threads).submit(fn, items, *args), meanwhile)
-        else:
-            meanwhile()
-            fn(items, *args)
-        return
-    kinds = (writes, free, slow, gil)
-    # the threads the last call chose start at once (its first batch timed meanwhile, for
-    # the next call); the I/O threads only for reads where the system counts a thread's
-    # blocks read from storage, which ``run_shared`` needs to tell a disk from the cores
-    if (len(items) > 2 or meanwhile is not None) and (last == "codec" or (last == "io" and not writes and _RUSAGE_THREAD is not None)):
+            return
+    elif (len(items) > 2 or meanwhile is not None) and (
+        last == "codec" or (last == "io" and not writes and _RUSAGE_THREAD is not None)
+    ):
+        # the threads the last call chose start at once (its first batch timed meanwhile, for
+        # the next call); the I/O threads only for reads where the system counts a thread's
+        # blocks read from storage, which ``run_shared`` needs to tell a disk from the cores
         run_shared(fn, items, args, last, memo, kinds, config, meanwhile)
         return
     if meanwhile is not None:
         meanwhile()
+    if len(items) <= 1:
+        fn(items, *args)
+        return
     took, cpu, _ = _timed(fn, items[:1], args)
     rest = items[1:]
     how = threads_for(config, took, took - cpu, len(rest), *kinds)
