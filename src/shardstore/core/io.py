@@ -20,7 +20,7 @@ from .._assign import assign
 from .._sync import io_pool
 from ..errors import ChunkNotFoundError, CodecError
 from ..store.base import MISSING, RangeBR
-from ..store.sync_protocols import SupportsGetManyTagged, SupportsGetSync, SupportsGetTransientSync, UnitReads
+from ..store.sync_protocols import HeldFiles, SupportsGetManyTagged, SupportsGetSync, SupportsGetTransientSync, UnitReads
 from .batches import bounded, decode_chunk, group_by_unit, native_then, spread, whole_chunk
 from .chunk_cache import (
     Generations,
@@ -160,15 +160,20 @@ def read_into_now(
     spans = None
     if unit_reads is not None:
         projections = list(projections)
-        spans = span_reader(layout, out, streams(out, config), gens) if len(projections) > 1 else None  # (one: spanread)
+        held = HeldFiles()
+        spans = span_reader(layout, out, streams(out, config), gens, held) if len(projections) > 1 else None  # (one: spanread)
     if spans is not None:
         # shard files read, decoded and placed natively (core/spanread.py), the chunks to
         # cache decoded into their entries; the chunks it leaves (missing, damaged) take the
         # generic path, one by one. The native calls hold no GIL, so a second thread pays
         # off as for any GIL-free batch
         units = span_units(layout, projections)
-        share_now(native_then, units, spans, _scatter, layout, out, strict, _StoreReads(reads, layout.store.transient_reads),
-                  gens, config=config, free=True, memo=layout.threads_memo, meanwhile=place)
+        try:
+            share_now(native_then, units, spans, _scatter, layout, out, strict,
+                      _StoreReads(reads, layout.store.transient_reads), gens, config=config, free=True,
+                      memo=layout.threads_memo, meanwhile=place)
+        finally:
+            held.close()
         return True
     if unit_reads is not None:
         if place is not None:

@@ -5,8 +5,9 @@ chunks are their elements as is or compressed once by a decoder the C module has
 (``CodecPipeline.native_layout``: ``bytes``, alone or followed by zstd, blosc or gzip), one
 native call per shard file reads each wanted chunk's byte range, decodes it and copies its
 box into the output, with the GIL released: no bytes object, decoded array or NumPy copy per
-chunk, and two threads really run in parallel. The sharding adapter plans the spans from the
-shard index with NumPy, for all of a batch's chunks of a shard at once.
+chunk, and two threads really run in parallel. The sharding adapter finds the spans in the
+shard index, for all of a batch's chunks of a shard at once, in a shard file that the read's
+batches share.
 
 The decoders are the libraries imagecodecs ships and the Python path decodes with (libzstd,
 c-blosc, libdeflate), loaded here with ctypes and handed to the C module by address, so
@@ -41,6 +42,7 @@ from .rawread import Items, inflate_available, plan_boxes, reversed_boxes
 
 if TYPE_CHECKING:  # typed by _rawio.pyi; the checks below still handle a missing module
     from .. import _rawio
+    from ..store.sync_protocols import HeldFiles
 else:
     try:
         from .. import _rawio
@@ -101,7 +103,8 @@ def span_units(layout: ChunkLayout, projections: Iterable[ChunkProjection]) -> l
 
 
 def span_reader(
-    layout: ChunkLayout, out: np.ndarray, stream: bool = False, gens: Generations | None = None
+    layout: ChunkLayout, out: np.ndarray, stream: bool = False, gens: Generations | None = None,
+    held: HeldFiles | None = None,
 ) -> Callable[[list[Items]], Items] | None:
     """``read(batches) -> items left``: reads, decodes and copies what it can of the box of
     each chunk of ``batches`` (``span_units``) into ``out`` natively, one call per shard
@@ -109,7 +112,8 @@ def span_reader(
     can go native (a store of no local shard files, other codecs, another dtype,
     ``IOConfig(native=False)``). ``stream``: copy with streaming stores (``core/placing.py``).
     The chunks named in ``gens`` are decoded whole and kept in the chunk cache at that
-    generation."""
+    generation. ``held``: the shard files the read's calls share (``HeldFiles``: each opened
+    and its index looked up once per read, not once per batch), which the caller closes."""
     config = layout.config
     if not config.native or _rawio is None:
         return None
@@ -158,21 +162,21 @@ def span_reader(
         keys = [item[1] for item in taken]
         keep = buffers_to_keep(layout, keys, gens, out.dtype, fortran)
 
-        def read_file(fd: int, which: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, tail: int) -> np.ndarray:
+        def read_file(fd: int, which: list[int], offsets: list[int], lengths: list[int], tail: int) -> list[bool]:
             # in file order: runs of adjacent chunks are read sequentially (the kernel's readahead)
-            order = np.argsort(offsets, kind="stable")
-            sizes = lengths[order].tolist()
-            jobs = [(o, n, boxes[w], keep[w]) for w, o, n in zip(which[order].tolist(), offsets[order].tolist(), sizes)]
+            order = sorted(range(len(offsets)), key=offsets.__getitem__)
+            jobs = [(offsets[j], lengths[j], boxes[which[j]], keep[which[j]]) for j in order]
             # this thread's reused buffer (a fresh one per call costs page faults): the decoded
             # chunk, then the largest stored span (a bigger one is sized by the kernel itself), and
             # room to put both at 64-byte boundaries
-            work = scratch_buffer(decoded + min(max(sizes), bound) + 128, scratch_max)
+            work = scratch_buffer(decoded + min(max(lengths), bound) + 128, scratch_max)
             status = read_spans(out, kernel_shape, dims, itemsize, swap, codec, fd, tail, jobs, work, stream)
-            done = np.empty(len(sizes), dtype=bool)
-            done[order] = np.frombuffer(status, dtype=np.uint8) == 0
+            done = [False] * len(order)
+            for j, s in zip(order, status):
+                done[j] = s == 0
             return done
 
-        done = spans.read_spans_sync(keys, read_file).tolist()
+        done = spans.read_spans_sync(keys, read_file, held)
         keep_filled(layout, keys, keep, done, gens)
         rest += [item for item, d in zip(taken, done) if not d]
         return rest

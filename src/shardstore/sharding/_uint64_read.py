@@ -20,7 +20,7 @@ from ._uint64_cache import ShardCache, ShardState, shard_generation
 from ._uint64_format import MinishardIndex, gzip_decompress, parse_uint64_key
 
 if TYPE_CHECKING:
-    from ..store.sync_protocols import OpenValue, SupportsGetSync, SupportsOpenSync
+    from ..store.sync_protocols import HeldFiles, OpenValue, SupportsGetSync, SupportsOpenSync
     from .uint64 import Uint64ShardedStore
 
 __all__ = ["OpenUnits", "SyncReads", "value_of"]
@@ -308,23 +308,30 @@ class SyncReads:
             self._consistent(read)
         return out
 
-    def open_spans(self, keys: Sequence[int]) -> Iterator[tuple[OpenValue, list[_Span]]]:
+    def open_spans(self, keys: Sequence[int], held: HeldFiles | None = None) -> Iterator[tuple[OpenValue, list[_Span]]]:
         """Where the values of ``keys`` lie, without reading them (for native readers): per
         shard this store can hold open, that open version of it and ``(position in keys,
         start, end)`` of each stored value, in file order, located with the indexes of that
         very version; the caller reads the spans from it before asking for the next shard
-        (each is closed then). Shards that cannot be held open are left out."""
+        (each is closed then, or kept open in ``held`` for the rest of the read). Shards that
+        cannot be held open are left out."""
         for shard, reqs in self._by_shard(keys).items():
             stem = self._spec.shard_name(shard)
-            value = self._opened(stem)
-            if value is None:
-                continue
+            got = None if held is None else held.get(stem)
+            if got is not None:
+                value = got[0]
+            else:
+                opened = self._opened(stem)
+                if opened is None:
+                    continue
+                value = opened if held is None else held.keep(stem, opened, None)[0]
             try:
                 located = self._spans(_OpenIO(self._cache, stem, value), stem, reqs)
                 if located is not None and located[1]:
                     yield value, located[1]
             finally:
-                value.close()
+                if held is None:
+                    value.close()
 
     def open_units(self, keys: Sequence[str]) -> OpenUnits:
         """``UnitReads`` of the values of ``keys`` (decimal keys, validated here): each shard

@@ -57,8 +57,6 @@ class ShardIndexes:
         # shard key -> the index fetch in flight, so that concurrent reads of a cold shard
         # fetch its index once
         self._fetches: dict[str, asyncio.Future] = {}
-        # shard key -> (a cached index, the same as an array): made for native reads
-        self._arrays: dict[str, tuple[object, np.ndarray]] = {}
 
     def __contains__(self, shard_key: str) -> bool:
         return shard_key in self._cache
@@ -183,16 +181,3 @@ class ShardIndexes:
             data = value.read(0, isz) if at_start else value.read(max(value.size - isz, 0), value.size)
             index = self.keep(shard_key, data, value.generation)
         return index  # type: ignore[return-value]  # (an open shard is never cached missing)
-
-    def array(self, shard_key: str, value: OpenValue) -> np.ndarray:
-        """``open_index`` as a ``(chunks, 2)`` uint64 array (made once per cached index)."""
-        index = self.open_index(shard_key, value)
-        made = self._arrays.get(shard_key)
-        if made is not None and made[0] is index:
-            return made[1]
-        array = np.array(index, dtype=np.uint64).reshape(-1, 2)
-        self._arrays[shard_key] = (index, array)
-        if len(self._arrays) > self._size:  # (entries of evicted indexes)
-            kept = list(self._arrays.items())  # (one step under the GIL: other readers insert)
-            self._arrays = {k: v for k, v in kept if k in self._cache}
-        return array

@@ -33,8 +33,6 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
-import numpy as np
-
 from .._aio import gather
 from .._sync import codec_pool_size
 from ..config import IOConfig
@@ -63,6 +61,7 @@ from ._uint64_write import CompleteShard, Uint64Writes
 
 if TYPE_CHECKING:
     from ..store.sync_protocols import (
+        HeldFiles,
         SpanReader,
         SupportsFileSpans,
         SupportsGetManySync,
@@ -378,20 +377,24 @@ class Uint64ShardedStore(UnitChecks, Uint64Writes):
         ``data_encoding`` gzip (see ``SupportsFileSpans``)."""
         return "gzip" if self.spec.data_encoding == "gzip" else None
 
-    def read_spans_sync(self, keys: Sequence[str], read: SpanReader) -> np.ndarray:
-        """See ``SupportsFileSpans``: per shard file held open, the spans located with its
-        (cached) indexes at that version and read from that same open file."""
+    def read_spans_sync(self, keys: Sequence[str], read: SpanReader, held: HeldFiles | None = None) -> list[bool]:
+        """See ``SupportsFileSpans``: per shard file held open (for the whole read with
+        ``held``), the spans located with its (cached) indexes at that version and read from
+        that same open file."""
         ids = self.sync_ids
         assert ids is not None, "called only when file_spans is declared"
-        done = np.zeros(len(keys), dtype=bool)
+        done = [False] * len(keys)
         try:
-            for value, located in ids.open_spans([parse_uint64_key(k) for k in keys]):
+            for value, located in ids.open_spans([parse_uint64_key(k) for k in keys], held):
                 fd = value.fileno()
                 if fd < 0:
                     continue
-                spans = np.array(located, dtype=np.int64)  # (position, start, end)
-                which = spans[:, 0].astype(np.intp)
-                done[which[read(fd, which, spans[:, 1], spans[:, 2] - spans[:, 1], 0)]] = True
+                # (position, start, end); spans past 2**63 are the generic path's to refuse
+                spans = [(pos, start, end - start) for pos, start, end in located if (start | (end - start)) >> 63 == 0]
+                if spans:
+                    which, offsets, lengths = (list(column) for column in zip(*spans))
+                    for pos, ok in zip(which, read(fd, which, offsets, lengths, 0)):
+                        done[pos] = ok
         except CodecError:
             pass  # a damaged index: the generic path raises for the keys not read, naming the shard
         return done

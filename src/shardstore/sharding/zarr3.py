@@ -57,6 +57,7 @@ from ..store.base import (
 from ..store.byte_range import range_within
 from ..store.open_values import PrefetchedReads
 from ..store.read_modify_write import inherited_retry_conflicts
+from ..store.sync_protocols import HeldFiles
 from ..store.unit_checks import UnitChecks
 from ._batched import BatchedWrites
 from ._unit_streams import stream_shard, stream_shard_sync
@@ -286,46 +287,62 @@ class ZarrShardingStore(UnitChecks, BatchedWrites):
     #: the spans hold the inner codecs' bytes as they are (``SupportsFileSpans``)
     value_encoding: str | None = None
 
-    def read_spans_sync(self, keys: Sequence[str], read: SpanReader) -> np.ndarray:
-        """See ``SupportsFileSpans``: per shard, the file held open once; its index (cached
-        while the open file's generation holds) gives every wanted chunk's span at once, and
-        ``read`` reads them from that same open file: one version of the shard, nothing to
-        compare afterwards (as ``OpenShards``)."""
-        opens = self._base_opens
-        assert opens is not None, "called only when file_spans is declared"
+    def read_spans_sync(self, keys: Sequence[str], read: SpanReader, held: HeldFiles | None = None) -> list[bool]:
+        """See ``SupportsFileSpans``: per shard, the file held open once (for the whole read
+        with ``held``); its index (cached while the open file's generation holds) gives every
+        wanted chunk's span, and ``read`` reads them from that same open file: one version
+        of the shard, nothing to compare afterwards (as ``OpenShards``)."""
         layout, rank = self.layout, self._rank
-        done = np.zeros(len(keys), dtype=bool)
+        done = [False] * len(keys)
         by_shard: dict[tuple[int, ...], tuple[list[int], list[int]]] = {}
         for pos, key in enumerate(keys):
             shard, i = layout.locate(parse_inner_key(key, rank))
             wanted = by_shard.setdefault(shard, ([], []))
             wanted[0].append(pos)
             wanted[1].append(i)
-        for shard, (positions, inner) in by_shard.items():
-            shard_key = layout.shard_key(shard)
+        files = HeldFiles() if held is None else held
+        try:
+            for shard, (positions, inner) in by_shard.items():
+                opened = self._held_shard(layout.shard_key(shard), files)
+                if opened is None:
+                    continue  # (missing or damaged: the generic path fills or raises, naming the shard)
+                fd, index = opened
+                which, offsets, lengths = [], [], []
+                for pos, i in zip(positions, inner):
+                    offset, nbytes = index[i]
+                    # (absent chunks, 2**64 - 1 twice, are the generic path's to fill; spans past
+                    # 2**63 its to refuse, naming the shard)
+                    if (offset | nbytes) >> 63 == 0:
+                        which.append(pos)
+                        offsets.append(offset)
+                        lengths.append(nbytes)
+                if which:
+                    # with the index at the end, chunk data must end before it (the generic
+                    # path raises for an entry that runs into it, so it must not decode here)
+                    for pos, ok in zip(which, read(fd, which, offsets, lengths, self._end_guard)):
+                        done[pos] = ok
+        finally:
+            if held is None:
+                files.close()
+        return done
+
+    def _held_shard(self, shard_key: str, held: HeldFiles) -> tuple[int, list[list[int]]] | None:
+        """The shard file held open in ``held`` and its index: (descriptor, index), or None
+        for a missing shard or a damaged index."""
+        got = held.get(shard_key)
+        if got is None:
+            opens = self._base_opens
+            assert opens is not None, "called only when file_spans is declared"
             value = opens.open_sync(shard_key)
             if value is None:
-                continue  # (a missing shard: the generic path fills)
+                return None
             try:
-                if value.fileno() < 0:
-                    continue
-                try:
-                    index = self._indexes.array(shard_key, value)
-                except CodecError:
-                    continue  # a damaged index: the generic path raises, naming the shard
-                entries = index[inner]
-                present = ~((entries[:, 0] == _EMPTY) & (entries[:, 1] == _EMPTY))
-                which = np.asarray(positions, dtype=np.intp)[present]
-                spans = entries[present].astype(np.int64)  # (offsets past 2**63: refused by the reader)
-                if not len(which):
-                    continue
-                # with the index at the end, chunk data must end before it (the generic path
-                # raises for an entry that runs into it, so it must not decode here)
-                ok = read(value.fileno(), which, spans[:, 0], spans[:, 1], self._end_guard)
-                done[which[ok]] = True
-            finally:
-                value.close()
-        return done
+                index = self._indexes.open_index(shard_key, value) if value.fileno() >= 0 else None
+            except CodecError:
+                index = None
+            got = held.keep(shard_key, value, index)
+        value, index = got
+        return None if index is None else (value.fileno(), index)
 
     def generation_sync(self, key: str) -> Hashable | None:
         base = self._base_reads

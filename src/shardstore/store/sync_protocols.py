@@ -14,13 +14,14 @@ threads, without the event-loop round trips that otherwise dominate reads of sma
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from .base import Parts, Update
     from .byte_range import ByteRange
 
 __all__ = [
+    "HeldFiles",
     "OpenValue",
     "SupportsFilePath",
     "SupportsFileSpans",
@@ -33,15 +34,14 @@ __all__ = [
     "UnitReads",
 ]
 
-if TYPE_CHECKING:  # (numpy only in annotations: this layer handles bytes)
-    import numpy as np
-
+if TYPE_CHECKING:
     #: ``read(fd, which, offsets, lengths, tail) -> done``: reads the values ``which``
     #: (positions in the caller's keys) that are byte spans of one local file held open by
-    #: the caller as descriptor ``fd`` (``OpenValue.fileno``; int64 arrays),
-    #: none of which may reach into the file's last ``tail`` bytes, and says which of them it
-    #: read (a bool array)
-    SpanReader = Callable[[int, np.ndarray, np.ndarray, np.ndarray, int], np.ndarray]
+    #: the caller as descriptor ``fd`` (``OpenValue.fileno``; offsets and lengths below
+    #: 2**63), none of which may reach into the file's last ``tail`` bytes, and says which of
+    #: them it read (a bool per value). Lists, not arrays: a call has a few values, for which
+    #: NumPy's fixed cost per operation is most of the time
+    SpanReader = Callable[[int, list[int], list[int], list[int], int], list[bool]]
 
 
 class SupportsGetSync(Protocol):
@@ -231,10 +231,39 @@ class SupportsFileSpans(Protocol):
         stream, precomputed's ``data_encoding``), or None: the spans hold the codec's bytes."""
         ...
 
-    def read_spans_sync(self, keys: Sequence[str], read: SpanReader) -> np.ndarray:
+    def read_spans_sync(self, keys: Sequence[str], read: SpanReader, held: HeldFiles | None = None) -> list[bool]:
         """Calls ``read`` once per shard file with the spans of the keys' values found in its
         index, and returns a bool per key: True where ``read`` read it. False (missing
         values and shards, a damaged index, the reader's refusals) is for the caller's
         generic path, which reads those keys again (overwriting anything ``read`` placed for
-        them) and words any error."""
+        them) and words any error. ``held``: the shard files the calls of one read share (the
+        caller closes them once the read is done; see ``HeldFiles``), else each call opens
+        and closes its own."""
         ...
+
+
+class HeldFiles:
+    """Files a read holds open across its calls of ``read_spans_sync`` (on several threads):
+    each shard file is opened, and its index looked up, once per read instead of once per
+    call, and all the read's pieces of a shard come from one version of it. The adapter
+    that opens them decides what is kept per file; ``close`` closes them all."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, tuple[Any, Any]] = {}  # file key -> (OpenValue, what the adapter keeps)
+
+    def get(self, key: str) -> tuple[Any, Any] | None:
+        return self.files.get(key)
+
+    def keep(self, key: str, value: Any, extra: Any) -> tuple[Any, Any]:
+        """Hold ``value`` open under ``key``; when another thread held one first, ``value``
+        is closed and theirs returned."""
+        mine = (value, extra)
+        got = self.files.setdefault(key, mine)  # (one step under the GIL)
+        if got is not mine:
+            value.close()
+        return got
+
+    def close(self) -> None:
+        files, self.files = self.files, {}
+        for value, _ in files.values():
+            value.close()
