@@ -283,6 +283,38 @@ def test_crc32c_golden():
     assert bytes(Crc32cCodec().decode(out, spec_of((9,), "uint8"), 9)) == b"123456789"
 
 
+@pytest.mark.parametrize("n", [0, 9, 1028, 64 << 10, (64 << 10) + 1, 3 << 20])
+def test_crc32c_of_bytes_and_views_of_every_size(n: int) -> None:
+    """Bytes and small views hash with google-crc32c, large views with the crc32c package
+    when installed: the same CRC-32C either way (the golden value above, NumPy's bytes)."""
+    import google_crc32c
+
+    from shardstore.codecs.crc32c import crc32c
+
+    data = np.random.default_rng(n).integers(0, 256, n, dtype=np.uint8)
+    want = google_crc32c.value(data.tobytes())
+    view = memoryview(data).toreadonly()
+    assert crc32c(data.tobytes()) == crc32c(view) == crc32c(memoryview(data)[:]) == want
+    assert crc32c(b"123456789") == crc32c(memoryview(b"_123456789")[1:]) == 0xE3069283
+
+
+def test_reading_a_sharded_array_does_not_import_the_crc32c_package(tmp_path: Path) -> None:
+    """The shard index checksum is hashed by google-crc32c: importing the ``crc32c`` package
+    loads ``importlib.metadata`` (45 ms), which every process's first sharded read paid."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np, shardstore.zarr3 as z\n"
+        f"a = z.create({str(tmp_path)!r}, shape=(8, 8), dtype='u1', chunks=(4, 4), shards=(8, 8), mode='w')\n"
+        "a[...] = np.arange(64, dtype='u1').reshape(8, 8)\n"
+        f"assert (z.open({str(tmp_path)!r}, mode='r')[...] == np.arange(64).reshape(8, 8)).all()\n"
+        "print('crc32c' in sys.modules, 'importlib.metadata' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"], out
+
+
 @pytest.mark.parametrize(
     "values, dtype, little, big",
     [

@@ -1,8 +1,10 @@
 """Zarr v3 ``crc32c`` codec: append a 4-byte little-endian CRC-32C; verify and strip on decode.
 
-The ``crc32c`` package (when installed) hashes any buffer without a copy and releases the GIL
-on large inputs; ``google-crc32c`` (a declared dependency) needs ``bytes``, so views are
-copied for it.
+``google-crc32c`` (a declared dependency, 3 ms to import) hashes ``bytes`` and copies of small
+views: the shard indexes every sharded read and write checks. Large views (checksummed inner
+chunks) go to the ``crc32c`` package when it is installed, which hashes any buffer without a
+copy; it is imported only then, since importing it loads ``importlib.metadata`` (45 ms here,
+once per process, which the first read of every sharded array paid).
 """
 
 from __future__ import annotations
@@ -16,29 +18,40 @@ from .registry import register_codec
 
 __all__ = ["Crc32cCodec", "crc32c"]
 
-Hash = Callable[[bytes | memoryview], int]
-_hash: Hash | None = None
+Hash = Callable[[Any], int]
+#: views up to this size are copied for google-crc32c (a shard index is a few KiB)
+_COPIED_BYTES = 64 << 10
+_bytes_hash: Hash | None = None
+_view_hash: Hash | None = None
 
 
-def _load_hash() -> Hash:
-    """The hash function, imported on first use: importing the ``crc32c`` package also loads
-    its command line (argparse, email), ~9 ms that every first array open would pay."""
+def _load_bytes_hash() -> Hash:
+    import google_crc32c
+
+    return google_crc32c.value
+
+
+def _load_view_hash() -> Hash:
+    """The hash of large views, imported on first use."""
     try:
         from crc32c import crc32c as hash_buffer
 
         return hash_buffer
     except ImportError:  # pragma: no cover - depends on the optional package
-        import google_crc32c
-
-        return lambda data: google_crc32c.value(data if isinstance(data, bytes) else bytes(data))
+        hash_bytes = _load_bytes_hash()
+        return lambda data: hash_bytes(bytes(data))
 
 
 def crc32c(data: bytes | memoryview) -> int:
     """CRC-32C (Castagnoli) of ``data``."""
-    global _hash
-    if _hash is None:
-        _hash = _load_hash()
-    return _hash(data)
+    global _bytes_hash, _view_hash
+    if isinstance(data, bytes) or data.nbytes <= _COPIED_BYTES:
+        if _bytes_hash is None:
+            _bytes_hash = _load_bytes_hash()
+        return _bytes_hash(data if isinstance(data, bytes) else bytes(data))
+    if _view_hash is None:
+        _view_hash = _load_view_hash()
+    return _view_hash(data)
 
 
 @register_codec("crc32c")
