@@ -8,6 +8,7 @@ the shared ``_uint64_cache.ShardCache`` asks for, as the adapter's async reads
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import TYPE_CHECKING, TypeVar
@@ -317,14 +318,13 @@ class SyncReads:
         cannot be held open are left out."""
         for shard, reqs in self._by_shard(keys).items():
             stem = self._spec.shard_name(shard)
-            got = None if held is None else held.get(stem)
-            if got is not None:
-                value = got[0]
+            if held is None:
+                value = self._opened(stem)
             else:
-                opened = self._opened(stem)
-                if opened is None:
-                    continue
-                value = opened if held is None else held.keep(stem, opened, None)[0]
+                got = held.open(stem, functools.partial(self._opened, stem), lambda value: None)
+                value = None if got is None else got[0]
+            if value is None:
+                continue
             try:
                 located = self._spans(_OpenIO(self._cache, stem, value), stem, reqs)
                 if located is not None and located[1]:

@@ -70,6 +70,7 @@ from ._zarr3_write import covers_shard, shard_writes
 if TYPE_CHECKING:
     from ..store.streamed import Buffer, SupportsUnitStreams
     from ..store.sync_protocols import (
+        OpenValue,
         SpanReader,
         SupportsFileSpans,
         SupportsGetManySync,
@@ -329,20 +330,17 @@ class ZarrShardingStore(UnitChecks, BatchedWrites):
     def _held_shard(self, shard_key: str, held: HeldFiles) -> tuple[int, list[list[int]]] | None:
         """The shard file held open in ``held`` and its index: (descriptor, index), or None
         for a missing shard or a damaged index."""
-        got = held.get(shard_key)
-        if got is None:
-            opens = self._base_opens
-            assert opens is not None, "called only when file_spans is declared"
-            value = opens.open_sync(shard_key)
-            if value is None:
-                return None
+        opens = self._base_opens
+        assert opens is not None, "called only when file_spans is declared"
+
+        def index_of(value: OpenValue) -> list[list[int]] | None:
             try:
-                index = self._indexes.open_index(shard_key, value) if value.fileno() >= 0 else None
+                return self._indexes.open_index(shard_key, value) if value.fileno() >= 0 else None
             except CodecError:
-                index = None
-            got = held.keep(shard_key, value, index)
-        value, index = got
-        return None if index is None else (value.fileno(), index)
+                return None
+
+        got = held.open(shard_key, lambda: opens.open_sync(shard_key), index_of)
+        return None if got is None or got[1] is None else (got[0].fileno(), got[1])
 
     def generation_sync(self, key: str) -> Hashable | None:
         base = self._base_reads

@@ -245,25 +245,32 @@ class SupportsFileSpans(Protocol):
 class HeldFiles:
     """Files a read holds open across its calls of ``read_spans_sync`` (on several threads):
     each shard file is opened, and its index looked up, once per read instead of once per
-    call, and all the read's pieces of a shard come from one version of it. The adapter
-    that opens them decides what is kept per file; ``close`` closes them all."""
+    call, and all the read's pieces of a shard come from one version of it. ``close``
+    closes them all."""
 
     def __init__(self) -> None:
-        self.files: dict[str, tuple[Any, Any]] = {}  # file key -> (OpenValue, what the adapter keeps)
+        self._files: dict[str, tuple[Any, Any]] = {}  # file key -> (OpenValue, what the opener derived)
 
-    def get(self, key: str) -> tuple[Any, Any] | None:
-        return self.files.get(key)
-
-    def keep(self, key: str, value: Any, extra: Any) -> tuple[Any, Any]:
-        """Hold ``value`` open under ``key``; when another thread held one first, ``value``
-        is closed and theirs returned."""
-        mine = (value, extra)
-        got = self.files.setdefault(key, mine)  # (one step under the GIL)
-        if got is not mine:
-            value.close()
+    def open(self, key: str, open_value: Callable[[], Any], derive: Callable[[Any], Any]) -> tuple[Any, Any] | None:
+        """``(value, derive(value))`` of the file ``key``: held already, or ``open_value()``
+        (an ``OpenValue``, None: no such file) held from now on. When two threads open the
+        same file at once, the second closes its own and takes the first's."""
+        got = self._files.get(key)
+        if got is None:
+            value = open_value()
+            if value is None:
+                return None
+            try:
+                mine = (value, derive(value))
+            except BaseException:
+                value.close()
+                raise
+            got = self._files.setdefault(key, mine)  # (one step under the GIL)
+            if got is not mine:
+                value.close()
         return got
 
     def close(self) -> None:
-        files, self.files = self.files, {}
+        files, self._files = self._files, {}
         for value, _ in files.values():
             value.close()
