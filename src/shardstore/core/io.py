@@ -20,7 +20,8 @@ from .._assign import assign
 from .._sync import io_pool
 from ..errors import ChunkNotFoundError, CodecError
 from ..store.base import MISSING, RangeBR
-from ..store.sync_protocols import HeldFiles, SupportsGetManyTagged, SupportsGetSync, SupportsGetTransientSync, UnitReads
+from ..store.open_values import HeldFiles
+from ..store.sync_protocols import SupportsGetManyTagged, SupportsGetSync, SupportsGetTransientSync, UnitReads
 from .batches import bounded, decode_chunk, group_by_unit, native_then, spread, whole_chunk
 from .chunk_cache import (
     Generations,

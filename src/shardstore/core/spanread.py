@@ -42,7 +42,7 @@ from .rawread import Items, inflate_available, plan_boxes, reversed_boxes
 
 if TYPE_CHECKING:  # typed by _rawio.pyi; the checks below still handle a missing module
     from .. import _rawio
-    from ..store.sync_protocols import HeldFiles
+    from ..store.open_values import HeldFiles
 else:
     try:
         from .. import _rawio

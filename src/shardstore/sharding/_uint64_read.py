@@ -21,7 +21,8 @@ from ._uint64_cache import ShardCache, ShardState, shard_generation
 from ._uint64_format import MinishardIndex, gzip_decompress, parse_uint64_key
 
 if TYPE_CHECKING:
-    from ..store.sync_protocols import HeldFiles, OpenValue, SupportsGetSync, SupportsOpenSync
+    from ..store.open_values import HeldFiles
+    from ..store.sync_protocols import OpenValue, SupportsGetSync, SupportsOpenSync
     from .uint64 import Uint64ShardedStore
 
 __all__ = ["OpenUnits", "SyncReads", "value_of"]

@@ -55,9 +55,8 @@ from ..store.base import (
     validate_key,
 )
 from ..store.byte_range import range_within
-from ..store.open_values import PrefetchedReads
+from ..store.open_values import HeldFiles, PrefetchedReads
 from ..store.read_modify_write import inherited_retry_conflicts
-from ..store.sync_protocols import HeldFiles
 from ..store.unit_checks import UnitChecks
 from ._batched import BatchedWrites
 from ._unit_streams import stream_shard, stream_shard_sync

@@ -5,18 +5,19 @@ every read is a ``pread`` of it (``read_transient`` into this thread's reusable 
 from the same file even while writers replace it (they rename a new file over the name; the
 open one stays as it was). ``BytesVersion`` is the same for a value already in memory.
 ``PrefetchedReads`` serves ``UnitReads`` from values read beforehand (adapters over stores
-that cannot hold a value open).
+that cannot hold a value open). ``HeldFiles`` holds a read's open files for all its pieces.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import Any
 
 from ._fileio import pread, read_buffer
 from .base import ByteRange, slice_range
 
-__all__ = ["BytesVersion", "FileVersion", "PrefetchedReads", "read_buffer"]
+__all__ = ["BytesVersion", "FileVersion", "HeldFiles", "PrefetchedReads", "read_buffer"]
 
 #: whether this system can tell a page-cache miss without waiting and advise the kernel
 _NOWAIT = hasattr(os, "RWF_NOWAIT") and hasattr(os, "posix_fadvise")
@@ -129,3 +130,37 @@ class PrefetchedReads:
 
     def close(self) -> None:
         pass
+
+
+class HeldFiles:
+    """Files a read holds open across its calls of ``read_spans_sync`` (on several threads):
+    each shard file is opened, and its index looked up, once per read instead of once per
+    call, and all the read's pieces of a shard come from one version of it. ``close``
+    closes them all."""
+
+    def __init__(self) -> None:
+        self._files: dict[str, tuple[Any, Any]] = {}  # file key -> (OpenValue, what the opener derived)
+
+    def open(self, key: str, open_value: Callable[[], Any], derive: Callable[[Any], Any]) -> tuple[Any, Any] | None:
+        """``(value, derive(value))`` of the file ``key``: held already, or ``open_value()``
+        (an ``OpenValue``, None: no such file) held from now on. When two threads open the
+        same file at once, the second closes its own and takes the first's."""
+        got = self._files.get(key)
+        if got is None:
+            value = open_value()
+            if value is None:
+                return None
+            try:
+                mine = (value, derive(value))
+            except BaseException:
+                value.close()
+                raise
+            got = self._files.setdefault(key, mine)  # (one step under the GIL)
+            if got is not mine:
+                value.close()
+        return got
+
+    def close(self) -> None:
+        files, self._files = self._files, {}
+        for value, _ in files.values():
+            value.close()

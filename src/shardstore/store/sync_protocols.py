@@ -14,14 +14,14 @@ threads, without the event-loop round trips that otherwise dominate reads of sma
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from .base import Parts, Update
     from .byte_range import ByteRange
+    from .open_values import HeldFiles
 
 __all__ = [
-    "HeldFiles",
     "OpenValue",
     "SupportsFilePath",
     "SupportsFileSpans",
@@ -241,36 +241,3 @@ class SupportsFileSpans(Protocol):
         and closes its own."""
         ...
 
-
-class HeldFiles:
-    """Files a read holds open across its calls of ``read_spans_sync`` (on several threads):
-    each shard file is opened, and its index looked up, once per read instead of once per
-    call, and all the read's pieces of a shard come from one version of it. ``close``
-    closes them all."""
-
-    def __init__(self) -> None:
-        self._files: dict[str, tuple[Any, Any]] = {}  # file key -> (OpenValue, what the opener derived)
-
-    def open(self, key: str, open_value: Callable[[], Any], derive: Callable[[Any], Any]) -> tuple[Any, Any] | None:
-        """``(value, derive(value))`` of the file ``key``: held already, or ``open_value()``
-        (an ``OpenValue``, None: no such file) held from now on. When two threads open the
-        same file at once, the second closes its own and takes the first's."""
-        got = self._files.get(key)
-        if got is None:
-            value = open_value()
-            if value is None:
-                return None
-            try:
-                mine = (value, derive(value))
-            except BaseException:
-                value.close()
-                raise
-            got = self._files.setdefault(key, mine)  # (one step under the GIL)
-            if got is not mine:
-                value.close()
-        return got
-
-    def close(self) -> None:
-        files, self._files = self._files, {}
-        for value, _ in files.values():
-            value.close()
