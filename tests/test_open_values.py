@@ -226,3 +226,35 @@ def test_uint64_one_key_reads_see_one_version(kind: str, tmp_path: Path) -> None
     missing = Uint64ShardedStore(_store(kind, tmp_path / "other"), SPEC).open_units_sync(["3"])
     assert missing.get_sync("3") is None  # no shard at all (read through the store)
     missing.close()
+
+
+def test_held_files_open_each_file_once_for_threads_that_ask_together() -> None:
+    """Two pieces of a read asking for the same shard file at once: the second waits for the
+    first's open (one version, one open), and ``close`` closes it once."""
+    import time
+
+    from shardstore.store.open_values import HeldFiles
+
+    opened: list[str] = []
+    closed: list[str] = []
+
+    class Value:
+        def close(self) -> None:
+            closed.append("v")
+
+    def open_value() -> Value:
+        opened.append("v")
+        time.sleep(0.2)  # (the other thread asks meanwhile)
+        return Value()
+
+    held = HeldFiles()
+    got: list[object] = []
+    threads = [threading.Thread(target=lambda: got.append(held.open("k", open_value, lambda v: 7))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(opened) == 1 and len(got) == 2 and got[0] is got[1] and got[0][1] == 7  # type: ignore[index]
+    assert held.open("missing", lambda: None, lambda v: 7) is None
+    held.close()
+    assert closed == ["v"]

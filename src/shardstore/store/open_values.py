@@ -11,6 +11,7 @@ that cannot hold a value open). ``HeldFiles`` holds a read's open files for all 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
@@ -140,24 +141,27 @@ class HeldFiles:
 
     def __init__(self) -> None:
         self._files: dict[str, tuple[Any, Any]] = {}  # file key -> (OpenValue, what the opener derived)
+        # (pieces on two threads that need the same file: the second waits for the first's
+        # open instead of opening a version of its own)
+        self._opening = threading.Lock()
 
     def open(self, key: str, open_value: Callable[[], Any], derive: Callable[[Any], Any]) -> tuple[Any, Any] | None:
         """``(value, derive(value))`` of the file ``key``: held already, or ``open_value()``
-        (an ``OpenValue``, None: no such file) held from now on. When two threads open the
-        same file at once, the second closes its own and takes the first's."""
+        (an ``OpenValue``, None: no such file) held from now on."""
         got = self._files.get(key)
         if got is None:
-            value = open_value()
-            if value is None:
-                return None
-            try:
-                mine = (value, derive(value))
-            except BaseException:
-                value.close()
-                raise
-            got = self._files.setdefault(key, mine)  # (one step under the GIL)
-            if got is not mine:
-                value.close()
+            with self._opening:
+                got = self._files.get(key)
+                if got is None:
+                    value = open_value()
+                    if value is None:
+                        return None
+                    try:
+                        got = (value, derive(value))
+                    except BaseException:
+                        value.close()
+                        raise
+                    self._files[key] = got
         return got
 
     def close(self) -> None:
