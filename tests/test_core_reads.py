@@ -174,13 +174,20 @@ def _spy_on_run_shared(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         (60, "cpu", False, "codec"),  # ~18 ms: the codec pool helps
         (3, "cpu", True, "inline"),  # a slow decoder, ~1 ms in all: a hand-off costs more
         (10, "cpu", True, "codec"),  # a slow decoder, ~3 ms (a gzip read of ~8 blocks)
-        (10, "wait", False, "io"),  # a cold disk: reads in flight overlap even for a few items
+        (10, "disk", False, "io"),  # a cold disk: reads in flight overlap even for a few items
+        # off the CPU with no block read from storage: waiting for a core or the GIL (a
+        # convert's encoders on both cores), not for the disk: no I/O threads for warm data
+        (10, "core", False, "codec"),
+        (10, "core?", False, "io"),  # ... unless the system does not count blocks read
     ],
 )
 def test_share_now_threads_only_when_it_pays(n: int, work: str, slow: bool, expect: str,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     clock = _FakeClock()
+    blocks = [0]
     monkeypatch.setattr(threads, "time", clock)
+    monkeypatch.setattr(threads, "_RUSAGE_THREAD", None if work == "core?" else 1)
+    monkeypatch.setattr(threads, "_blocks_read", lambda: None if work == "core?" else blocks[0])
     chosen = _spy_on_run_shared(monkeypatch)
     here = threading.current_thread()
     done: list[int] = []
@@ -191,6 +198,7 @@ def test_share_now_threads_only_when_it_pays(n: int, work: str, slow: bool, expe
             if threading.current_thread() is here:  # the thread share_now times
                 clock.wall += 300e-6 if work == "cpu" else 2e-3
                 clock.cpu += 300e-6 if work == "cpu" else 20e-6
+                blocks[0] += 64 if work == "disk" else 0
             with lock:
                 done.append(item)
 
@@ -325,15 +333,15 @@ def test_without_counts_of_blocks_read_a_cold_disk_is_timed_first(monkeypatch: p
     assert chosen == [] and memo[fn] == "inline"
 
 
-@pytest.mark.parametrize("blocks_per_item, expect", [(64, "io"), (0, None)])
+@pytest.mark.parametrize("blocks_per_item, expect", [(64, "io"), (0, "codec")])
 def test_io_threads_started_at_once_stay_only_for_reads_from_storage(
-    blocks_per_item: int, expect: str | None, monkeypatch: pytest.MonkeyPatch
+    blocks_per_item: int, expect: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The I/O threads the last call chose start at once, and the batch this thread times
     meanwhile decides the next call: it waited on the disk only if its reads fetched blocks
     from storage. Off the CPU with none fetched (waiting for a core beside the other I/O
-    threads, or on a network file system, which is not counted), the next call times an item
-    alone again (no memo) instead of keeping 8 threads for warm data."""
+    threads), its items were CPU work: the next call starts the codec threads instead of
+    keeping 8 threads for warm data."""
     clock = _FakeClock()
     blocks = [0]
     monkeypatch.setattr(threads, "time", clock)

@@ -182,10 +182,14 @@ def test_memo_path_adds_io_threads_when_the_data_went_cold(monkeypatch) -> None:
     (a cold disk) gets the I/O threads for the rest of this very read."""
     done: list[int] = []
     lock = threading.Lock()
+    blocks = [0]  # blocks read from storage, as the system counts them (Linux)
+    monkeypatch.setattr(threads, "_RUSAGE_THREAD", 1)
+    monkeypatch.setattr(threads, "_blocks_read", lambda: blocks[0])
 
     def fn(batch: list[int]) -> None:
-        threading.Event().wait(0.002 * len(batch))  # off the CPU: looks like disk reads
+        threading.Event().wait(0.002 * len(batch))  # off the CPU, with blocks read: disk reads
         with lock:
+            blocks[0] += 64 * len(batch)
             done.extend(batch)
 
     # the codec threads the read starts with: fixed here, so that the count below does not

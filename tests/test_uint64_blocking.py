@@ -16,6 +16,7 @@ import pytest
 
 import shardstore
 from shardstore.config import IOConfig
+from shardstore.core import threads as core_threads
 from shardstore.errors import CodecError
 from shardstore.formats.precomputed import kv as kv_module
 from shardstore.formats.precomputed.kv import ShardedKV
@@ -124,20 +125,25 @@ def test_one_reader_follows_rewrites_by_other_writers(tmp_path):
     assert read("7") is None
 
 
-def _slow_opens(store: Uint64ShardedStore, base: LocalStore, seconds: float, threads: set[str]) -> None:
-    """Each shard file opens ``seconds`` late (a cold disk, as the thread choice sees it), and
-    ``threads`` collects the names of the threads that open them."""
+def _slow_opens(store: Uint64ShardedStore, base: LocalStore, seconds: float, threads: set[str],
+                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each shard file opens ``seconds`` late, reading blocks from storage (a cold disk, as the
+    thread choice sees it), and ``threads`` collects the names of the threads that open them."""
     open_now = base.open_sync
+    blocks = [0]
+    monkeypatch.setattr(core_threads, "_RUSAGE_THREAD", 1)
+    monkeypatch.setattr(core_threads, "_blocks_read", lambda: blocks[0])
 
     def open_late(key: str):
         threads.add(threading.current_thread().name)
         time.sleep(seconds)
+        blocks[0] += 8
         return open_now(key)
 
     store.sync_ids._open = open_late
 
 
-def test_a_batch_over_a_waiting_disk_reads_its_shards_side_by_side(tmp_path):
+def test_a_batch_over_a_waiting_disk_reads_its_shards_side_by_side(tmp_path, monkeypatch):
     """When the first shard of a batch waited on the disk, the other shards are read on I/O
     threads at once (cold get_many ran at half tensorstore's rate on one thread); the values
     are those of the plain path, and from a disk that answers at once it stays on one thread."""
@@ -150,17 +156,17 @@ def test_a_batch_over_a_waiting_disk_reads_its_shards_side_by_side(tmp_path):
     threads: set[str] = set()
     # (a disk that answers at once, and a config that never takes a wait for the disk's)
     fast = Uint64ShardedStore(base, s, config=IOConfig(waiting_item_seconds=1.0))
-    _slow_opens(fast, base, 0.0, threads)
+    _slow_opens(fast, base, 0.0, threads, monkeypatch)
     assert fast.sync_ids.get_many_ids(keys) == expected
     assert len(threads) == 1
     threads.clear()
     slow = Uint64ShardedStore(base, s)
-    _slow_opens(slow, base, 0.02, threads)
+    _slow_opens(slow, base, 0.02, threads, monkeypatch)
     assert slow.sync_ids.get_many_ids(keys) == expected
     assert len(threads) > 1
 
 
-def test_a_corrupt_shard_read_on_an_io_thread_raises_naming_its_file(tmp_path):
+def test_a_corrupt_shard_read_on_an_io_thread_raises_naming_its_file(tmp_path, monkeypatch):
     s = spec(shard_bits=3)
     base = LocalStore(tmp_path / "kv")
     values = _values(600)
@@ -172,7 +178,7 @@ def test_a_corrupt_shard_read_on_an_io_thread_raises_naming_its_file(tmp_path):
         f.truncate(40)  # shorter than its shard index
     store = Uint64ShardedStore(base, s)
     threads: set[str] = set()
-    _slow_opens(store, base, 0.01, threads)
+    _slow_opens(store, base, 0.01, threads, monkeypatch)
     with pytest.raises(CodecError, match=rf"'{victim}'.*shorter than its"):
         store.sync_ids.get_many_ids(keys)
     assert len(threads) > 1

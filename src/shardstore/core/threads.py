@@ -61,6 +61,19 @@ def _timed(fn: Callable[..., Any], batch: list, args: tuple) -> tuple[float, flo
     return took, on_cpu, None if blocks is None or after is None else after - blocks
 
 
+def _storage_wait(took: float, cpu: float, read: int | None, writes: bool) -> float:
+    """How much of ``took`` seconds, ``cpu`` of them on the CPU, a read that fetched ``read``
+    blocks from storage (None: not known) waited on storage. Where the system counts them
+    (Linux), a read off the CPU with none fetched waited for a core (beside a convert's
+    encoders, or among 8 I/O threads on 2 cores) or for the GIL: counted as a disk wait, it
+    started the I/O threads for warm data, whose malloc arenas then kept a few MiB each (a
+    convert's peak RSS outgrew its budget). Writes dirty the page cache whatever the disk
+    does, so theirs all counts (``threads_for`` weighs it)."""
+    if read == 0 and not writes:
+        return 0.0
+    return took - cpu
+
+
 class Feed:
     """Items handed out to the threads of one call, a share of what is left at each take
     (``takes`` shares per worker, ``IOConfig.feed_takes``): large batches while much is left, single items at
@@ -210,9 +223,9 @@ def share_now(
     if len(items) <= 1:
         fn(items, *args)
         return
-    took, cpu, _ = _timed(fn, items[:1], args)
+    took, cpu, read = _timed(fn, items[:1], args)
     rest = items[1:]
-    how = threads_for(config, took, took - cpu, len(rest), *kinds)
+    how = threads_for(config, took, _storage_wait(took, cpu, read, writes), len(rest), *kinds)
     if memo is not None:
         memo[fn] = how
     if how == "inline":
@@ -254,17 +267,10 @@ def run_shared(
             meanwhile()
         if first and memo is not None:
             took, cpu, read = _timed(fn, first, args)
-            took, waited = took / len(first), (took - cpu) / len(first)
-            if waiting and read == 0 and waited > config.waiting_item_seconds:
-                # off the CPU beside the other I/O threads with no block read from storage: it
-                # waited for a core (8 threads on 2: warm data looked cold, and warm reads
-                # kept the threads and their malloc arenas), or on a network file system (not
-                # counted): the next call times its first item alone again
-                memo.pop(fn, None)
-            else:
-                memo[fn] = now = threads_for(config, took, waited, len(items) - 1, *kinds)
-                if now == "io" and not waiting:  # the data went cold since: more reads in flight
-                    futures += [io_pool(config.io_threads).submit(feed.drain) for _ in range(io_reads - workers)]
+            waited = _storage_wait(took, cpu, read, kinds[0]) / len(first)
+            memo[fn] = now = threads_for(config, took / len(first), waited, len(items) - 1, *kinds)
+            if now == "io" and not waiting:  # the data went cold since: more reads in flight
+                futures += [io_pool(config.io_threads).submit(feed.drain) for _ in range(io_reads - workers)]
         feed.drain()
     finally:
         # a helper that has not started has nothing left to do: cancelled, it cannot keep
