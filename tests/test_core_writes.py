@@ -274,3 +274,30 @@ def test_local_set_many_raises_only_after_every_file_is_written(tmp_path: Path, 
     with pytest.raises(StoreError, match="bad"):
         shardstore._sync.sync(store.set_many([("bad", b"x"), ("a", b"1"), ("b", b"2"), ("c", b"3")]))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "c"]  # all done, no temp files
+
+
+def test_the_blocking_writer_stores_encoded_chunks_a_megabyte_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Unsharded chunks are stored a few at a time, as they are encoded: a thread given a
+    quarter of a large write's chunks used to encode them all before storing any (a 512^3
+    gzip N5 write held 23 MiB of encoded blocks above its input)."""
+    from shardstore.store.local import LocalStore
+
+    inline = IOConfig(thread_item_seconds=1e9)  # every chunk on the calling thread: one batch
+    vol = np.random.default_rng(3).integers(0, 255, size=(256, 128, 128)).astype("uint8")
+    a = shardstore.n5.create(str(tmp_path / "c.n5"), "d", shape=vol.shape, dtype="uint8", block_size=(32, 64, 64),
+                             compression={"type": "gzip", "level": 1}, config=inline)
+    calls: list[int] = []
+    real = LocalStore.update_many_sync
+
+    def spy(self: LocalStore, items: list) -> None:
+        calls.append(len(items))
+        real(self, items)
+
+    monkeypatch.setattr(LocalStore, "update_many_sync", spy)
+    _no_loop_writes(monkeypatch)
+    a[...] = vol
+    per_call = (1 << 20) // (32 * 64 * 64)  # 128 KiB blocks: 8 to a megabyte
+    assert sum(calls) == 32 and max(calls) == per_call, calls
+    np.testing.assert_array_equal(np.asarray(shardstore.n5.open(str(tmp_path / "c.n5"), path="d")), vol)

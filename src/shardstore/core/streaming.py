@@ -17,7 +17,6 @@ wait for the next encoded chunk.
 from __future__ import annotations
 
 import asyncio
-import math
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Generator, Sequence
 from concurrent.futures import Executor, Future
@@ -46,7 +45,7 @@ def streamed_unit(layout: ChunkLayout, group: Sequence[ChunkProjection]) -> Stre
     streams = layout.store.unit_streams
     if streams is None or not group or not all(p.is_complete for p in group):
         return None
-    if len(group) * _chunk_nbytes(layout) < layout.config.stream_unit_bytes:
+    if len(group) * layout.chunk_nbytes < layout.config.stream_unit_bytes:
         return None
     keys = [layout.chunk_key(p.coords) for p in group]
     order = streams.stream_order(keys)
@@ -56,10 +55,6 @@ def streamed_unit(layout: ChunkLayout, group: Sequence[ChunkProjection]) -> Stre
     return streams, [(by_key[key], key) for key in order]
 
 
-def _chunk_nbytes(layout: ChunkLayout) -> int:
-    return math.prod(layout.grid.chunk_shape) * layout.spec.dtype.itemsize
-
-
 def _window(layout: ChunkLayout) -> tuple[int, int]:
     """(chunks in flight, chunks per codec-pool job). In flight: ``stream_window_bytes``'
     worth, at least two per codec thread. Per job: enough that each thread has about two
@@ -67,7 +62,7 @@ def _window(layout: ChunkLayout) -> tuple[int, int]:
     result, GIL exchange) per chunk, a real share of a fast codec's (blosc, raw) encode."""
     config = layout.config
     threads = codec_pool_size(config.codec_threads)
-    window = max(2 * threads, config.stream_window_bytes // max(_chunk_nbytes(layout), 1))
+    window = max(2 * threads, config.stream_window_bytes // max(layout.chunk_nbytes, 1))
     return window, max(1, window // (2 * threads))
 
 

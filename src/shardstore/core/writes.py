@@ -92,10 +92,19 @@ def _unit_writes(batch: list[tuple[ChunkProjection, str]], layout: ChunkLayout, 
     ]
 
 
+#: decoded bytes of chunks a thread of the blocking writer encodes before storing them
+_STORE_BYTES = 1 << 20
+
+
 def _write_now(batch: list[tuple[ChunkProjection, str]], layout: ChunkLayout, value: np.ndarray, writes: SupportsSetSync) -> list:
     """The blocking runner's step for one-chunk units: ``_unit_writes`` of a batch, stored on
-    this thread."""
-    writes.update_many_sync(_unit_writes(batch, layout, value))
+    this thread ``_STORE_BYTES`` of chunks at a time. A batch is up to a quarter of a write's
+    chunks (``Feed``): encoding all of them before storing any held them all (a 512^3 gzip
+    N5 write, 64^3 blocks: 23 MiB above its input, 3.6 now); one chunk per store call was
+    slower (more GIL hand-offs between the encodes and the writes)."""
+    step = max(1, _STORE_BYTES // max(layout.chunk_nbytes, 1))
+    for i in range(0, len(batch), step):
+        writes.update_many_sync(_unit_writes(batch[i : i + step], layout, value))
     return []
 
 
