@@ -507,8 +507,8 @@ def test_minishard_indexes_of_a_native_read_are_asked_for_together(tmp_path: Pat
     calls: list[str] = []
     monkeypatch.setattr(open_values.os, "posix_fadvise",
                         lambda fd, offset, length, advice: calls.append(f"advise {offset}"))
-    real_pread = open_values.pread
-    monkeypatch.setattr(open_values, "pread", lambda fd, n, offset: (calls.append(f"read {offset}"), real_pread(fd, n, offset))[1])
+    real_pread = os.pread
+    monkeypatch.setattr(open_values.os, "pread", lambda fd, n, offset: (calls.append(f"read {offset}"), real_pread(fd, n, offset))[1])
     path = tmp_path / "f"
     path.write_bytes(bytes(range(256)) * 4)
     fd = os.open(path, os.O_RDONLY)

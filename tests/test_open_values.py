@@ -258,3 +258,20 @@ def test_held_files_open_each_file_once_for_threads_that_ask_together() -> None:
     assert held.open("missing", lambda: None, lambda v: 7) is None
     held.close()
     assert closed == ["v"]
+
+
+def test_read_many_of_a_file_gives_each_span_as_read_does(tmp_path: Path) -> None:
+    """``FileVersion.read_many`` (``os.pread`` per span) returns what ``read`` returns for
+    every span: whole, empty, reversed, ending or starting past the end of the file."""
+    from shardstore.store.local import LocalStore
+
+    data = bytes(range(256)) * 40  # 10,240 bytes
+    (tmp_path / "f").write_bytes(data)
+    value = LocalStore(tmp_path).open_sync("f")
+    assert value is not None
+    try:
+        spans = [(0, 10), (5, 5), (9, 3), (100, 4000), (10_000, 10_300), (10_240, 10_500), (20_000, 20_010), (0, 10_240)]
+        assert value.read_many(spans) == [value.read(s, e) for s, e in spans] == [data[s:e] for s, e in spans]
+        assert value.read_many(spans[3:4]) == [data[100:4000]]
+    finally:
+        value.close()

@@ -58,11 +58,24 @@ class FileVersion:
         overlap instead of waiting one after the other (a shard's minishard indexes, one after
         each minishard's data, are scattered through the file). Cached ones are just read: the
         advice costs about as much as such a read."""
-        if len(spans) > 1 and _uncached(self._fd, spans[0][0]):
+        fd, size = self._fd, self.size
+        if len(spans) > 1 and _uncached(fd, spans[0][0]):
             for start, end in spans:
                 if end > start:
-                    os.posix_fadvise(self._fd, start, end - start, os.POSIX_FADV_WILLNEED)
-        return [self.read(start, end) for start, end in spans]
+                    os.posix_fadvise(fd, start, end - start, os.POSIX_FADV_WILLNEED)
+        if not hasattr(os, "pread"):  # (Windows)
+            return [self.read(start, end) for start, end in spans]
+        # ``os.pread`` directly: a uint64 get_many reads ~1.5 small spans per key, and the
+        # three Python calls around each pread were a fifth of a warm batch's time
+        out = []
+        for start, end in spans:
+            n = min(end, size) - start
+            if n <= 0:
+                out.append(b"")
+                continue
+            data = os.pread(fd, n, start)
+            out.append(data if len(data) == n else self.read(start, end))  # (a short read: continued)
+        return out
 
     def read_transient(self, start: int, end: int, max_bytes: int) -> bytes | memoryview:
         end = min(end, self.size)
