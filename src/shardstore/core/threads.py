@@ -67,8 +67,10 @@ def _storage_wait(took: float, cpu: float, read: int | None, writes: bool) -> fl
     (Linux), a read off the CPU with none fetched waited for a core (beside a convert's
     encoders, or among 8 I/O threads on 2 cores) or for the GIL: counted as a disk wait, it
     started the I/O threads for warm data, whose malloc arenas then kept a few MiB each (a
-    convert's peak RSS outgrew its budget). Writes dirty the page cache whatever the disk
-    does, so theirs all counts (``threads_for`` weighs it)."""
+    convert's peak RSS outgrew its budget). A network file system's reads are not counted
+    either, so there a read gets the codec threads (one per core), not ``io_reads_in_flight``.
+    Writes dirty the page cache whatever the disk does, so theirs all counts (``threads_for``
+    weighs it)."""
     if read == 0 and not writes:
         return 0.0
     return took - cpu
@@ -267,7 +269,7 @@ def run_shared(
             meanwhile()
         if first and memo is not None:
             took, cpu, read = _timed(fn, first, args)
-            waited = _storage_wait(took, cpu, read, kinds[0]) / len(first)
+            waited = _storage_wait(took, cpu, read, writes=kinds[0]) / len(first)
             memo[fn] = now = threads_for(config, took / len(first), waited, len(items) - 1, *kinds)
             if now == "io" and not waiting:  # the data went cold since: more reads in flight
                 futures += [io_pool(config.io_threads).submit(feed.drain) for _ in range(io_reads - workers)]

@@ -100,7 +100,7 @@ def _write_now(batch: list[tuple[ChunkProjection, str]], layout: ChunkLayout, va
     """The blocking runner's step for one-chunk units: ``_unit_writes`` of a batch, stored on
     this thread ``_STORE_BYTES`` of chunks at a time. A batch is up to a quarter of a write's
     chunks (``Feed``): encoding all of them before storing any held them all (a 512^3 gzip
-    N5 write, 64^3 blocks: 23 MiB above its input, 3.6 now); one chunk per store call was
+    N5 write, 64^3 blocks: 23 MiB above its input, 4 now); one chunk per store call was
     slower (more GIL hand-offs between the encodes and the writes)."""
     step = max(1, _STORE_BYTES // max(layout.chunk_nbytes, 1))
     for i in range(0, len(batch), step):
