@@ -45,10 +45,12 @@ def _load_view_hash() -> Hash:
 def crc32c(data: bytes | memoryview) -> int:
     """CRC-32C (Castagnoli) of ``data``."""
     global _bytes_hash, _view_hash
-    if isinstance(data, bytes) or data.nbytes <= _COPIED_BYTES:
+    if not isinstance(data, bytes) and data.nbytes <= _COPIED_BYTES:
+        data = bytes(data)
+    if isinstance(data, bytes):
         if _bytes_hash is None:
             _bytes_hash = _load_bytes_hash()
-        return _bytes_hash(data if isinstance(data, bytes) else bytes(data))
+        return _bytes_hash(data)
     if _view_hash is None:
         _view_hash = _load_view_hash()
     return _view_hash(data)

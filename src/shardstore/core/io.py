@@ -161,8 +161,9 @@ def read_into_now(
     spans = None
     if unit_reads is not None:
         projections = list(projections)
-        held = HeldFiles()
-        spans = span_reader(layout, out, streams(out, config), gens, held) if len(projections) > 1 else None  # (one: spanread)
+        if len(projections) > 1:  # (one chunk: core/spanread's single reads)
+            held = HeldFiles()
+            spans = span_reader(layout, out, streams(out, config), gens, held)
     if spans is not None:
         # shard files read, decoded and placed natively (core/spanread.py), the chunks to
         # cache decoded into their entries; the chunks it leaves (missing, damaged) take the

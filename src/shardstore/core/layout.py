@@ -10,7 +10,6 @@ from __future__ import annotations
 import abc
 import dataclasses
 import functools
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
@@ -99,11 +98,6 @@ class ChunkLayout:
     @functools.cached_property
     def chunk_spec(self) -> ChunkSpec:
         return ChunkSpec(self.grid.chunk_shape, self.spec.dtype, self.spec.fill_value)
-
-    @functools.cached_property
-    def chunk_nbytes(self) -> int:
-        """Bytes of one whole decoded chunk."""
-        return math.prod(self.grid.chunk_shape) * self.spec.dtype.itemsize
 
     @functools.cached_property
     def _full_chunks(self) -> tuple[int, ...]:

@@ -45,7 +45,7 @@ def streamed_unit(layout: ChunkLayout, group: Sequence[ChunkProjection]) -> Stre
     streams = layout.store.unit_streams
     if streams is None or not group or not all(p.is_complete for p in group):
         return None
-    if len(group) * layout.chunk_nbytes < layout.config.stream_unit_bytes:
+    if len(group) * layout.chunk_spec.nbytes < layout.config.stream_unit_bytes:
         return None
     keys = [layout.chunk_key(p.coords) for p in group]
     order = streams.stream_order(keys)
@@ -62,7 +62,7 @@ def _window(layout: ChunkLayout) -> tuple[int, int]:
     result, GIL exchange) per chunk, a real share of a fast codec's (blosc, raw) encode."""
     config = layout.config
     threads = codec_pool_size(config.codec_threads)
-    window = max(2 * threads, config.stream_window_bytes // max(layout.chunk_nbytes, 1))
+    window = max(2 * threads, config.stream_window_bytes // max(layout.chunk_spec.nbytes, 1))
     return window, max(1, window // (2 * threads))
 
 

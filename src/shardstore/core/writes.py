@@ -102,7 +102,7 @@ def _write_now(batch: list[tuple[ChunkProjection, str]], layout: ChunkLayout, va
     chunks (``Feed``): encoding all of them before storing any held them all (a 512^3 gzip
     N5 write, 64^3 blocks: 23 MiB above its input, 4 now); one chunk per store call was
     slower (more GIL hand-offs between the encodes and the writes)."""
-    step = max(1, _STORE_BYTES // max(layout.chunk_nbytes, 1))
+    step = max(1, _STORE_BYTES // max(layout.chunk_spec.nbytes, 1))
     for i in range(0, len(batch), step):
         writes.update_many_sync(_unit_writes(batch[i : i + step], layout, value))
     return []

@@ -240,4 +240,3 @@ class SupportsFileSpans(Protocol):
         caller closes them once the read is done; see ``HeldFiles``), else each call opens
         and closes its own."""
         ...
-
