@@ -275,3 +275,36 @@ def test_read_many_of_a_file_gives_each_span_as_read_does(tmp_path: Path) -> Non
         assert value.read_many(spans[3:4]) == [data[100:4000]]
     finally:
         value.close()
+
+
+def test_spans_of_a_partly_cached_file_are_all_advised(tmp_path: Path, monkeypatch) -> None:
+    """``FileVersion.advise`` asks whether the first, middle and last spans are in the page
+    cache: a file whose first span was read before (a value's minishard index lies just
+    after it) but whose other spans are cold is advised whole; spans within a page of each
+    other share a call; a wholly cached file and a single span are not advised."""
+    from shardstore.store import open_values
+    from shardstore.store.local import LocalStore
+
+    (tmp_path / "f").write_bytes(bytes(100_000))
+    value = LocalStore(tmp_path).open_sync("f")
+    assert value is not None
+    advised: list[tuple[int, int]] = []
+    monkeypatch.setattr(open_values.os, "posix_fadvise", lambda fd, offset, n, advice: advised.append((offset, n)))
+    spans = [(0, 10), (100, 200), (20_000, 20_100), (50_000, 50_010), (90_000, 91_000)]
+    try:
+        monkeypatch.setattr(open_values, "_uncached", lambda fd, offset: offset != 0)  # only the first cached
+        value.advise(spans)
+        assert advised == [(0, 200), (20_000, 100), (50_000, 10), (90_000, 1000)]
+        advised.clear()
+        monkeypatch.setattr(open_values, "_uncached", lambda fd, offset: offset == 90_000)  # only the last cold
+        value.advise(spans)
+        assert len(advised) == 4
+        advised.clear()
+        monkeypatch.setattr(open_values, "_uncached", lambda fd, offset: False)
+        value.advise(spans)
+        monkeypatch.setattr(open_values, "_uncached", lambda fd, offset: True)
+        value.advise(spans[:1])
+        assert advised == []
+        assert value.read_many(spans, advise=False) == [bytes(e - s) for s, e in spans] and advised == []
+    finally:
+        value.close()

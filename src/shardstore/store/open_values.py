@@ -22,6 +22,8 @@ __all__ = ["BytesVersion", "FileVersion", "HeldFiles", "PrefetchedReads", "read_
 
 #: whether this system can tell a page-cache miss without waiting and advise the kernel
 _NOWAIT = hasattr(os, "RWF_NOWAIT") and hasattr(os, "posix_fadvise")
+#: spans closer than this are advised in one call (the kernel reads whole pages anyway)
+_PAGE = 4096
 
 
 def _uncached(fd: int, offset: int) -> bool:
@@ -52,17 +54,36 @@ class FileVersion:
         end = min(end, self.size)
         return pread(self._fd, end - start, start) if end > start else b""
 
-    def read_many(self, spans: Sequence[tuple[int, int]]) -> list[bytes]:
-        """``read`` of each ``(start, end)``; when the first is not in the page cache, the
-        kernel is asked for all of them before any is read: on a cold disk their reads then
-        overlap instead of waiting one after the other (a shard's minishard indexes, one after
-        each minishard's data, are scattered through the file). Cached ones are just read: the
-        advice costs about as much as such a read."""
+    def advise(self, spans: Sequence[tuple[int, int]]) -> None:
+        """When some of ``spans`` are not in the page cache, ask the kernel for all of them
+        at once (``POSIX_FADV_WILLNEED``), so that on a cold disk their reads overlap instead
+        of waiting one after the other. Whether they are cached is asked of the first, middle
+        and last span: one span read earlier (the minishard index just after a value) must
+        not leave the rest of a cold file unadvised. Spans one page apart share a call.
+        Cached spans are not advised: the advice costs about as much as such a read."""
+        n = len(spans)
+        if n < 2:
+            return
+        fd = self._fd
+        if not any(_uncached(fd, spans[i][0]) for i in {0, n // 2, n - 1}):
+            return
+        lo, hi = spans[0]
+        for start, end in spans[1:]:
+            if lo <= start <= hi + _PAGE:
+                hi = max(hi, end)
+                continue
+            if hi > lo:
+                os.posix_fadvise(fd, lo, hi - lo, os.POSIX_FADV_WILLNEED)
+            lo, hi = start, end
+        if hi > lo:
+            os.posix_fadvise(fd, lo, hi - lo, os.POSIX_FADV_WILLNEED)
+
+    def read_many(self, spans: Sequence[tuple[int, int]], *, advise: bool = True) -> list[bytes]:
+        """``read`` of each ``(start, end)``, after ``advise`` of them all (``advise=False``:
+        the caller advised them, with the spans of other files)."""
         fd, size = self._fd, self.size
-        if len(spans) > 1 and _uncached(fd, spans[0][0]):
-            for start, end in spans:
-                if end > start:
-                    os.posix_fadvise(fd, start, end - start, os.POSIX_FADV_WILLNEED)
+        if advise:
+            self.advise(spans)
         if not hasattr(os, "pread"):  # (Windows)
             return [self.read(start, end) for start, end in spans]
         # ``os.pread`` directly: a uint64 get_many reads ~1.5 small spans per key, and the
@@ -112,7 +133,10 @@ class BytesVersion:
     def read(self, start: int, end: int) -> bytes:
         return self._value[start:end]
 
-    def read_many(self, spans: Sequence[tuple[int, int]]) -> list[bytes]:
+    def advise(self, spans: Sequence[tuple[int, int]]) -> None:
+        pass  # (in memory already)
+
+    def read_many(self, spans: Sequence[tuple[int, int]], *, advise: bool = True) -> list[bytes]:
         return [self._value[start:end] for start, end in spans]
 
     def read_transient(self, start: int, end: int, max_bytes: int) -> bytes | memoryview:

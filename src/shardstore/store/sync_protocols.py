@@ -99,9 +99,14 @@ class OpenValue(Protocol):
         """Bytes ``[start, end)``, cut at the end of the value (thread-safe)."""
         ...
 
-    def read_many(self, spans: Sequence[tuple[int, int]]) -> list[bytes]:
-        """``read`` of each ``(start, end)``, in that order (a file asks the kernel for all
-        of them before reading the first)."""
+    def advise(self, spans: Sequence[tuple[int, int]]) -> None:
+        """Tell the storage that ``spans`` will be read soon (a file not in the page cache
+        asks the kernel for all of them at once); nothing for a value in memory."""
+        ...
+
+    def read_many(self, spans: Sequence[tuple[int, int]], *, advise: bool = True) -> list[bytes]:
+        """``read`` of each ``(start, end)``, in that order, after ``advise(spans)`` unless
+        the caller did that already (``advise=False``)."""
         ...
 
     def read_transient(self, start: int, end: int, max_bytes: int) -> bytes | memoryview:
