@@ -9,14 +9,11 @@ import gzip
 import os
 import struct
 import threading
-import time
 
 import numpy as np
 import pytest
 
 import shardstore
-from shardstore.config import IOConfig
-from shardstore.core import threads as core_threads
 from shardstore.errors import CodecError
 from shardstore.formats.precomputed import kv as kv_module
 from shardstore.formats.precomputed.kv import ShardedKV
@@ -125,63 +122,106 @@ def test_one_reader_follows_rewrites_by_other_writers(tmp_path):
     assert read("7") is None
 
 
-def _slow_opens(store: Uint64ShardedStore, base: LocalStore, seconds: float, threads: set[str],
-                monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each shard file opens ``seconds`` late, reading blocks from storage (a cold disk, as the
-    thread choice sees it), and ``threads`` collects the names of the threads that open them."""
-    open_now = base.open_sync
-    blocks = [0]
-    monkeypatch.setattr(core_threads, "_RUSAGE_THREAD", 1)
-    monkeypatch.setattr(core_threads, "_blocks_read", lambda: blocks[0])
+def _file_events(monkeypatch: pytest.MonkeyPatch, cold: bool) -> list[tuple[str, int]]:
+    """``(advise | read, fd)`` of every ``posix_fadvise`` and ``pread`` of the open shard
+    files, in order; ``cold``: every span reads as not in the page cache."""
+    from shardstore.store import open_values
 
-    def open_late(key: str):
-        threads.add(threading.current_thread().name)
-        time.sleep(seconds)
-        blocks[0] += 8
-        return open_now(key)
-
-    store.sync_ids._open = open_late
+    events: list[tuple[str, int]] = []
+    real_pread = os.pread
+    monkeypatch.setattr(open_values.os, "posix_fadvise", lambda fd, offset, length, advice: events.append(("advise", fd)))
+    monkeypatch.setattr(open_values.os, "pread",
+                        lambda fd, n, offset: (events.append(("read", fd)), real_pread(fd, n, offset))[1])
+    monkeypatch.setattr(open_values, "_uncached", lambda fd, offset: cold)
+    return events
 
 
-def test_a_batch_over_a_waiting_disk_reads_its_shards_side_by_side(tmp_path, monkeypatch):
-    """When the first shard of a batch waited on the disk, the other shards are read on I/O
-    threads at once (cold get_many ran at half tensorstore's rate on one thread); the values
-    are those of the plain path, and from a disk that answers at once it stays on one thread."""
+def _runs(events: list[tuple[str, int]]) -> list[tuple[str, set[int]]]:
+    """The events as runs of one kind: ``(kind, the files of the run)``."""
+    runs: list[tuple[str, set[int]]] = []
+    for kind, fd in events:
+        if runs and runs[-1][0] == kind:
+            runs[-1][1].add(fd)
+        else:
+            runs.append((kind, {fd}))
+    return runs
+
+
+def test_a_batch_over_a_cold_disk_asks_for_every_shards_spans_before_reading_any(tmp_path, monkeypatch):
+    """A batch reads its shards side by side, step by step (their indexes, then their
+    values): each step's spans of every shard file are advised to the kernel before the
+    first of them is read, so on a cold disk they are in the disk's queue together (one
+    shard after the other, or a thread per shard taking turns at the GIL, ran at 0.7 of
+    tensorstore's rate). From the page cache nothing is advised. The values are those of
+    the async path."""
     s = spec(shard_bits=3, minishard_index_encoding="gzip")
     base = LocalStore(tmp_path / "kv")
     values = _values(600)
     run(Uint64ShardedStore(base, s).set_many_ids(list(values.items())))
     keys = [*values, 1, 12345]
     expected = [*values.values(), None, None]
-    threads: set[str] = set()
-    # (a disk that answers at once, and a config that never takes a wait for the disk's)
-    fast = Uint64ShardedStore(base, s, config=IOConfig(waiting_item_seconds=1.0))
-    _slow_opens(fast, base, 0.0, threads, monkeypatch)
-    assert fast.sync_ids.get_many_ids(keys) == expected
-    assert len(threads) == 1
-    threads.clear()
-    slow = Uint64ShardedStore(base, s)
-    _slow_opens(slow, base, 0.02, threads, monkeypatch)
-    assert slow.sync_ids.get_many_ids(keys) == expected
-    assert len(threads) > 1
+    assert run(Uint64ShardedStore(base, s).get_many_ids(keys)) == expected
+    events = _file_events(monkeypatch, cold=True)
+    assert Uint64ShardedStore(base, s).sync_ids.get_many_ids(keys) == expected
+    runs = _runs(events)
+    # the shard indexes (one span each: nothing to advise), then the minishard indexes of
+    # all 8 files advised and read, then their values advised and read
+    assert [kind for kind, _ in runs] == ["read", "advise", "read", "advise", "read"]
+    assert all(len(fds) == 8 for _, fds in runs)
+    events.clear()
+    monkeypatch.setattr("shardstore.store.open_values._uncached", lambda fd, offset: False)
+    assert Uint64ShardedStore(base, s).sync_ids.get_many_ids(keys) == expected
+    assert events and all(kind == "read" for kind, _ in events)
 
 
-def test_a_corrupt_shard_read_on_an_io_thread_raises_naming_its_file(tmp_path, monkeypatch):
+def test_a_batch_holds_a_bounded_number_of_shard_files_open(tmp_path, monkeypatch):
+    """A batch over more shards than ``_SHARDS_IN_STEP`` reads them in groups of at most that
+    many open files (a get_many over thousands of shards must not run out of descriptors),
+    and closes every one."""
+    from shardstore.sharding import _uint64_read
+    from shardstore.store import open_values
+
     s = spec(shard_bits=3)
     base = LocalStore(tmp_path / "kv")
     values = _values(600)
     run(Uint64ShardedStore(base, s).set_many_ids(list(values.items())))
-    keys = list(values)
-    first = s.shard_name(s.locate(keys[0])[0]) + ".shard"  # (read on the calling thread)
-    victim = next(name for name in sorted(os.listdir(tmp_path / "kv")) if name != first)
+    monkeypatch.setattr(_uint64_read, "_SHARDS_IN_STEP", 3)
+    store = Uint64ShardedStore(base, s)
+    reads = store.sync_ids
+    open_now, peak = [0], [0]
+    real_open, real_close = reads._open, open_values.FileVersion.close
+
+    def counted_open(key: str):
+        value = real_open(key)
+        if value is not None:
+            open_now[0] += 1
+            peak[0] = max(peak[0], open_now[0])
+        return value
+
+    def counted_close(self) -> None:
+        open_now[0] -= 1
+        real_close(self)
+
+    reads._open = counted_open
+    monkeypatch.setattr(open_values.FileVersion, "close", counted_close)
+    assert reads.get_many_ids(list(values)) == list(values.values())
+    assert peak[0] == 3 and open_now[0] == 0
+
+
+def test_a_corrupt_shard_in_a_batch_raises_naming_its_file_and_closes_every_file(tmp_path):
+    s = spec(shard_bits=3)
+    base = LocalStore(tmp_path / "kv")
+    values = _values(600)
+    run(Uint64ShardedStore(base, s).set_many_ids(list(values.items())))
+    victim = sorted(os.listdir(tmp_path / "kv"))[3]
     with open(tmp_path / "kv" / victim, "r+b") as f:
         f.truncate(40)  # shorter than its shard index
     store = Uint64ShardedStore(base, s)
-    threads: set[str] = set()
-    _slow_opens(store, base, 0.01, threads, monkeypatch)
+    fds = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
     with pytest.raises(CodecError, match=rf"'{victim}'.*shorter than its"):
-        store.sync_ids.get_many_ids(keys)
-    assert len(threads) > 1
+        store.sync_ids.get_many_ids(list(values))
+    if fds is not None:
+        assert len(os.listdir("/proc/self/fd")) == fds
 
 
 def test_writes_through_the_same_adapter_are_seen_by_its_reader():

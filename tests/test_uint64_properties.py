@@ -60,3 +60,47 @@ def test_matches_dict_oracle(runner, spec, batches):
             assert data == {}  # shards left empty are deleted
 
     asyncio.run(go())
+
+
+@st.composite
+def _minishards_and_requests(draw):
+    import numpy as np
+
+    from shardstore.sharding._uint64_format import MinishardIndex
+
+    found = {}
+    for m in draw(st.sets(st.integers(0, 7), max_size=6)):
+        keys = sorted(draw(st.sets(st.integers(0, 2**64 - 1), max_size=8)))
+        sizes = [draw(st.integers(0, 50)) for _ in keys]
+        starts = [1000 + 100 * i for i in range(len(keys))]
+        found[m] = MinishardIndex(np.array(keys, dtype=np.uint64), np.array(starts, dtype=np.uint64),
+                                  np.array(sizes, dtype=np.uint64))
+    stored = [(int(k), m) for m, mi in found.items() for k in mi.keys.tolist()]
+    reqs = []
+    for pos in range(draw(st.integers(0, 12))):
+        if stored and draw(st.booleans()):
+            key, m = draw(st.sampled_from(stored))
+            if draw(st.booleans()):
+                m = draw(st.integers(0, 9))  # (asked of another minishard: not found there)
+        else:
+            key, m = draw(st.integers(0, 2**64 - 1)), draw(st.integers(0, 9))
+        reqs.append((pos, key, m))
+    return found, reqs, draw(st.sampled_from([0, -1000, 7]))
+
+
+@settings(max_examples=examples(100))
+@given(case=_minishards_and_requests())
+def test_value_spans_finds_what_a_lookup_per_key_finds(case):
+    """``value_spans`` (one vectorized bisection over all the minishards) locates exactly
+    what ``MinishardIndex.lookup`` of each key in its own minishard locates, in file order."""
+    from shardstore.sharding._uint64_format import value_spans
+
+    found, reqs, delta = case
+    want = []
+    for pos, key, m in reqs:
+        hit = found[m].lookup(key) if m in found else None
+        if hit is not None:
+            want.append((pos, hit[0] + delta, hit[0] + hit[1] + delta))
+    got = value_spans(found, reqs, delta)
+    assert sorted(got) == sorted(want)
+    assert [s for _, s, _ in got] == sorted(s for _, s, _ in got)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Generator, Hashable, Sequence
+from collections.abc import Callable, Generator, Hashable, Iterable, Sequence
 
 from ..errors import CodecError
 from ..store.base import MISSING, RangeBR
@@ -242,18 +242,21 @@ class ShardCache:
                 )
         ms = [m for m, _, _ in fetch]
         decoded = decode_minishard_indexes(datas, self.spec, data_key, ms)  # type: ignore[arg-type]
+        found.update(zip(ms, decoded))
         with self._lock:
-            for m, mi in zip(ms, decoded):
-                found[m] = mi
-                self._add_minis(stem, st, m, mi)
+            self._add_minis(stem, st, zip(ms, decoded))
 
-    def _add_minis(self, stem: str, st: ShardState, m: int, mi: MinishardIndex) -> None:
-        if len(mi) > self._entries or m in st.minis:
-            return  # larger than the whole cache (use it once, keep nothing), or a racing read
-        st.minis[m] = mi
-        st.n_entries += len(mi)
-        if self._states.get(stem) is st:
-            self._cached += len(mi)
+    def _add_minis(self, stem: str, st: ShardState, minis: Iterable[tuple[int, MinishardIndex]]) -> None:
+        added = 0
+        for m, mi in minis:
+            n = len(mi.keys)
+            if n > self._entries or m in st.minis:
+                continue  # larger than the whole cache (use it once, keep nothing), or a racing read
+            st.minis[m] = mi
+            added += n
+        st.n_entries += added
+        if added and self._states.get(stem) is st:
+            self._cached += added
             self._trim()
             if self._cached > self._entries:  # this shard alone is over budget
                 self._cached -= st.n_entries

@@ -55,6 +55,7 @@ from ._uint64_format import (
     gzip_decompress,
     parse_uint64_key,
     shard_entries,
+    value_spans,
 )
 from ._uint64_read import SyncReads, value_of
 from ._uint64_write import CompleteShard, Uint64Writes
@@ -231,22 +232,7 @@ class Uint64ShardedStore(UnitChecks, Uint64Writes):
             return [None] * len(reqs)
         _, data_key, delta = self._cache.keys(stem, st)
         found = await self._minishards(stem, st, wanted)
-        out: list[tuple[int, str, int, int] | None] = []
-        if len(reqs) == 1:
-            pos, key, m = reqs[0]
-            mi = found.get(m)
-            hit = None if mi is None else mi.lookup(key)
-            return [None if hit is None else (pos, data_key, hit[0] + delta, hit[1])]
-        by_m: dict[int, list[tuple[int, int]]] = {}
-        for pos, key, m in reqs:
-            if m in found:
-                by_m.setdefault(m, []).append((pos, key))
-        for m, group in by_m.items():
-            hits = found[m].lookup_many([key for _, key in group])
-            for (pos, _), hit in zip(group, hits):
-                if hit is not None:
-                    out.append((pos, data_key, hit[0] + delta, hit[1]))
-        return out
+        return [(pos, data_key, start, end - start) for pos, start, end in value_spans(found, reqs, delta)]
 
     async def _locate(self, keys: Sequence[int]) -> list[tuple[int, str, int, int] | None]:
         by_shard: dict[int, list[tuple[int, int, int]]] = {}

@@ -39,17 +39,22 @@ _index = cast("Callable[[object], int]", operator.index)
 
 
 def _checked_batch(other: Mapping[int, bytes | None] | Iterable[tuple[int, bytes | None]]) -> list[tuple[int, bytes | None]]:
-    """``(key, value)`` pairs with every key checked (``_key``); values are checked by the
-    adapter. Plain ``int`` keys (a bulk load's usual form) are checked in three C-speed
-    passes instead of a Python call per key."""
+    """``(key, value)`` pairs with every key checked (``_checked_keys``); values are checked
+    by the adapter."""
     if isinstance(other, Mapping):
         keys, values = list(other.keys()), list(other.values())
     else:
         pairs = list(other)
         keys, values = [k for k, _ in pairs], [v for _, v in pairs]
+    return list(zip(_checked_keys(keys), values))
+
+
+def _checked_keys(keys: list[Any]) -> list[int]:
+    """``_key`` of each; plain ``int`` keys (a bulk load's or batch read's usual form) in
+    three C-speed passes instead of a Python call per key."""
     if keys and all(type(k) is int for k in keys) and 0 <= min(keys) and max(keys) <= UINT64_MAX:
-        return list(zip(keys, values))
-    return [(_key(k), v) for k, v in zip(keys, values)]
+        return keys
+    return [_key(k) for k in keys]
 
 
 def _key(key: object) -> int:
@@ -125,7 +130,7 @@ class ShardedKV(MutableMapping[int, bytes]):
 
         Each shard's indexes are fetched once and the value ranges of a shard read together.
         """
-        ks = [_key(k) for k in keys]
+        ks = _checked_keys(list(keys))
         return dict(zip(ks, self._values(ks))) if ks else {}
 
     def _all_keys(self) -> list[int]:
