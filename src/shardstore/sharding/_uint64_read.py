@@ -17,7 +17,7 @@ from ..errors import CodecError, ConflictError
 from ..store.base import ByteRange, RangeBR, slice_range
 from ..store.byte_range import range_within
 from ._uint64_cache import ShardCache, ShardState, shard_generation
-from ._uint64_format import MinishardIndex, gzip_decompress, parse_uint64_key, value_spans
+from ._uint64_format import gzip_decompress, parse_uint64_key, value_spans
 
 if TYPE_CHECKING:
     from ..store.open_values import HeldFiles
@@ -62,15 +62,15 @@ class _StoreIO:
     """A read's I/O through the base store's ``SupportsGetSync``: nothing pins a version, so
     ``SyncReads._consistent`` compares generations around the read."""
 
-    __slots__ = ("gen", "read_ranges", "state")
+    __slots__ = ("_get_ranges", "gen", "state")
 
     def __init__(self, reads: SyncReads, base: SupportsGetSync) -> None:
         self.state = reads._state_seen
-        self.read_ranges = base.get_ranges_sync
+        self._get_ranges = base.get_ranges_sync
         self.gen = None  # (index reads carry no generation: checked around the whole read)
 
     def read_spans(self, key: str, spans: list[tuple[int, int]]) -> list[bytes | None]:
-        return self.read_ranges(key, [RangeBR(s, e) for s, e in spans])
+        return self._get_ranges(key, [RangeBR(s, e) for s, e in spans])
 
 
 class _OpenIO:
@@ -86,9 +86,6 @@ class _OpenIO:
 
     def state(self, stem: str) -> ShardState:
         return self.st
-
-    def read_ranges(self, key: str, ranges: Sequence[ByteRange | None]) -> list[bytes | None]:
-        return self.value.read_many([(r.start, r.end) for r in ranges])  # type: ignore[union-attr,return-value]  # (RangeBR only)
 
     def read_spans(self, key: str, spans: list[tuple[int, int]]) -> list[bytes | None]:
         return self.value.read_many(spans)  # type: ignore[return-value]
@@ -200,23 +197,19 @@ class SyncReads:
             slot[1].setdefault(stem, g)
         return self._state(stem, g)
 
-    def _load_index(self, io: _IO, stem: str, st: ShardState, minishards: set[int]) -> None:
-        """``ShardCache.index_steps`` run on this thread."""
-        steps = self._cache.index_steps(stem, st, minishards)
+    def _index_steps(self, st: ShardState, gen: Hashable | None, stem: str, minishards: set[int]) -> Steps[None]:
+        """``ShardCache.index_steps`` as read steps (the ranges as spans)."""
+        index = self._cache.index_steps(stem, st, minishards)
         try:
-            key, ranges = next(steps)
+            name, ranges = next(index)
             while True:
-                key, ranges = steps.send((io.read_ranges(key, ranges), io.gen))
+                datas = yield name, [(r.start, r.end) for r in ranges]
+                name, ranges = index.send((datas, gen))
         except StopIteration:
             return
 
-    def _minishards(self, io: _IO, stem: str, st: ShardState, wanted: set[int]) -> dict[int, MinishardIndex]:
-        found, fetch = self._cache.minis_request(stem, st, wanted)
-        if fetch:
-            data_key = self._cache.keys(stem, st)[1]
-            datas = io.read_ranges(data_key, [RangeBR(s, e) for _, s, e in fetch])
-            self._cache.minis_loaded(stem, st, fetch, datas, found)
-        return found
+    def _load_index(self, io: _IO, stem: str, st: ShardState, minishards: set[int]) -> None:
+        _run(io, self._index_steps(st, io.gen, stem, minishards))
 
     def locate(self, key: int) -> Located | None:
         """``(data key, start, size)`` of a stored key, or None when it is absent."""
@@ -232,16 +225,13 @@ class SyncReads:
     def _locate_in(self, io: _IO, stem: str, key: int) -> Located | None:
         m = self._spec.locate(key)[1]
         st = io.state(stem)
-        if st.kind == "missing":
-            return None
         mi = st.minis.get(m)
-        if mi is None:
-            self._load_index(io, stem, st, {m})
-            if st.kind == "missing":
+        if mi is None:  # (indexes to read: the batch's steps, for one key)
+            located = _run(io, self._span_steps(st, io.gen, stem, [(0, key, m)]))
+            if located is None or not located[1]:
                 return None
-            mi = self._minishards(io, stem, st, {m}).get(m)
-            if mi is None:
-                return None
+            data_key, ((_, start, end),) = located
+            return data_key, start, end - start
         hit = mi.lookup(key)
         if hit is None:
             return None
@@ -266,7 +256,7 @@ class SyncReads:
         data_key, start, size = hit
         gz = self._spec.data_encoding == "gzip"
         r = RangeBR(start, start + size) if gz or byte_range is None else range_within(start, size, byte_range)
-        return value_of(key, data_key, r.start, r.end, io.read_ranges(data_key, [r])[0], gz, byte_range)
+        return value_of(key, data_key, r.start, r.end, io.read_spans(data_key, [(r.start, r.end)])[0], gz, byte_range)
 
     def _by_shard(self, keys: Sequence[int]) -> dict[int, list[tuple[int, int, int]]]:
         """``(position, key, minishard)`` of each key, by shard number."""
@@ -290,14 +280,7 @@ class SyncReads:
             return None
         wanted = {m for _, _, m in reqs}
         if not wanted.issubset(st.minis):
-            index = cache.index_steps(stem, st, wanted)
-            try:
-                name, ranges = next(index)
-                while True:
-                    datas = yield name, [(r.start, r.end) for r in ranges]
-                    name, ranges = index.send((datas, gen))
-            except StopIteration:
-                pass
+            yield from self._index_steps(st, gen, stem, wanted)
             if st.kind == "missing":
                 return None
         found, fetch = cache.minis_request(stem, st, wanted)
