@@ -328,8 +328,8 @@ class SyncReads:
                     if value is None:
                         through_store.append((stem, reqs))
                         continue
-                    st = self._cache.state_for(stem, (value.generation, None))
-                    runs.append((value, self._value_steps(st, value.generation, stem, reqs, keys, out)))
+                    io = _OpenIO(self._cache, stem, value)
+                    runs.append((value, self._value_steps(io.st, io.gen, stem, reqs, keys, out)))
                 _in_step(runs)
             finally:
                 for value, _ in runs:

@@ -50,8 +50,8 @@ def _checked_batch(other: Mapping[int, bytes | None] | Iterable[tuple[int, bytes
 
 
 def _checked_keys(keys: list[Any]) -> list[int]:
-    """``_key`` of each; plain ``int`` keys (a bulk load's or batch read's usual form) in
-    three C-speed passes instead of a Python call per key."""
+    """``_key`` of each; plain ``int`` keys (a bulk load's or batch read's usual form) are
+    checked by a type test and ``min``/``max`` over the list, without a call per key."""
     if keys and all(type(k) is int for k in keys) and 0 <= min(keys) and max(keys) <= UINT64_MAX:
         return keys
     return [_key(k) for k in keys]
