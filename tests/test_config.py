@@ -118,6 +118,20 @@ def test_the_environment_changes_the_default_and_an_explicit_config_wins(monkeyp
         default_config({"native": False})  # type: ignore[arg-type]
 
 
+def test_the_environment_default_is_made_once_per_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    # (made at every open and create: arrays opened under one environment share it, and a
+    # changed variable, or one removed, is seen by the next open)
+    monkeypatch.setenv("SHARDSTORE_READ_ATTEMPTS", "5")
+    first = default_config()
+    assert default_config() is first and first.read_attempts == 5
+    monkeypatch.setenv("SHARDSTORE_READ_ATTEMPTS", "6")
+    assert default_config().read_attempts == 6
+    monkeypatch.delenv("SHARDSTORE_READ_ATTEMPTS")
+    assert default_config().read_attempts == IOConfig().read_attempts
+    monkeypatch.setenv("SHARDSTORE_READ_ATTEMPTS", "5")
+    assert default_config() == first
+
+
 # -- reaching the array, its layout and its stores ---------------------------------------------
 
 

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+import shardstore
+from shardstore.config import IOConfig
 from shardstore.errors import InvalidKeyError, ReadOnlyError, StoreError, UnsupportedFeatureError
 from shardstore.store import (
     AsyncOnlyStore,
@@ -273,6 +275,45 @@ def test_local_get_many_reads_each_file_in_one_thread_call(tmp_path: Path, monke
     assert got[:20] == [value[i * 100 : i * 100 + 50] for i in range(20)]
     assert got[20:] == [value[-10:], value]
     assert sorted(calls) == [("a", 20), ("b", 1)]
+
+
+def test_local_small_values_and_missing_keys_take_no_thread_hop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A create or open reads and writes a few metadata documents: up to
+    ``IOConfig.local_inline_value_bytes`` they are read (from the page cache) and written on
+    the event loop (a thread hop each way costs more than the file), larger values and values
+    on the disk on a worker thread."""
+    hops: list[str] = []
+    real = asyncio.to_thread
+
+    async def counting(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+        hops.append(getattr(fn, "func", fn).__name__)
+        return await real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(local_module.asyncio, "to_thread", counting)
+    store = LocalStore(tmp_path)
+    store.use_config(IOConfig(local_inline_value_bytes=1000))
+    run(store.set("g/attributes.json", b"{}"))
+    assert run(store.get("g/attributes.json")) == b"{}"
+    assert run(store.get("g/missing.json")) is None and run(store.get("g")) is None  # (a directory)
+    run(store.delete_prefix("nothing/here/"))
+    assert hops == []
+    run(store.set("g/big", b"x" * 1001))
+    assert run(store.get("g/big")) == b"x" * 1001
+    run(store.delete_prefix("g/"))
+    assert hops == ["_write", "_read_parts", "remove_dirs"] and run(store.get("g/attributes.json")) is None
+    hops.clear()
+    run(store.set("g/attributes.json", b"{}"))
+
+    def not_cached(*args):  # type: ignore[no-untyped-def]
+        raise BlockingIOError(11, "would block")
+
+    with monkeypatch.context() as m:  # a small value on the disk is read by a worker thread
+        m.setattr(local_files.os, "preadv", not_cached)
+        assert run(store.get("g/attributes.json")) == b"{}" and hops == ["_read_parts"]
+    hops.clear()
+    shardstore.n5.create(str(tmp_path / "c.n5"), "data", shape=(4,), dtype="u1", block_size=(2,), mode="w")
+    shardstore.zarr3.create(str(tmp_path / "c.zarr"), shape=(4,), dtype="u1", chunks=(2,), mode="w")
+    assert hops == []
 
 
 def test_local_list_prefix_starts_deep(tmp_path: Path) -> None:

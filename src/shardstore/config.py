@@ -120,6 +120,9 @@ class IOConfig:
     local_inline_read_bytes: int = 8 << 20
     #: local files: ... and of at most this many requests
     local_inline_requests: int = 8
+    #: local files: whole values of at most this many bytes are read and written on the
+    #: calling thread (metadata documents: a create or open reads and writes several)
+    local_inline_value_bytes: int = 64 << 10
     #: local files: concurrent file writes of one ``set_many``
     local_write_jobs: int = 4
     #: local files: trees of at least this many files are deleted by ``local_unlink_threads``
@@ -165,18 +168,17 @@ class IOConfig:
     malloc_tuning: bool = False
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if value is None and _allows_none(f):
+        for name, kind, allows_none, positive in _checks():
+            value = getattr(self, name)
+            if value is None and allows_none:
                 continue
-            kind = _kind(f)
             if kind is bool:
                 if not isinstance(value, bool):
-                    raise ConfigError(f"IOConfig.{f.name} must be True or False, got {value!r}")
+                    raise ConfigError(f"IOConfig.{name} must be True or False, got {value!r}")
             elif isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int):
-                raise ConfigError(f"IOConfig.{f.name} must be a {kind.__name__}, got {value!r}")
-            elif value < 0 or (value == 0 and f.name in _POSITIVE):
-                raise ConfigError(f"IOConfig.{f.name} must be {'positive' if f.name in _POSITIVE else '>= 0'}, got {value!r}")
+                raise ConfigError(f"IOConfig.{name} must be a {kind.__name__}, got {value!r}")
+            elif value < 0 or (value == 0 and positive):
+                raise ConfigError(f"IOConfig.{name} must be {'positive' if positive else '>= 0'}, got {value!r}")
 
     def replace(self, **changes: Any) -> IOConfig:
         """A copy with ``changes`` (``dataclasses.replace``)."""
@@ -219,6 +221,18 @@ _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
 
 
+_CHECKS: tuple[tuple[str, type, bool, bool], ...] = ()
+
+
+def _checks() -> tuple[tuple[str, type, bool, bool], ...]:
+    """Each field's (name, kind, whether None is allowed, whether it must be positive), worked
+    out from the annotations once: an ``IOConfig`` is made at every open and create."""
+    global _CHECKS
+    if not _CHECKS:
+        _CHECKS = tuple((f.name, _kind(f), _allows_none(f), f.name in _POSITIVE) for f in dataclasses.fields(IOConfig))
+    return _CHECKS
+
+
 def _kind(f: dataclasses.Field[Any]) -> type:
     annotation = str(f.type)
     return bool if annotation.startswith("bool") else float if annotation.startswith("float") else int
@@ -256,7 +270,23 @@ ENV_VARS: dict[str, str] = {ENV_PREFIX + f.name.upper(): f.name for f in datacla
 def default_config(config: IOConfig | None = None) -> IOConfig:
     """``config`` itself, or the environment's defaults (``IOConfig.from_env()``) for None."""
     if config is None:
-        return IOConfig.from_env()
+        return _env_default()
     if not isinstance(config, IOConfig):
         raise TypeError(f"config must be an IOConfig, got {type(config).__name__}")
+    return config
+
+
+_env_defaults: dict[tuple[str | None, ...], IOConfig] = {}
+
+
+def _env_default() -> IOConfig:
+    """``IOConfig.from_env()``, made once per set of ``SHARDSTORE_*`` values (an ``IOConfig`` is
+    immutable, so arrays opened under the same environment share one)."""
+    environ = os.environ
+    key = tuple(environ.get(name) for name in ENV_VARS)
+    config = _env_defaults.get(key)
+    if config is None:
+        if len(_env_defaults) >= 16:  # (a process that keeps changing its environment)
+            _env_defaults.clear()
+        config = _env_defaults[key] = IOConfig.from_env()
     return config

@@ -13,6 +13,7 @@ The blocking operations themselves are in ``_local_files`` (the file of one key)
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import stat
 from collections.abc import AsyncIterator, Hashable, Iterable, Sequence
@@ -24,7 +25,18 @@ from ..errors import ConflictError, StoreError
 from ._fileio import pread, pread_transient
 from ._filelock import Lease, lock_path, locked
 from ._keys import validate_key, validate_prefix
-from ._local_files import describe, open_version, read_parts, read_versioned, span, write_in_place, write_replacing, write_streamed
+from ._local_files import (
+    NOT_INLINE,
+    describe,
+    open_version,
+    read_if_cached,
+    read_parts,
+    read_versioned,
+    span,
+    write_in_place,
+    write_replacing,
+    write_streamed,
+)
 from ._local_tree import list_batch, prune, remove_dirs
 
 # (re-exported: writers that bypass LocalStore and the repair scanner use these names)
@@ -49,6 +61,17 @@ if TYPE_CHECKING:
     from .sync_protocols import SupportsFilePath, SupportsGetSync, SupportsGetTransientSync, SupportsOpenSync, SupportsSetSync
 
 __all__ = ["LocalStore", "is_temp_name", "temp_path"]
+
+
+def _nothing_at(path: str, contents: bool) -> bool:
+    """Whether ``path`` does not exist (``contents``: or is an empty directory)."""
+    if not contents:
+        return not os.path.lexists(path)
+    try:
+        with os.scandir(path) as entries:
+            return next(entries, None) is None
+    except (FileNotFoundError, NotADirectoryError):
+        return True
 
 
 class LocalStore(Store):
@@ -91,6 +114,9 @@ class LocalStore(Store):
         self.inline_read_bytes = config.local_inline_read_bytes
         #: ``get_many`` calls of at most this many small ranges are read inline, unplanned
         self.inline_requests = config.local_inline_requests
+        #: whole values of at most this many bytes (metadata documents, small chunks) are read
+        #: (from the page cache) and written inline: a thread hop each way costs more
+        self.inline_value_bytes = config.local_inline_value_bytes
         #: thread jobs a set_many is split into (file writes release the GIL)
         self.write_jobs = config.local_write_jobs
         #: trees of at least this many files are deleted by ``unlink_threads`` threads
@@ -127,6 +153,13 @@ class LocalStore(Store):
             raise StoreError(f"cannot read key {key!r} from {path!r}: {describe(e)}") from e
 
     async def _get(self, key: str, byte_range: ByteRange | None) -> bytes | None:
+        if byte_range is None:
+            # a missing key or a small file in the page cache (a metadata document) is
+            # answered inline: cheaper than the two thread hops (a create or open reads
+            # several), and no disk wait holds up the loop
+            got = read_if_cached(self._path(key), self.inline_value_bytes)
+            if got is not NOT_INLINE:
+                return cast("bytes | None", got)
         return (await asyncio.to_thread(self._read_parts, key, [byte_range]))[0]
 
     async def get_many(self, requests: Sequence[tuple[str, ByteRange | None]]) -> list[bytes | None]:
@@ -305,6 +338,9 @@ class LocalStore(Store):
             raise StoreError(f"cannot write key {key!r} to {path!r}: {describe(e)}") from e
 
     async def _set(self, key: str, value: bytes) -> None:
+        if not isinstance(value, Parts) and memoryview(value).nbytes <= self.inline_value_bytes:
+            self._write(key, value)  # (a metadata document: see inline_value_bytes)
+            return
         await asyncio.to_thread(self._write, key, value)
 
     def set_streamed_sync(self, key: str, value: Streamed) -> None:
@@ -432,8 +468,12 @@ class LocalStore(Store):
             return
         try:
             directory = self._path(prefix[:-1]) if prefix else None
-            await asyncio.to_thread(remove_dirs, str(self._root), directory, parallel_files=self.parallel_unlink_files,
-                                    threads=self.unlink_threads, io_threads=self.io_threads)
+            remove = functools.partial(remove_dirs, str(self._root), directory, parallel_files=self.parallel_unlink_files,
+                                       threads=self.unlink_threads, io_threads=self.io_threads)
+            if _nothing_at(directory if directory is not None else str(self._root), directory is None):
+                remove()  # nothing to remove (a create's mode="w"): a stat and a prune, inline
+            else:
+                await asyncio.to_thread(remove)
         except OSError as e:
             raise StoreError(f"cannot delete prefix {prefix!r} under {str(self._root)!r}: {describe(e)}") from e
 
