@@ -394,24 +394,6 @@ def _start_cli(args: list[str], tmp_path: Path) -> tuple[subprocess.Popen[str], 
     return proc, lines
 
 
-def test_a_ctrl_c_that_another_thread_received_wakes_the_serving_main_thread() -> None:
-    # the kernel may hand a process's SIGINT to any thread; CPython 3.11 can leave it unseen
-    # by a main thread waiting on a lock, so serve_forever waits on the signal wakeup fd
-    from shardstore.serve import app
-
-    seen: list[int] = []
-    old = signal.signal(signal.SIGINT, lambda n, f: seen.append(n))  # (no KeyboardInterrupt here)
-    try:
-        with app._signal_wakeups() as interrupted:
-            assert not interrupted(0.01)
-            other = threading.Thread(target=lambda: signal.pthread_kill(threading.get_ident(), signal.SIGINT))
-            other.start()
-            other.join()
-            assert interrupted(10)
-    finally:
-        signal.signal(signal.SIGINT, old)
-
-
 def _stop_cli(proc: subprocess.Popen[str]) -> None:
     """Ctrl-C the child; one that has not ended 10 s later fails the test with the stacks of
     its threads (a full-suite run once saw a ``serve`` child outlive that: this says where)."""

@@ -11,15 +11,10 @@ in parallel.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import html
 import os
-import select
-import signal
-import socket
 import threading
-import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from email.utils import format_datetime
 from pathlib import Path
 from typing import Any, Self
@@ -187,45 +182,6 @@ def _index_page(where: str, base_url: str, datasets: list[Dataset]) -> str:
             f"<ul>{''.join(rows) or '<li>no datasets found</li>'}</ul>")
 
 
-def _slept(timeout: float) -> bool:
-    time.sleep(timeout)
-    return False
-
-
-@contextlib.contextmanager
-def _signal_wakeups() -> Iterator[Callable[[float], bool]]:
-    """``interrupted(timeout)``: waits up to ``timeout`` s and says whether a SIGINT came.
-
-    On CPython 3.11 a Ctrl-C that the kernel hands to another thread (the server's loop, an
-    I/O thread) can reach the main thread's Python handler only much later, or not at all,
-    while that thread waits on a lock: a served child once ignored Ctrl-C for good in the
-    test suite. The C handler also writes each signal's number to the wakeup descriptor
-    (``signal.set_wakeup_fd``), whichever thread it ran on: the main thread waits on that.
-    Outside the main thread, or without a SIGINT handler, it only waits."""
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        yield _slept
-        return
-    reader, writer = socket.socketpair()
-    reader.setblocking(False)
-    writer.setblocking(False)
-    old = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
-
-    def interrupted(timeout: float) -> bool:
-        if not select.select([reader], [], [], timeout)[0]:
-            return False
-        try:
-            return signal.SIGINT in reader.recv(512)
-        except BlockingIOError:
-            return False
-
-    try:
-        yield interrupted
-    finally:
-        signal.set_wakeup_fd(old)
-        reader.close()
-        writer.close()
-
-
 class Server:
     """``shardstore serve`` as an object: serves ``location`` read-only on ``bind:port``.
 
@@ -350,10 +306,8 @@ class Server:
         """Serve until interrupted (Ctrl-C)."""
         self.start()
         try:
-            with _signal_wakeups() as interrupted:
-                while self._thread is not None and self._thread.is_alive():
-                    if interrupted(0.5):
-                        raise KeyboardInterrupt
+            while self._thread is not None and self._thread.is_alive():
+                self._thread.join(0.5)
         finally:
             self.stop()
 
