@@ -378,7 +378,12 @@ def _start_cli(args: list[str], tmp_path: Path) -> tuple[subprocess.Popen[str], 
     """Run ``shardstore ARGS``; return it and its output up to the "Ctrl-C stops" line."""
     # (PYTHONFAULTHANDLER: a child that does not stop dumps every thread's stack on SIGABRT)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p), "PYTHONFAULTHANDLER": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "shardstore", *args], stdout=subprocess.PIPE,
+    # (a suite started as a background job of a shell starts with SIGINT ignored, and so would
+    # the child: Python keeps an ignored SIGINT ignored. The child takes Ctrl-C back, as
+    # ``shardstore serve`` run from a terminal has it)
+    start = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+             "sys.argv[0] = 'shardstore'; runpy.run_module('shardstore', run_name='__main__', alter_sys=True)")
+    proc = subprocess.Popen([sys.executable, "-c", start, *args], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, env=env, cwd=tmp_path)
     lines: list[str] = []
     assert proc.stdout is not None
@@ -396,7 +401,8 @@ def _start_cli(args: list[str], tmp_path: Path) -> tuple[subprocess.Popen[str], 
 
 def _stop_cli(proc: subprocess.Popen[str]) -> None:
     """Ctrl-C the child; one that has not ended 10 s later fails the test with the stacks of
-    its threads (a full-suite run once saw a ``serve`` child outlive that: this says where)."""
+    its threads (the child of a suite run as a background job once ignored Ctrl-C: see
+    ``_start_cli``)."""
     proc.send_signal(signal.SIGINT)
     try:
         proc.wait(10)
