@@ -296,6 +296,7 @@ def test_local_small_values_and_missing_keys_take_no_thread_hop(tmp_path: Path, 
     assert run(store.get("g/attributes.json")) == b"{}"
     assert run(store.get("g/missing.json")) is None and run(store.get("g")) is None  # (a directory)
     run(store.delete_prefix("nothing/here/"))
+    assert run(store.exists("g/attributes.json")) and not run(store.exists("g/missing.json"))
     assert hops == []
     run(store.set("g/big", b"x" * 1001))
     assert run(store.get("g/big")) == b"x" * 1001
