@@ -168,7 +168,7 @@ class IOConfig:
     malloc_tuning: bool = False
 
     def __post_init__(self) -> None:
-        for name, kind, allows_none, positive in _checks():
+        for name, kind, allows_none, positive in _CHECKS:
             value = getattr(self, name)
             if value is None and allows_none:
                 continue
@@ -221,18 +221,6 @@ _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
 
 
-_CHECKS: tuple[tuple[str, type, bool, bool], ...] = ()
-
-
-def _checks() -> tuple[tuple[str, type, bool, bool], ...]:
-    """Each field's (name, kind, whether None is allowed, whether it must be positive), worked
-    out from the annotations once: an ``IOConfig`` is made at every open and create."""
-    global _CHECKS
-    if not _CHECKS:
-        _CHECKS = tuple((f.name, _kind(f), _allows_none(f), f.name in _POSITIVE) for f in dataclasses.fields(IOConfig))
-    return _CHECKS
-
-
 def _kind(f: dataclasses.Field[Any]) -> type:
     annotation = str(f.type)
     return bool if annotation.startswith("bool") else float if annotation.startswith("float") else int
@@ -262,6 +250,12 @@ def _parse(f: dataclasses.Field[Any], raw: str) -> Any:
         want = "0 or 1" if kind is bool else f"a{'' if kind is int else ' decimal'} number"
         raise ConfigError(f"environment variable {name}={raw!r}: expected {want}") from None
 
+
+#: each field's (name, kind, whether None is allowed, whether it must be positive), worked out
+#: from the annotations once: an ``IOConfig`` is made at every open and create
+_CHECKS: tuple[tuple[str, type, bool, bool], ...] = tuple(
+    (f.name, _kind(f), _allows_none(f), f.name in _POSITIVE) for f in dataclasses.fields(IOConfig)
+)
 
 #: every environment variable ``IOConfig.from_env`` reads, with the field it sets
 ENV_VARS: dict[str, str] = {ENV_PREFIX + f.name.upper(): f.name for f in dataclasses.fields(IOConfig)}

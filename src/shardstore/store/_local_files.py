@@ -73,40 +73,6 @@ def read_parts(path: str, parts: Sequence[ByteRange | None]) -> list[bytes | Non
         os.close(fd)
 
 
-#: ``read_if_cached``: the file must be read the usual way (on a worker thread)
-NOT_INLINE = object()
-_NOWAIT = getattr(os, "RWF_NOWAIT", None)
-
-
-def read_if_cached(path: str, max_bytes: int) -> bytes | None | object:
-    """The whole file if it has at most ``max_bytes`` and all of them are in the page cache
-    (read without waiting on the disk, for a caller on an event loop); None when it is
-    missing or not a file; ``NOT_INLINE`` for anything else (larger, partly on the disk, a
-    system that cannot tell, an error: the worker thread's read reports it)."""
-    if _NOWAIT is None:
-        return NOT_INLINE
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-        return None
-    except OSError:
-        return NOT_INLINE
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return None
-        if st.st_size > max_bytes:
-            return NOT_INLINE
-        buf = bytearray(st.st_size)
-        if st.st_size and os.preadv(fd, [buf], 0, _NOWAIT) != st.st_size:
-            return NOT_INLINE
-        return bytes(buf)
-    except OSError:  # BlockingIOError: not cached; EOPNOTSUPP: cannot tell
-        return NOT_INLINE
-    finally:
-        os.close(fd)
-
-
 def read_versioned(path: str, byte_range: ByteRange | None) -> tuple[bytes | None, Hashable]:
     """A value (or range) and the generation of the very file it came from (one open file:
     a concurrent rename cannot make them disagree)."""
@@ -144,6 +110,28 @@ def open_version(path: str) -> FileVersion | None:
         os.close(fd)
         return None
     return FileVersion(fd, (st.st_ino, st.st_mtime_ns, st.st_size), st.st_size)
+
+
+#: ``read_if_cached``: the file must be read the usual way (on a worker thread)
+NOT_INLINE = object()
+
+
+def read_if_cached(path: str, max_bytes: int) -> bytes | None | object:
+    """The whole file if it has at most ``max_bytes`` and all of them are in the page cache
+    (read without waiting on the disk, for a caller on an event loop); None when it is
+    missing or not a file; ``NOT_INLINE`` for anything else (larger, partly on the disk, a
+    system that cannot tell, an error: the worker thread's read reports it)."""
+    try:
+        version = open_version(path)
+    except OSError:
+        return NOT_INLINE
+    if version is None:
+        return None
+    try:
+        got = version.read_cached() if version.size <= max_bytes else None
+    finally:
+        version.close()
+    return NOT_INLINE if got is None else got
 
 
 # -- writes ----------------------------------------------------------------------------------

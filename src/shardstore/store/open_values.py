@@ -111,6 +111,19 @@ class FileVersion:
             got += n
         return buf
 
+    def read_cached(self) -> bytes | None:
+        """The whole value if all of it is in the page cache (read without waiting on the
+        disk); None when some is not, or where that cannot be told."""
+        if not _NOWAIT:
+            return None
+        buf = bytearray(self.size)
+        try:
+            if self.size and os.preadv(self._fd, [buf], 0, os.RWF_NOWAIT) != self.size:
+                return None
+        except OSError:  # BlockingIOError: not cached; EOPNOTSUPP: cannot tell
+            return None
+        return bytes(buf)
+
     def fileno(self) -> int:
         return self._fd
 
