@@ -207,14 +207,19 @@ def test_share_now_threads_only_when_it_pays(n: int, work: str, slow: bool, expe
     assert (chosen or ["inline"]) == [expect]
 
 
-@pytest.mark.parametrize("last, n, expect", [
-    ("io", 2, []),
-    ("io", 3, ["io"]),  # a cold disk last time (where the system counts blocks read: Linux)
-    ("codec", 3, ["codec"]),
-    ("codec", 2, []),  # two decodes: timed first, here inline
-    (None, 2, []),
+@pytest.mark.parametrize("last, n, expect, free", [
+    ("io", 2, [], False),
+    ("io", 3, ["io"], False),  # a cold disk last time (where the system counts blocks read: Linux)
+    ("codec", 3, ["codec"], False),
+    ("codec", 2, [], False),  # two decodes: timed first, here inline
+    (None, 2, [], False),
+    (None, 3, [], False),  # a handle's first read of GIL-holding items: one item timed alone first
+    # ... of GIL-free items (native reads): the codec threads at once, the first batch timed
+    # beside them (a cold first read's later chunks wait for no single chunk's read and decode)
+    (None, 3, ["codec"], True),
+    (None, 2, [], True),
 ])
-def test_share_now_starts_as_the_last_call_chose(last: str | None, n: int, expect: list[str],
+def test_share_now_starts_as_the_last_call_chose(last: str | None, n: int, expect: list[str], free: bool,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(threads, "time", _FakeClock())  # (every item takes no time: inline)
     monkeypatch.setattr(threads, "_RUSAGE_THREAD", 1)  # (as on Linux, whatever runs the test)
@@ -225,7 +230,7 @@ def test_share_now_starts_as_the_last_call_chose(last: str | None, n: int, expec
         done.extend(batch)
 
     memo: dict = {} if last is None else {fn: last}
-    threads.share_now(fn, list(range(n)), config=DEFAULTS, memo=memo)
+    threads.share_now(fn, list(range(n)), config=DEFAULTS, memo=memo, free=free)
     assert sorted(done) == list(range(n)) and chosen == expect
     if not expect:  # (shared, the helper may take every item before this thread times one)
         assert memo[fn] == "inline"  # what this call's timing saw, for the next one
