@@ -19,11 +19,11 @@ import threading
 import weakref
 from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from .config import IOConfig
 
-__all__ = ["sync", "codec_pool", "codec_pool_size", "io_pool"]
+__all__ = ["sync", "sync_on", "codec_pool", "codec_pool_size", "io_pool"]
 
 T = TypeVar("T")
 
@@ -76,6 +76,13 @@ def _thread_loop() -> asyncio.AbstractEventLoop:
     return loop
 
 
+def check_not_on_loop() -> None:
+    """Refuse to block shardstore's loop thread (a blocking call there waits for work that
+    only that loop could do: it would hang)."""
+    if _thread is not None and threading.current_thread() is _thread:
+        raise RuntimeError("shardstore's synchronous API was called from its own event loop")
+
+
 def sync(coro: Coroutine[Any, Any, T], *, here: bool = False) -> T:
     """Run ``coro`` to completion and return its result (re-raising its error).
 
@@ -88,9 +95,20 @@ def sync(coro: Coroutine[Any, Any, T], *, here: bool = False) -> T:
         except RuntimeError:
             return _thread_loop().run_until_complete(coro)
     loop = _ensure_loop()
-    if threading.current_thread() is _thread:
-        raise RuntimeError("shardstore's synchronous API was called from its own event loop")
+    check_not_on_loop()
     return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+
+class _AnyLoop(Protocol):
+    runs_on_any_loop: bool
+
+
+def sync_on(store: _AnyLoop, coro: Coroutine[Any, Any, T]) -> T:
+    """``sync`` for a coroutine that works on ``store`` alone and takes no asyncio locks (a
+    create's or open's metadata): on this thread's own loop when the store works from any
+    loop (local files, memory), so that no thread hand-off, and for a process's first call
+    no loop thread, is waited for (a first N5 create: 2.7-3.4 -> 2.1-2.4 ms)."""
+    return sync(coro, here=store.runs_on_any_loop)
 
 
 class _SharedPool(ThreadPoolExecutor):

@@ -9,7 +9,7 @@ import numpy as np
 
 from .._malloc import tune_malloc
 from .._reopen import NodeRecord, reopen
-from .._sync import _ensure_loop, sync
+from .._sync import check_not_on_loop, sync
 from ..config import IOConfig, default_config
 from ..errors import NotPicklableError, ReadOnlyError, UnsupportedFeatureError
 from .attributes import Attributes
@@ -138,7 +138,8 @@ class AsyncArray:
         if not arr.size:
             return True
         projections = list(indexer)
-        release = self._locks.hold_from_thread(_ensure_loop(), (layout.write_unit(p.coords) for p in projections))
+        check_not_on_loop()  # (a unit lock held by a write on that loop would never be released)
+        release = self._locks.hold_now(layout.write_unit(p.coords) for p in projections)
         try:
             write_from_now(layout, projections, arr)
         finally:
@@ -281,7 +282,7 @@ class AsyncArray:
         layout = self._layout()
         coords = tuple(int(c) for c in coords)
         layout.grid._check_coords(coords)
-        async with self._locks(layout.write_unit(coords)):
+        async with self._locks.holding([layout.write_unit(coords)]):
             await layout.store.set_many([(layout.chunk_key(coords), data)])
         if self._chunk_cache is not None:
             self._chunk_cache.discard([layout.chunk_key(coords)])

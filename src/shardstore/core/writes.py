@@ -319,7 +319,7 @@ async def reshape_chunks(old: ChunkLayout, new: ChunkLayout, locks: UnitLocks | 
         # lost nor overwritten with what this resize read before it
         items: list[tuple[str, Any]] = [(old.chunk_key(c), None) for c in dels]
         items += [(old.chunk_key(c), functools.partial(_rechunked, old, new, old.chunk_key(c), c)) for c in cuts]
-        async with locks(old.write_unit((dels or cuts)[0])):
+        async with locks.holding([old.write_unit((dels or cuts)[0])]):
             await old.store.update_many(items)
 
     await bounded(old.config.write_groups_in_flight, [lambda d=d, c=c: unit(d, c) for d, c in by_unit.values()])

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._sync import sync
+from ..._sync import sync, sync_on
 from ...codecs.n5_block import compression_defaults_n5, compression_from_n5
 from ...config import IOConfig, default_config
 from ...core.array import Array, AsyncArray
@@ -224,7 +224,7 @@ def create(
         if path:
             await _ensure_root_version(base)
 
-    sync(write())
+    sync_on(base, write())
     return N5Array(AsyncArray(driver, read_only=False, name=path or str(container), config=config))
 
 
@@ -248,7 +248,7 @@ def open(
 
 def open_node(store: Store, mode: str = "r", path: str = "", config: IOConfig | None = None) -> N5Array | Group:
     """The dataset or group at ``path`` in ``store`` (the signature ``shardstore.open`` uses)."""
-    meta = sync(_read_group(store, path))
+    meta = sync_on(store, _read_group(store, path))
     if meta is None:
         raise NodeNotFoundError(f"no N5 dataset or group at {path or '/'!r} in {store!r} "
                                 f"(no {attributes_key(path)!r} and no sub-directories)")
@@ -276,7 +276,7 @@ def open_group(
     mode, path = _mode_and_path("n5.open_group()", mode_or_path, mode, path)
     config = default_config(config)
     base, path = _resolve(container, path, mode, storage_options, config)
-    node = sync(_read_group(base, path))
+    node = sync_on(base, _read_group(base, path))
     if node is None:
         if mode == "a":
             return create_group(base, path, mode="w-", config=config)
@@ -324,7 +324,7 @@ def create_group(
         if path:
             await _ensure_root_version(base)
 
-    sync(write())
+    sync_on(base, write())
     return Group(base, path, meta, read_only=False, config=config)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..._reopen import NodeRecord
-from ..._sync import sync
+from ..._sync import sync, sync_on
 from ...config import IOConfig, default_config
 from ...core.array import Array, AsyncArray
 from ...errors import (
@@ -59,7 +59,7 @@ def read_info(
 ) -> dict[str, Any]:
     """The validated ``info`` of a volume as JSON data."""
     base, path = _resolve(store, path, "r", storage_options)
-    info = sync(_read_info(base, path))
+    info = sync_on(base, _read_info(base, path))
     if info is None:
         raise _not_found(base, path)
     return info.to_dict()
@@ -189,7 +189,7 @@ def open(
     mode = check_mode(mode, OPEN_MODES, "precomputed.open()")
     config = default_config(config)
     base, path = _resolve(store, path, mode, storage_options, config)
-    info = sync(_read_info(base, path))
+    info = sync_on(base, _read_info(base, path))
     if info is None:
         raise _not_found(base, path)
     index = _scale_index(info, scale, base, path)
@@ -277,7 +277,7 @@ def create(
             await base.delete_prefix(f"{path}/" if path else "")
         await base.set(key, encode_info(info))
 
-    sync(write())
+    sync_on(base, write())
     return _array(base, path, arrays[0].info, 0, False, options, config)
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._sync import sync
+from ..._sync import sync, sync_on
 from ...codecs.base import ChunkSpec
 from ...codecs.pipeline import CodecPipeline
 from ...codecs.registry import codec_from_config
@@ -173,7 +173,7 @@ def create(
             await base.delete_prefix(f"{path}/" if path else "")
         await driver.save()
 
-    sync(write())
+    sync_on(base, write())
     return Array(AsyncArray(driver, read_only=False, name=path or str(store), config=config))
 
 
@@ -193,7 +193,7 @@ def open(
     check_mode(mode, OPEN_MODES, "zarr3.open()")
     config = default_config(config)
     base, path = _resolve(store, path, mode, storage_options, config)
-    node = sync(_read_node(base, path))
+    node = sync_on(base, _read_node(base, path))
     if node is None:
         raise NodeNotFoundError(f"no Zarr v3 array or group at {path or '/'!r} in {base!r} (no {metadata_key(path)!r})")
     return _wrap(base, path, node, read_only=mode == "r", config=config)
@@ -217,7 +217,7 @@ def open_group(
     check_mode(mode, OPEN_MODES, "zarr3.open_group()")
     config = default_config(config)
     base, path = _resolve(store, path, mode, storage_options, config)
-    node = sync(_read_node(base, path))
+    node = sync_on(base, _read_node(base, path))
     if node is None and mode == "a":
         return create_group(base, path=path, mode="w-", config=config)
     if node is None:
@@ -253,7 +253,7 @@ def create_group(
             await base.delete_prefix(f"{path}/" if path else "")
         await base.set(metadata_key(path), encode_json(meta.to_dict()))
 
-    sync(write())
+    sync_on(base, write())
     return Group(base, path, meta, read_only=False, config=config)
 
 
