@@ -216,12 +216,19 @@ def box(origin: Origin, n: int) -> tuple[slice, ...]:
     return tuple(slice(o, o + n) for o in origin)
 
 
+#: how long a write child waits after its imports before it starts the clock
+_SETTLE_SECONDS = 0.2
+
+
 def child_write(adapter: Any, variant: str, path: str, volume: str) -> None:
     """The write phase, in its own process: print one JSON line with time and peak RSS.
 
     The volume is loaded in the memory layout it was saved in (``np.save`` keeps Fortran
     order), so a write figure is for an input in that order."""
     vol = np.load(volume)
+    # NumPy's OpenBLAS threads spin for ~40 ms of CPU after its import: a row whose import is
+    # quick (z5py) started writing while they held one of the two cores
+    time.sleep(_SETTLE_SECONDS)
     before = peak_rss_mib()
     t0 = time.perf_counter()
     adapter.write(Path(path), vol, variant)
