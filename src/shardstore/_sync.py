@@ -23,7 +23,7 @@ from typing import Any, Protocol, TypeVar
 
 from .config import IOConfig
 
-__all__ = ["sync", "sync_on", "codec_pool", "codec_pool_size", "io_pool"]
+__all__ = ["check_not_on_loop", "sync", "sync_on", "codec_pool", "codec_pool_size", "io_pool"]
 
 T = TypeVar("T")
 
