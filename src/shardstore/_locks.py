@@ -134,16 +134,15 @@ class KeyedLocks:
         """Take the locks of ``keys`` on this thread (in sorted order, as ``holding``),
         blocking until all are held; returns the function that releases them."""
         held: list[_Lock] = []
-        try:
-            for key in sorted(set(keys)):  # type: ignore[type-var]
-                held.append(self._acquire_now(key))
-        except BaseException:
-            for lock in reversed(held):
-                self._release(lock)
-            raise
 
         def release() -> None:
             for lock in reversed(held):
                 self._release(lock)
 
+        try:
+            for key in sorted(set(keys)):  # type: ignore[type-var]
+                held.append(self._acquire_now(key))
+        except BaseException:
+            release()
+            raise
         return release
