@@ -217,6 +217,7 @@ def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 # --------------------------------------------------------------------------- memory
 
 CHILD = textwrap.dedent("""
+    import asyncio  # noqa: F401  (imported by shardstore on first use: a one-off 6.5 MiB, not the budget's)
     import sys
     from shardstore.ops import downsample
 

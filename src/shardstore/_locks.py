@@ -17,18 +17,22 @@ other, and a waiter cancelled before its grant runs passes the lock on.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import threading
 import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Hashable, Iterable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar, Union
+
+if TYPE_CHECKING:
+    import asyncio
+else:
+    from ._lazy import asyncio
 
 __all__ = ["KeyedLocks"]
 
 #: one waiter for a held lock: a blocked thread's event, or a waiting coroutine's future
-_Waiter = threading.Event | asyncio.Future[None]
+_Waiter = Union[threading.Event, "asyncio.Future[None]"]
 _W = TypeVar("_W", threading.Event, "asyncio.Future[None]")
 
 

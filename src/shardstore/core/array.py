@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -20,6 +19,11 @@ from .layout import ChunkLayout, FormatDriver, fill_mask
 from .placing import empty_result
 from .streaming import stream_unit, streamed_unit
 from .writes import UnitLocks, reshape_chunks, write_from, write_from_now, writes_now
+
+if TYPE_CHECKING:
+    import asyncio
+else:
+    from .._lazy import asyncio
 
 __all__ = ["AsyncArray", "Array"]
 

@@ -5,10 +5,9 @@ and a chunk's decode that names the key when it fails."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -18,6 +17,11 @@ from ..errors import CodecError
 from .indexing import ChunkProjection
 from .layout import ChunkLayout
 from .threads import Feed
+
+if TYPE_CHECKING:
+    import asyncio
+else:
+    from .._lazy import asyncio
 
 __all__ = ["bounded", "decode_chunk", "group_by_unit", "native_then", "spread", "whole_chunk"]
 

@@ -37,7 +37,6 @@ misses, against 4x-17x more reads/s when boxes overlap), so the budget is the us
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
@@ -49,8 +48,12 @@ import numpy as np
 from ..store.base import MISSING
 
 if TYPE_CHECKING:
+    import asyncio
+
     from .indexing import ChunkProjection
     from .layout import ChunkLayout
+else:
+    from .._lazy import asyncio
 
 __all__ = [
     "ChunkCache", "Generations", "Hit", "buffers_to_keep", "bypassed", "held_at_tag", "keep_filled", "owned",

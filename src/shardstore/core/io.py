@@ -9,9 +9,9 @@ the event loop fetches the next groups.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Hashable, Iterable
 from concurrent.futures import Executor
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -39,6 +39,11 @@ from .placing import copies_shared, place_chunk, place_hits, streams
 from .rawread import raw_reader
 from .spanread import span_reader, span_units
 from .threads import share_now
+
+if TYPE_CHECKING:
+    import asyncio
+else:
+    from .._lazy import asyncio
 
 __all__ = ["Asked", "hits_now", "read_into", "read_into_now"]
 

@@ -16,7 +16,6 @@ wait for the next encoded chunk.
 
 from __future__ import annotations
 
-import asyncio
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Generator, Sequence
 from concurrent.futures import Executor, Future
@@ -27,7 +26,11 @@ from .indexing import ChunkProjection
 from .layout import ChunkLayout
 
 if TYPE_CHECKING:
+    import asyncio
+
     from ..store.streamed import Buffer, SupportsUnitStreams
+else:
+    from .._lazy import asyncio
 
 __all__ = ["StreamedUnit", "stream_unit", "stream_unit_now", "streamed_unit"]
 

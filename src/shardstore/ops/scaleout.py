@@ -26,7 +26,6 @@ fails the run (``BrokenProcessPool``).
 from __future__ import annotations
 
 import concurrent.futures as cf
-import multiprocessing
 import os
 import threading
 import time
@@ -89,6 +88,8 @@ def run_tasks(
                 on_done(item, r)
             results.append(r)
         return results
+    import multiprocessing  # (here: 0.7 MiB that a process which never scales out does not need)
+
     ctx = multiprocessing.get_context("spawn")
     with cf.ProcessPoolExecutor(max_workers=min(workers, len(items)), mp_context=ctx) as pool:
         return _collect(pool.submit, fn, items, on_done, cf.as_completed)

@@ -10,7 +10,6 @@ the range to read of the shard, ``checked_chunk`` checks what that read gave.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
@@ -23,8 +22,12 @@ from ..errors import CodecError
 from ..store.base import ByteRange, RangeBR, Store, SuffixBR
 
 if TYPE_CHECKING:
+    import asyncio
+
     from ..store.sync_protocols import OpenValue
     from ._zarr3_layout import ShardLayout
+else:
+    from .._lazy import asyncio
 
 __all__ = ["NOT_FOUND", "ShardIndexes", "checked_chunk"]
 

@@ -28,7 +28,6 @@ legacy ``<hex>.index`` + ``<hex>.data`` pairs, whose concatenation is a ``.shard
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, TypeVar
@@ -61,6 +60,8 @@ from ._uint64_read import SyncReads, value_of
 from ._uint64_write import CompleteShard, Uint64Writes
 
 if TYPE_CHECKING:
+    import asyncio
+
     from ..store.sync_protocols import (
         HeldFiles,
         SpanReader,
@@ -69,6 +70,8 @@ if TYPE_CHECKING:
         SupportsGetSync,
         UnitReads,
     )
+else:
+    from .._lazy import asyncio
 
 # the spec and key helpers are public here: users of the format (formats/precomputed) need
 # not import the private modules that implement it

@@ -40,6 +40,10 @@ class StoreDeclarations:
     #: whether reads may run on any event loop (no loop-bound client sessions inside), so
     #: the sync API can run them on the caller's thread (see ``_sync``)
     runs_on_any_loop: bool = False
+    #: whether its coroutines finish without an event loop (every wait goes through
+    #: ``_aio.to_thread`` / ``_aio.gather``): a create's or open's metadata then runs on the
+    #: caller's thread with no loop at all (``_sync.sync_on``, ``_aio.run_inline``)
+    answers_inline: bool = False
     #: ``get_many`` merges ranges of one key closer than this many bytes into one request;
     #: ``None`` turns merging off (for backends where a request costs nothing, e.g. memory)
     coalesce_max_gap: int | None = DEFAULT_MAX_GAP

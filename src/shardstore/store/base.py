@@ -9,7 +9,6 @@ HTTP servers do; a start at or beyond the end gives ``b""``.
 from __future__ import annotations
 
 import abc
-import asyncio
 import weakref
 from collections.abc import AsyncIterator, Hashable, Sequence
 from typing import TYPE_CHECKING, Final, cast
@@ -35,7 +34,11 @@ from .read_modify_write import (
 )
 
 if TYPE_CHECKING:
+    import asyncio
+
     from .streamed import Streamed
+else:
+    from .._lazy import asyncio
 
 #: ``generation`` of a key that does not exist
 MISSING: Final = ("missing",)
@@ -332,7 +335,7 @@ class Store(StoreDeclarations, abc.ABC):
                 else:
                     await self._set(key, value if self.accepts_parts else joined(value))
 
-        await asyncio.gather(*(one(k, v) for k, v in final.items()))
+        await gather(one(k, v) for k, v in final.items())
 
     async def update_many(self, items: Sequence[tuple[str, bytes | Parts | Update | None]]) -> None:
         """Writes where some values are ``Update`` functions: the one read-modify-write.

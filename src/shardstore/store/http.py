@@ -23,7 +23,6 @@ On top of it this module adds what the Store contract needs:
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import random
 import threading
@@ -39,7 +38,11 @@ from ._keys import validate_key
 from .base import MISSING, ByteRange, OffsetBR, RangeBR, Store, SuffixBR
 
 if TYPE_CHECKING:
+    import asyncio
+
     from .sync_protocols import SupportsCheckedGenerationSync, SupportsGetManyTagged
+else:
+    from .._lazy import asyncio
 
 __all__ = ["HTTPStore", "ObjectStoreBase", "RangeCache", "import_obstore", "make_client_options", "retry_config"]
 

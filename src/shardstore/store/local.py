@@ -12,7 +12,6 @@ The blocking operations themselves are in ``_local_files`` (the file of one key)
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import os
 import stat
@@ -20,6 +19,7 @@ from collections.abc import AsyncIterator, Hashable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
+from .._aio import gather, to_thread
 from ..config import IOConfig
 from ..errors import ConflictError, StoreError
 from ._fileio import pread, pread_transient
@@ -56,9 +56,13 @@ from .base import (
 )
 
 if TYPE_CHECKING:
+    import asyncio
+
     from .open_values import FileVersion
     from .streamed import Streamed
     from .sync_protocols import SupportsFilePath, SupportsGetSync, SupportsGetTransientSync, SupportsOpenSync, SupportsSetSync
+else:
+    from .._lazy import asyncio
 
 __all__ = ["LocalStore", "is_temp_name", "temp_path"]
 
@@ -83,6 +87,7 @@ class LocalStore(Store):
     """
 
     runs_on_any_loop = True
+    answers_inline = True
 
     # ranges of one file are all read in one thread call, so merging them would only add copies
     coalesce_max_gap = None
@@ -160,7 +165,7 @@ class LocalStore(Store):
             got = read_if_cached(self._path(key), self.inline_value_bytes)
             if got is not NOT_INLINE:
                 return cast("bytes | None", got)
-        return (await asyncio.to_thread(self._read_parts, key, [byte_range]))[0]
+        return (await to_thread(self._read_parts, key, [byte_range]))[0]
 
     async def get_many(self, requests: Sequence[tuple[str, ByteRange | None]]) -> list[bytes | None]:
         if len(requests) <= self.inline_requests and all(isinstance(br, (RangeBR, SuffixBR)) for _, br in requests):
@@ -185,7 +190,7 @@ class LocalStore(Store):
             # a worker thread (see inline_read_bytes); whole values may be large and cold: thread
             return self._read_parts(key, parts)
         async with limit:
-            return await asyncio.to_thread(self._read_parts, key, parts)
+            return await to_thread(self._read_parts, key, parts)
 
     # -- synchronous reads and writes (declared: ``sync_protocols``) -------------------------
     @property
@@ -307,7 +312,7 @@ class LocalStore(Store):
         validate_key(key)
         if isinstance(byte_range, (RangeBR, SuffixBR)) and span([byte_range]) <= self.inline_read_bytes:
             return self._read_versioned(key, byte_range)  # (a shard index: inline, see inline_read_bytes)
-        return await asyncio.to_thread(self._read_versioned, key, byte_range)
+        return await to_thread(self._read_versioned, key, byte_range)
 
     async def generation(self, key: str) -> Hashable | None:
         return self.generation_sync(key)  # inline: cheaper than a thread hop
@@ -341,7 +346,7 @@ class LocalStore(Store):
         if not isinstance(value, Parts) and memoryview(value).nbytes <= self.inline_value_bytes:
             self._write(key, value)  # (a metadata document: see inline_value_bytes)
             return
-        await asyncio.to_thread(self._write, key, value)
+        await to_thread(self._write, key, value)
 
     def set_streamed_sync(self, key: str, value: Streamed) -> None:
         """Blocking: stream ``value`` into a temp file beside the target (the head's bytes
@@ -358,7 +363,7 @@ class LocalStore(Store):
 
     async def set_streamed(self, key: str, value: Streamed) -> None:
         if isinstance(value.body, Iterable):
-            await asyncio.to_thread(self.set_streamed_sync, key, value)
+            await to_thread(self.set_streamed_sync, key, value)
         else:
             await super().set_streamed(key, value)
 
@@ -404,11 +409,11 @@ class LocalStore(Store):
         final = self._checked_updates(items)
         plain = [(k, v) for k, v in final.items() if not callable(v)]
         updates = [(k, v) for k, v in final.items() if callable(v)]
-        jobs = [asyncio.to_thread(self._update_locked, k, u) for k, u in updates]
+        jobs = [to_thread(self._update_locked, k, u) for k, u in updates]
         if plain:  # (Parts values are bytes-like: written without joining)
             jobs.append(self.set_many(cast("list[tuple[str, bytes | None]]", plain)))
         # every job finishes before an error is raised (see set_many)
-        done = await asyncio.gather(*jobs, return_exceptions=True)
+        done = await gather(jobs, return_exceptions=True)
         for result in done:
             if isinstance(result, BaseException):
                 raise result
@@ -435,8 +440,8 @@ class LocalStore(Store):
         size = -(-len(work) // n)
         # every thread finishes before an error is raised: a caller that sees the error must
         # not have files of this batch still being written afterwards
-        done = await asyncio.gather(
-            *(asyncio.to_thread(run, work[i : i + size]) for i in range(0, len(work), size)), return_exceptions=True
+        done = await gather(
+            (to_thread(run, work[i : i + size]) for i in range(0, len(work), size)), return_exceptions=True
         )
         for result in done:
             if isinstance(result, BaseException):
@@ -457,7 +462,7 @@ class LocalStore(Store):
         prune(str(self._root), os.path.dirname(path))
 
     async def _delete(self, key: str) -> None:
-        await asyncio.to_thread(self._remove, key)
+        await to_thread(self._remove, key)
 
     async def delete_prefix(self, prefix: str) -> None:
         """Remove every key under ``prefix``; a directory prefix goes in one tree removal."""
@@ -473,7 +478,7 @@ class LocalStore(Store):
             if _nothing_at(directory if directory is not None else str(self._root), directory is None):
                 remove()  # nothing to remove (a create's mode="w"): a stat and a prune, inline
             else:
-                await asyncio.to_thread(remove)
+                await to_thread(remove)
         except OSError as e:
             raise StoreError(f"cannot delete prefix {prefix!r} under {str(self._root)!r}: {describe(e)}") from e
 
@@ -484,5 +489,5 @@ class LocalStore(Store):
         start = self._path(head) if head else str(self._root)
         stack = [(start, f"{head}/" if head else "", name_filter)]
         while stack:
-            for key in await asyncio.to_thread(list_batch, stack, self):
+            for key in await to_thread(list_batch, stack, self):
                 yield key

@@ -33,6 +33,7 @@ class MemoryStore(Store):
     """Keys and values in a Python dict (shared when passed in)."""
 
     runs_on_any_loop = True
+    answers_inline = True
 
     # a request costs nothing here: merging ranges would only add copies
     coalesce_max_gap = None

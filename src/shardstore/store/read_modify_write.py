@@ -9,7 +9,6 @@ for an adapter, from the store chain below it).
 
 from __future__ import annotations
 
-import asyncio
 import random
 import time
 from collections.abc import Callable, Generator, Hashable
@@ -19,7 +18,11 @@ from ..config import IOConfig
 from ..errors import ConflictError
 
 if TYPE_CHECKING:
+    import asyncio
+
     from .base import Parts, Store
+else:
+    from .._lazy import asyncio
 
 __all__ = [
     "DEFAULT_RETRY_CONFLICTS",

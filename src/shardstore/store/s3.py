@@ -14,11 +14,10 @@ so a conditional delete checks the ETag with a HEAD first (a small race window r
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import os
 from collections.abc import AsyncIterable, AsyncIterator, Hashable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from .._aio import gather
@@ -43,6 +42,11 @@ from .http import (
 )
 from .read_modify_write import DEFAULT_RETRY_CONFLICTS
 from .streamed import Buffer, Streamed, checked_ends
+
+if TYPE_CHECKING:
+    import asyncio
+else:
+    from .._lazy import asyncio
 
 __all__ = ["S3Store", "s3_credentials", "s3_store_from_url"]
 

@@ -153,6 +153,10 @@ class _Wrapper(Store):
     def runs_on_any_loop(self) -> bool:  # type: ignore[override]
         return self.base.runs_on_any_loop
 
+    @property
+    def answers_inline(self) -> bool:  # type: ignore[override]
+        return self.base.answers_inline
+
     async def generation(self, key: str) -> Hashable | None:
         return await self.base.generation(self._full(validate_key(key)))
 

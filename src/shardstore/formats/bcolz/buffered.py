@@ -40,7 +40,6 @@ does next (a parent that ends without flushing loses them, as on a crash).
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import os
 import threading
@@ -61,7 +60,11 @@ from .driver import BcolzDriver, chunk_file_key
 from .metadata import Sizes
 
 if TYPE_CHECKING:
+    import asyncio
+
     from ...store.sync_protocols import SupportsSetSync
+else:
+    from ..._lazy import asyncio
 
 #: how long a writing handle waits for another one (of this or another process) to flush
 #: the key whose lease is the rootdir's writer lock (a hidden ``.writer.lock`` file)

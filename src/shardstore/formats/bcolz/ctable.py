@@ -5,10 +5,9 @@ Reads and appends run the columns concurrently (each column is an independent ca
 
 from __future__ import annotations
 
-import asyncio
 import copy
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,6 +22,11 @@ from .buffered import BcolzArray, FlushOnClose
 from .carray import CArray, RootDir, _exists, _is_fancy, create_carray, iterblocks, open_carray, resolve_store
 from .driver import describe_file
 from .metadata import ATTRS_KEY, ROOTDIRS_KEY, CParams, calc_chunklen, dflt_from_json, dump_json, parse_json_object, parse_rootdirs, validate_column_name
+
+if TYPE_CHECKING:
+    import asyncio
+else:
+    from ..._lazy import asyncio
 
 __all__ = ["CTable", "ctable", "open_ctable"]
 

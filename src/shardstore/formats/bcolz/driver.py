@@ -8,11 +8,10 @@ and a missing chunk file is an error.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,6 +33,11 @@ from .metadata import (
     parse_sizes,
     parse_storage,
 )
+
+if TYPE_CHECKING:
+    import asyncio
+else:
+    from ..._lazy import asyncio
 
 __all__ = ["BcolzDriver", "read_driver"]
 

@@ -359,14 +359,14 @@ class Group(GroupBase):
 
     def keys(self) -> list[str]:
         """Names of the sub-directories (every directory is an N5 group or dataset), sorted."""
-        _, dirs = sync(self.store.list_dir(self.path))
+        _, dirs = sync_on(self.store, self.store.list_dir(self.path))
         return dirs
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.keys())
 
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and sync(_read_group(self.store, self._child(name))) is not None
+        return isinstance(name, str) and sync_on(self.store, _read_group(self.store, self._child(name))) is not None
 
     def __getitem__(self, name: str) -> N5Array | Group:
         path = self._child(name)
