@@ -1,4 +1,5 @@
-"""What a process loads: a process that only creates, writes, reopens and
+"""What a process loads: ``import shardstore`` loads no format, an array loads its own
+format's and codecs' modules only, and a process that only creates, writes, reopens and
 reads local or in-memory arrays through the blocking API never imports asyncio (``_lazy``:
 6.5 MiB and 25 ms, ssl among it); the coroutine runner it uses instead
 (``_aio.run_inline``) behaves as the event loop would for work that answers at once. (The
@@ -24,6 +25,39 @@ def _fresh(script: str) -> str:
     out = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
+
+
+def test_import_shardstore_loads_no_format_until_one_is_used() -> None:
+    got = _fresh("""
+        import sys
+        import shardstore
+        formats = ("shardstore.n5", "shardstore.zarr3", "shardstore.precomputed", "shardstore.bcolz",
+                   "shardstore.ops.convert", "shardstore.core.array", "asyncio", "zstandard", "lz4")
+        assert not [m for m in formats if m in sys.modules], [m for m in formats if m in sys.modules]
+        assert {"n5", "zarr3", "convert", "Array", "open"} <= set(dir(shardstore))
+        from shardstore import *  # noqa: F403
+        assert shardstore.n5.create is shardstore.formats.n5.create and Array is shardstore.core.array.Array
+        assert isinstance(shardstore.IOConfig(), shardstore.IOConfig)
+        try:
+            shardstore.no_such_name
+        except AttributeError as e:
+            print(e)
+    """)
+    assert got == "module 'shardstore' has no attribute 'no_such_name'"
+
+
+def test_an_n5_array_loads_only_its_own_compression(tmp_path: Path) -> None:
+    got = _fresh(f"""
+        import sys
+        import shardstore
+        a = shardstore.n5.create({str(tmp_path / "a.n5")!r}, "d", shape=(64, 64), dtype="uint8", block_size=(16, 16),
+                                 compression={{"type": "gzip"}})
+        a[...] = 3
+        assert int(shardstore.n5.open({str(tmp_path / "a.n5")!r}, path="d")[...].sum()) == 3 * 64 * 64
+        others = ("blosc", "bz2", "lz4", "xz", "zstd", "crc32c", "sharding_indexed")
+        print([m for m in others if "shardstore.codecs." + m in sys.modules], "shardstore.codecs.gzip" in sys.modules)
+    """)
+    assert got == "[] True"
 
 
 def test_local_and_memory_arrays_of_every_format_never_import_asyncio(tmp_path: Path) -> None:

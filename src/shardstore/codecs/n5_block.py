@@ -29,15 +29,9 @@ import numpy as np
 from .._assign import assign
 from ..config import IOConfig
 from ..errors import CodecError, MetadataError, UnsupportedFeatureError
-from . import blosc as _blosc  # noqa: F401  (register the "n5" compression types)
-from . import bz2 as _bz2  # noqa: F401
-from . import gzip as _gzip  # noqa: F401
-from . import lz4 as _lz4  # noqa: F401
-from . import xz as _xz  # noqa: F401
-from . import zstd as _zstd  # noqa: F401
 from .base import ArrayBytesCodec, BytesBytesCodec, ChunkSpec, N5Compression, decode_to_buffer, scratch_buffer
 from .memory_order import copy_to_c_order, first_axis_fastest
-from .registry import get_codec_class, register_codec
+from .registry import get_codec_class, loaded_codec_class, register_codec
 
 __all__ = [
     "MODE_DEFAULT",
@@ -214,7 +208,8 @@ class N5BlockCodec(ArrayBytesCodec):
 
     def inflate_layout(self) -> tuple[bytes, np.dtype] | None:
         # gzip blocks hold a gzip or a zlib stream (``useZlib``; readers take either)
-        return self._full_block_layout(isinstance(self.compression, _gzip.GzipCodec))
+        gzip = loaded_codec_class("gzip", "n5")
+        return self._full_block_layout(gzip is not None and isinstance(self.compression, gzip))
 
     def validate(self, spec: ChunkSpec) -> None:
         dtype = np.dtype(spec.dtype)
