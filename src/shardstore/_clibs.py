@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import glob
+import os
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 __all__ = ["find_functions"]
@@ -29,8 +30,10 @@ def _candidates(prefix: str, soname: str, extension: str | None) -> Iterator[str
             # liblz4, ...) are found by their sonames only once something loaded them
             with contextlib.suppress(Exception):  # (a build without it: the system's, if any)
                 getattr(imagecodecs, extension).available  # noqa: B018 (the attribute imports the extension)
-        libs = Path(imagecodecs.__file__).resolve().parent.parent / "imagecodecs.libs"
-        yield from sorted(str(p) for p in libs.glob(prefix + "*.so*"))
+        # (os.path and glob, not pathlib: this runs on a process's first native codec use,
+        # and pathlib with the urllib modules it imports is 0.8 MiB)
+        libs = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(imagecodecs.__file__))), "imagecodecs.libs")
+        yield from sorted(glob.glob(os.path.join(glob.escape(libs), prefix + "*.so*")))
     yield soname
 
 

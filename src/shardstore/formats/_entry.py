@@ -19,12 +19,13 @@ import contextlib
 import functools
 import os
 import re
-import shutil
 from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import InvalidModeError
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = ["CREATE_MODES", "OPEN_MODES", "check_mode", "cleans_up", "leave_nothing_behind", "local_path"]
 
@@ -49,29 +50,42 @@ def check_mode(mode: Any, allowed: tuple[str, ...], what: str) -> str:
 
 def local_path(store_like: Any) -> Path | None:
     """The local directory a path or ``file://`` URL names (``~`` expanded), else None."""
+    local = _local_dir(store_like)
+    if local is None:
+        return None
+    from pathlib import Path  # (here: every create passes through this module, few need a Path)
+
+    return Path(local)
+
+
+def _local_dir(store_like: Any) -> str | None:
+    """``local_path`` as a string: os.path, not pathlib, on the path of every create
+    (pathlib and the urllib modules it imports are 0.8 MiB of a process that needs no Path)."""
     if isinstance(store_like, os.PathLike):
-        return Path(os.fspath(store_like)).expanduser()
+        return os.path.expanduser(os.fspath(store_like))
     if not isinstance(store_like, str):
         return None
     m = _SCHEME.match(store_like)
     if m is None:
-        return Path(store_like).expanduser()
+        return os.path.expanduser(store_like)
     if m.group(1).lower() == "file":
-        return Path(store_like[len("file://"):]).expanduser()
+        return os.path.expanduser(store_like[len("file://"):])
     return None
 
 
-def _first_missing(path: Path) -> Path | None:
-    """The highest ancestor of ``path`` (or itself) that does not exist yet."""
+def _first_missing(path: str) -> str | None:
+    """The highest ancestor of the absolute ``path`` (or itself) that does not exist yet."""
     missing = None
-    for p in [path, *path.parents]:
-        if p.exists():
+    while not os.path.exists(path):
+        missing = path
+        parent = os.path.dirname(path)
+        if parent == path:
             break
-        missing = p
+        path = parent
     return missing
 
 
-def _holds_files(path: Path) -> bool:
+def _holds_files(path: str) -> bool:
     return any(files for _, _, files in os.walk(path))
 
 
@@ -79,12 +93,14 @@ def _holds_files(path: Path) -> bool:
 def leave_nothing_behind(store_like: Any) -> Iterator[None]:
     """If the body fails, remove the directories it created under a local ``store_like``
     (only when they hold no file: data written by someone else is never touched)."""
-    local = local_path(store_like)
-    created = _first_missing(local.absolute()) if local is not None else None
+    local = _local_dir(store_like)
+    created = _first_missing(os.path.abspath(local)) if local is not None else None
     try:
         yield
     except BaseException:
-        if created is not None and created.is_dir() and not _holds_files(created):
+        if created is not None and os.path.isdir(created) and not _holds_files(created):
+            import shutil  # (only on this failure path)
+
             shutil.rmtree(created, ignore_errors=True)
         raise
 

@@ -16,7 +16,6 @@ import functools
 import os
 import stat
 from collections.abc import AsyncIterator, Hashable, Iterable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from .._aio import gather, to_thread
@@ -57,6 +56,7 @@ from .base import (
 
 if TYPE_CHECKING:
     import asyncio
+    from pathlib import Path
 
     from .open_values import FileVersion
     from .streamed import Streamed
@@ -96,17 +96,19 @@ class LocalStore(Store):
     def __init__(self, root: str | os.PathLike[str], *, read_only: bool = False, create: bool = True) -> None:
         super().__init__(read_only=read_only)
         self.use_config(IOConfig())
-        self._root = Path(os.path.abspath(os.fspath(root)))
+        # (a string, not a pathlib.Path: pathlib and the urllib modules it imports are 0.8 MiB
+        # of a process that needs no Path; ``root`` makes one when asked)
+        self._root = os.path.abspath(os.fspath(root))
         # "root/" where keys can be appended as paths directly (POSIX), else "" (use _path)
         self._fast_root = str(self._root).rstrip("/") + "/" if os.sep == "/" else ""
-        if self._root.exists():
-            if not self._root.is_dir():
+        if os.path.exists(self._root):
+            if not os.path.isdir(self._root):
                 raise StoreError(f"store root {str(self._root)!r} exists and is not a directory")
         elif not read_only:
             if not create:
                 raise StoreError(f"store root {str(self._root)!r} does not exist (create=False)")
             try:
-                self._root.mkdir(parents=True, exist_ok=True)
+                os.makedirs(self._root, exist_ok=True)
             except OSError as e:
                 raise StoreError(f"cannot create store root {str(self._root)!r}: {describe(e)}") from e
 
@@ -133,7 +135,9 @@ class LocalStore(Store):
     @property
     def root(self) -> Path:
         """The directory holding the keys (absolute)."""
-        return self._root
+        from pathlib import Path
+
+        return Path(self._root)
 
     def __reduce__(self) -> tuple:
         # the absolute root: a worker process may run in another directory

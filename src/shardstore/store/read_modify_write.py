@@ -9,7 +9,6 @@ for an adapter, from the store chain below it).
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable, Generator, Hashable
 from typing import TYPE_CHECKING, Any
@@ -62,6 +61,8 @@ def backoff_seconds(attempt: int) -> float:
     """The wait before retry number ``attempt`` (0-based) of a read-modify-write that lost a
     race: exponential (5 ms doubling up to ~0.3 s) with full jitter, so that writers that
     collided spread out instead of colliding again."""
+    import random  # (here: only a lost race waits)
+
     return 0.005 * 2 ** min(attempt, 6) * (0.25 + random.random())
 
 

@@ -10,7 +10,6 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
-from urllib.parse import unquote
 
 from ..config import IOConfig
 from ..errors import UnsupportedFeatureError
@@ -32,6 +31,8 @@ def _file_factory(url: str, read_only: bool, options: Mapping[str, Any]) -> Stor
 
     path = url
     if _SCHEME_RE.match(url):
+        from urllib.parse import unquote  # (here: 0.3 MiB of modules most processes never need)
+
         path = unquote(url[len("file://") :])
         if path.startswith("localhost/"):
             path = path[len("localhost") :]

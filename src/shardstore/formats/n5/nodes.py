@@ -7,9 +7,9 @@ keys. Creating anything writes the ``n5`` version into the container root's
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -48,7 +48,7 @@ __all__ = ["DEFAULT_COMPRESSION", "Group", "N5Array", "create", "create_group", 
 
 DEFAULT_COMPRESSION: dict[str, Any] = {"type": "gzip", "level": 1}
 
-StoreLike = str | Path | Store
+StoreLike = str | os.PathLike[str] | Store
 
 
 class N5Array(Array):
