@@ -117,7 +117,7 @@ def sync_on(store: _AnyLoop, coro: Coroutine[Any, Any, T]) -> T:
     thread's own loop when the store works from any loop, so that no thread hand-off, and
     for a process's first call no loop thread (a first N5 create: 2.7-3.4 -> 2.1-2.4 ms) and
     no asyncio import, is waited for."""
-    if store.answers_inline and threading.current_thread() is not _thread and not _loop_running_here():
+    if store.answers_inline and not _loop_running_here():  # (shardstore's loop thread runs one)
         return run_inline(coro)
     return sync(coro, here=store.runs_on_any_loop)
 

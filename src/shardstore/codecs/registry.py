@@ -75,15 +75,12 @@ def loaded_codec_class(name: str, namespace: str = "zarr3") -> type[Codec] | Non
 def get_codec_class(name: str, namespace: str = "zarr3") -> type[Codec]:
     # a codec whose module is loaded already needs none of the others (an N5 raw or gzip
     # array's first create skipped ~0.5-1 ms of imports: bytes, crc32c and google-crc32c)
-    cls = _REGISTRY.get(namespace, {}).get(name)
+    cls = loaded_codec_class(name, namespace)
+    if cls is None and (home := _HOMES.get((namespace, name))) is not None:
+        importlib.import_module(f"{__package__}.{home}")
+        cls = loaded_codec_class(name, namespace)
     if cls is not None:
         return cls
-    home = _HOMES.get((namespace, name))
-    if home is not None:
-        importlib.import_module(f"{__package__}.{home}")
-        cls = _REGISTRY.get(namespace, {}).get(name)
-        if cls is not None:
-            return cls
     _load_builtins()
     try:
         return _REGISTRY[namespace][name]

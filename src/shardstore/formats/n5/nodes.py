@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._sync import sync, sync_on
+from ..._sync import sync_on
 from ...codecs.n5_block import compression_defaults_n5, compression_from_n5
 from ...config import IOConfig, default_config
 from ...core.array import Array, AsyncArray
@@ -370,7 +370,7 @@ class Group(GroupBase):
 
     def __getitem__(self, name: str) -> N5Array | Group:
         path = self._child(name)
-        node = sync(_read_group(self.store, path))
+        node = sync_on(self.store, _read_group(self.store, path))
         if node is None:
             raise KeyError(f"no child {name!r} in {self!r}")
         return _wrap(self.store, path, node, self.read_only, self.config)

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._sync import sync, sync_on
+from ..._sync import sync_on
 from ...codecs.base import ChunkSpec
 from ...codecs.pipeline import CodecPipeline
 from ...codecs.registry import codec_from_config
@@ -292,17 +292,17 @@ class Group(GroupBase):
             found = await self.store.get_many([(metadata_key(self._child(d)), None) for d in dirs])
             return [d for d, raw in zip(dirs, found) if raw is not None]
 
-        return sync(children())
+        return sync_on(self.store, children())
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.keys())
 
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and sync(self.store.exists(metadata_key(self._child(name))))
+        return isinstance(name, str) and sync_on(self.store, self.store.exists(metadata_key(self._child(name))))
 
     def __getitem__(self, name: str) -> Array | Group:
         path = self._child(name)
-        node = sync(_read_node(self.store, path))
+        node = sync_on(self.store, _read_node(self.store, path))
         if node is None:
             raise KeyError(f"no child {name!r} in {self!r}")
         return _wrap(self.store, path, node, self.read_only, self.config)
