@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import shardstore
-from shardstore._aio import gather, run_inline, to_thread
+from shardstore._aio import gather, inline_now, run_inline, sleep, to_thread
 
 
 def _fresh(script: str) -> str:
@@ -165,6 +165,21 @@ def test_run_inline_refuses_a_coroutine_that_waits_for_a_loop() -> None:
 
     with pytest.raises(RuntimeError, match="without an event loop"):
         run_inline(awaits_a_future())
+
+
+def test_run_inline_sleeps_block_and_say_where_they_run() -> None:
+    """A remote store's retry backoff (``_aio.sleep``) blocks under ``run_inline``; its
+    requests ask ``inline_now`` whether to make blocking calls."""
+    import time
+
+    async def backoff() -> tuple[bool, float]:
+        t0 = time.perf_counter()
+        await sleep(0.02)
+        return inline_now(), time.perf_counter() - t0
+
+    here, waited = run_inline(backoff())
+    assert here and waited >= 0.02
+    assert asyncio.run(backoff())[0] is False and not inline_now()
 
 
 def test_outside_run_inline_the_helpers_use_the_event_loop() -> None:

@@ -256,6 +256,54 @@ def test_chunk_cache_over_s3_serves_hits_with_heads_and_sees_rewrites(
     np.testing.assert_array_equal(r[box], data[box])
 
 
+def test_one_chunk_reads_run_without_an_event_loop(
+    seaweedfs_proxy: tuple[SeaweedFS, CountingProxy], fmt: RemoteFormat, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A blocking read that needs one chunk makes obstore's blocking requests on the
+    caller's thread (``Store.reads_inline``), with no event loop run for it, with or without
+    the decoded-chunk cache, cold (the shard index first) and warm, and a rewrite by another
+    handle is still seen; a read of several chunks still runs on a loop (its requests
+    overlap)."""
+    from shardstore.core import array as core_array
+
+    server, proxy = seaweedfs_proxy
+    url, opts = _url(server, fmt.name), server.storage_options()
+    data = _data(fmt)
+    a = _new(fmt, url, opts)
+    a[...] = data
+    one = tuple(slice(0, CHUNK) for _ in range(data.ndim))
+    edge = CHUNK if fmt.sharded else BLOCK  # (of a chunk along the first axis)
+    other = (slice(edge, 2 * edge), *one[1:])  # the next chunk
+    several = tuple(slice(0, 2 * BLOCK) for _ in range(data.ndim))
+    plain = shardstore.open(url, path=fmt.path, storage_options=opts)
+    cached = shardstore.open(url, path=fmt.path, storage_options=opts,
+                             config=shardstore.IOConfig(chunk_cache_bytes=64 << 20))
+    assert plain.driver.layout.store.reads_inline and cached.driver.layout.store.reads_inline
+    looped: list[Any] = []
+
+    def counting_sync(coro: Any, **kw: Any) -> Any:
+        if "read" in coro.__qualname__:  # (a read through the loop: not the writes)
+            looped.append(coro.__qualname__)
+        return shardstore._sync.sync(coro, **kw)
+
+    monkeypatch.setattr(core_array, "sync", counting_sync)
+    proxy.reset()
+    for r in (plain, cached):
+        np.testing.assert_array_equal(r[one], data[one])  # cold: the index, then the chunk
+        np.testing.assert_array_equal(r[other], data[other])
+    assert proxy.count("GET") >= 4, proxy.requests
+    proxy.reset()
+    np.testing.assert_array_equal(cached[one], data[one])  # a hit, checked with a HEAD
+    assert proxy.count() == proxy.count("HEAD") >= 1, proxy.requests
+    a[one] = 5  # another handle rewrites it: the next reads see the new value
+    np.testing.assert_array_equal(cached[one], np.full_like(data[one], 5))
+    np.testing.assert_array_equal(plain[one], np.full_like(data[one], 5))
+    assert looped == []
+    data[one] = 5
+    np.testing.assert_array_equal(plain[several], data[several])
+    assert len(looped) == 1
+
+
 def test_format_create_and_open_take_storage_options(seaweedfs: SeaweedFS) -> None:
     opts = seaweedfs.storage_options()
     value = np.arange(10, dtype="u1")

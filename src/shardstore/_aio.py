@@ -4,12 +4,15 @@
 for the work of a store that answers at once (local files, memory: a create's or open's
 metadata). While it runs, ``to_thread`` calls its function right there and ``gather``
 awaits one awaitable after the other: nothing waits for a loop, so none is made and asyncio
-is not imported (``_lazy``: 6.5 MiB and 25 ms of a process that never needs it).
+is not imported (``_lazy``: 6.5 MiB and 25 ms of a process that never needs it). Remote
+stores' coroutines ask ``inline_now`` and make obstore's blocking calls instead of awaiting
+its futures: a blocking read of one chunk then costs no event loop round trip either.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -18,14 +21,15 @@ if TYPE_CHECKING:
 else:
     from ._lazy import asyncio
 
-__all__ = ["gather", "run_inline", "to_thread"]
+__all__ = ["gather", "inline_now", "run_inline", "sleep", "to_thread"]
 
 T = TypeVar("T")
 
 _inline = threading.local()
 
 
-def _inline_now() -> bool:
+def inline_now() -> bool:
+    """Whether this thread runs a coroutine under ``run_inline`` (its waits must block)."""
     return getattr(_inline, "on", False)
 
 
@@ -33,7 +37,7 @@ def run_inline(coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro`` to its end here, without an event loop; it may await only work that
     completes at once (``to_thread``, ``gather``, stores' inline answers). Raises
     ``RuntimeError`` if it waits for anything else (a loop's future)."""
-    before = _inline_now()
+    before = inline_now()
     _inline.on = True
     try:
         while True:
@@ -50,9 +54,17 @@ def run_inline(coro: Coroutine[Any, Any, T]) -> T:
 
 async def to_thread(fn: Callable[..., T], /, *args: Any) -> T:
     """``asyncio.to_thread``; under ``run_inline``, ``fn`` called right here."""
-    if _inline_now():
+    if inline_now():
         return fn(*args)
     return await asyncio.to_thread(fn, *args)
+
+
+async def sleep(seconds: float) -> None:
+    """``asyncio.sleep``; under ``run_inline``, ``time.sleep`` (a retry's backoff)."""
+    if inline_now():
+        time.sleep(seconds)
+    else:
+        await asyncio.sleep(seconds)
 
 
 async def gather(aws: Iterable[Awaitable[T]], *, return_exceptions: bool = False) -> list[Any]:
@@ -64,7 +76,7 @@ async def gather(aws: Iterable[Awaitable[T]], *, return_exceptions: bool = False
     todo = list(aws)
     if len(todo) == 1 and not return_exceptions:
         return [await todo[0]]
-    if not _inline_now():
+    if not inline_now():
         return list(await asyncio.gather(*todo, return_exceptions=return_exceptions))
     out: list[Any] = []
     for i, aw in enumerate(todo):

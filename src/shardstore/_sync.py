@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 else:
     from ._lazy import asyncio
 
-__all__ = ["check_not_on_loop", "sync", "sync_on", "codec_pool", "codec_pool_size", "io_pool"]
+__all__ = ["check_not_on_loop", "codec_pool", "codec_pool_size", "io_pool", "loop_running_here", "sync", "sync_on"]
 
 T = TypeVar("T")
 
@@ -117,12 +117,12 @@ def sync_on(store: _AnyLoop, coro: Coroutine[Any, Any, T]) -> T:
     thread's own loop when the store works from any loop, so that no thread hand-off, and
     for a process's first call no loop thread (a first N5 create: 2.7-3.4 -> 2.1-2.4 ms) and
     no asyncio import, is waited for."""
-    if store.answers_inline and not _loop_running_here():  # (shardstore's loop thread runs one)
+    if store.answers_inline and not loop_running_here():  # (shardstore's loop thread runs one)
         return run_inline(coro)
     return sync(coro, here=store.runs_on_any_loop)
 
 
-def _loop_running_here() -> bool:
+def loop_running_here() -> bool:
     """Whether an event loop runs in this thread (never, while asyncio is not imported)."""
     return asyncio_imported() and asyncio._get_running_loop() is not None
 

@@ -45,15 +45,12 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from .._aio import gather
 from ..store.base import MISSING
 
 if TYPE_CHECKING:
-    import asyncio
-
     from .indexing import ChunkProjection
     from .layout import ChunkLayout
-else:
-    from .._lazy import asyncio
 
 __all__ = [
     "ChunkCache", "Generations", "Hit", "buffers_to_keep", "bypassed", "held_at_tag", "keep_filled", "owned",
@@ -309,5 +306,5 @@ async def unit_generations_async(
 ) -> list[Hashable | None]:
     """``unit_generations`` for the async runner (the units asked concurrently)."""
     units, first = _units_to_ask(layout, projections, keys, held_only)
-    answers = dict(zip(first, await asyncio.gather(*(generation(k) for k in first.values()))))
+    answers = dict(zip(first, await gather(generation(k) for k in first.values())))
     return [answers.get(unit) for unit in units]

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .._aio import inline_now
 from ..codecs.sharding_indexed import EMPTY
 from ..errors import CodecError
 from ..store.base import ByteRange, RangeBR, Store, SuffixBR
@@ -138,13 +139,17 @@ class ShardIndexes:
 
     async def at(self, shard_key: str) -> tuple[list[list[int]] | None, Hashable | None]:
         """The shard's index (None: missing) and the generation it was read at; cached while
-        the base reports that generation unchanged, fetched once for concurrent callers."""
+        the base reports that generation unchanged, fetched once for concurrent callers on
+        one loop."""
         gen = await self._base.generation(shard_key)
         cached = self._cache.get(shard_key)
         if cached is not None and (gen is None or cached[1] == gen):
             with contextlib.suppress(KeyError):
                 self._cache.move_to_end(shard_key)
             return (None if cached[0] is NOT_FOUND else cached[0]), cached[1]  # type: ignore[return-value]
+        if inline_now():  # a blocking read on its own (``_aio.run_inline``): no one to share with
+            data, read_gen = await self._base.get_versioned(shard_key, self.read_range())
+            return self.keep(shard_key, data, read_gen), read_gen
         loop = asyncio.get_running_loop()
         pending = self._fetches.get(shard_key)
         if pending is not None and pending.get_loop() is loop:

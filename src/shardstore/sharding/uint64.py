@@ -32,7 +32,7 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
-from .._aio import gather
+from .._aio import gather, inline_now
 from .._sync import codec_pool_size
 from ..config import IOConfig
 from ..errors import CodecError, ConflictError
@@ -133,6 +133,10 @@ class Uint64ShardedStore(UnitChecks, Uint64Writes):
     def runs_on_any_loop(self) -> bool:  # type: ignore[override]
         return self.base.runs_on_any_loop
 
+    @property
+    def reads_inline(self) -> bool:  # type: ignore[override]
+        return self.base.reads_inline
+
     def __repr__(self) -> str:
         s = self.spec
         return (
@@ -167,7 +171,12 @@ class Uint64ShardedStore(UnitChecks, Uint64Writes):
 
     async def _load_index(self, stem: str, st: ShardState, minishards: set[int], *, whole: bool = False) -> None:
         """Make sure ``st.index`` holds the entries of ``minishards`` (``whole``: all of it);
-        concurrent reads of a cold shard wait for one fetch of its index."""
+        concurrent reads of a cold shard wait for one fetch of its index (under
+        ``_aio.run_inline``, a blocking read on its own, it fetches it itself)."""
+        if inline_now():
+            if self._cache.index_request(st, minishards, whole) is not None:
+                await self._fetch_index(stem, st, minishards, whole)
+            return
         loop = asyncio.get_running_loop()
         while self._cache.index_request(st, minishards, whole) is not None:
             pending = self._index_loads.get(stem)
@@ -316,7 +325,7 @@ class Uint64ShardedStore(UnitChecks, Uint64Writes):
                 br = None if byte_ranges is None else byte_ranges[pos]
                 results[pos] = value_of(keys[pos], data_key, s, e, data, gz, br)
 
-        await asyncio.gather(*(read_file(k, spans) for k, spans in by_key.items()))
+        await gather(read_file(k, spans) for k, spans in by_key.items())
         if stale:
             raise ShardReplaced(stale)
         return results

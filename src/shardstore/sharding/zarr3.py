@@ -114,6 +114,10 @@ class ZarrShardingStore(UnitChecks, BatchedWrites):
     def runs_on_any_loop(self) -> bool:  # type: ignore[override]
         return self.base.runs_on_any_loop
 
+    @property
+    def reads_inline(self) -> bool:  # type: ignore[override]
+        return self.base.reads_inline
+
     def __repr__(self) -> str:
         return f"ZarrShardingStore({self.base!r}, chunks_per_shard={list(self.layout.chunks_per_shard)})"
 

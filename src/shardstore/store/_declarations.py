@@ -44,6 +44,11 @@ class StoreDeclarations:
     #: ``_aio.to_thread`` / ``_aio.gather``): a create's or open's metadata then runs on the
     #: caller's thread with no loop at all (``_sync.sync_on``, ``_aio.run_inline``)
     answers_inline: bool = False
+    #: whether its reads' coroutines finish without an event loop, waiting with blocking
+    #: calls under ``_aio.run_inline`` (remote stores: obstore's blocking requests), so that a
+    #: blocking read needing one chunk, whose requests nothing could overlap, runs on the
+    #: caller's thread with no loop round trip (``AsyncArray.read_now``)
+    reads_inline: bool = False
     #: ``get_many`` merges ranges of one key closer than this many bytes into one request;
     #: ``None`` turns merging off (for backends where a request costs nothing, e.g. memory)
     coalesce_max_gap: int | None = DEFAULT_MAX_GAP

@@ -378,11 +378,7 @@ class S3Store(ObjectStoreBase):
                     out[i] = b""
                 return
             try:
-                async with self._limit():
-                    result = await obs.get_async(
-                        self._client, self._path(key), options={"range": (start, end), "if_match": generation}
-                    )
-                    body = await result.bytes_async()
+                body = (await self._get_reply(self._path(key), {"range": (start, end), "if_match": generation}))[0]
             except (exc.PreconditionError, exc.NotFoundError, FileNotFoundError):
                 stale = True  # replaced or deleted since the index was read
                 return

@@ -157,6 +157,10 @@ class _Wrapper(Store):
     def answers_inline(self) -> bool:  # type: ignore[override]
         return self.base.answers_inline
 
+    @property
+    def reads_inline(self) -> bool:  # type: ignore[override]
+        return self.base.reads_inline
+
     async def generation(self, key: str) -> Hashable | None:
         return await self.base.generation(self._full(validate_key(key)))
 
