@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +24,7 @@ import pytest
 
 from _servers import FaultyServer
 
+from shardstore._aio import run_inline
 from shardstore._sync import sync
 from shardstore.errors import StoreError
 from shardstore.store import RangeBR, store_from_url
@@ -139,16 +142,24 @@ def test_control_correct_server(server: HostileServer, backend: str) -> None:
     assert sync(store.get(KEY)) == VALUE
 
 
+#: how a read's coroutine runs: on an event loop (``sync``), or with obstore's blocking calls
+#: and no loop (``run_inline``: a blocking read of one chunk, ``Store.reads_inline``)
+RUNNERS = {"loop": sync, "inline": run_inline}
+
+
 @pytest.mark.parametrize("backend", sorted(STORES))
 @pytest.mark.parametrize("mode", BAD)
 @pytest.mark.parametrize("byte_range", [RangeBR(100, 1100), SuffixBR(300)], ids=["range", "suffix"])
-def test_hostile_reply_is_a_clear_error_in_time(server: HostileServer, backend: str, mode: str, byte_range: object) -> None:
+@pytest.mark.parametrize("runner", sorted(RUNNERS))
+def test_hostile_reply_is_a_clear_error_in_time(
+    server: HostileServer, backend: str, mode: str, byte_range: object, runner: str
+) -> None:
     store = STORES[backend](server)
     server.mode = mode
     want = VALUE[100:1100] if isinstance(byte_range, RangeBR) else VALUE[-300:]
     t0 = time.monotonic()
     try:
-        got = sync(store.get(KEY, byte_range))
+        got = RUNNERS[runner](store.get(KEY, byte_range))
     except StoreError as e:
         assert KEY in str(e), str(e)
     else:
@@ -168,10 +179,41 @@ def test_whole_value_reads_are_bounded_too(server: HostileServer, mode: str) -> 
     assert time.monotonic() - t0 < BOUND
 
 
+class _Interrupted(BaseException):
+    """What Ctrl-C raises here (a BaseException, as KeyboardInterrupt: no handler takes it)."""
+
+
+@pytest.mark.parametrize("backend", sorted(STORES))
+def test_ctrl_c_interrupts_a_blocking_read_from_a_stalled_server(server: HostileServer, backend: str) -> None:
+    """A read without an event loop (obstore's blocking calls, which return only with their
+    request) still gives way to Ctrl-C at once on the main thread, not after the timeouts."""
+    assert threading.current_thread() is threading.main_thread()
+    patient = {**OPTIONS, "timeout": 30, "max_retries": 0}
+    store = (store_from_url(server.url, mode="r", storage_options=patient) if backend == "http" else
+             store_from_url("s3://bucket", mode="r", storage_options={"endpoint": server.url, "anonymous": True, **patient}))
+    server.mode = "stall-head"
+
+    def interrupted(signum: int, frame: object) -> None:
+        raise _Interrupted
+
+    previous = signal.signal(signal.SIGINT, interrupted)
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    t0 = time.monotonic()
+    try:
+        timer.start()
+        with pytest.raises(_Interrupted):
+            run_inline(store.get(KEY, RangeBR(100, 1100)))
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, previous)
+    assert time.monotonic() - t0 < 5
+
+
 _RSS_PROBE = r'''
 import json, resource, sys, time
 sys.path.insert(0, sys.argv[1])
 from test_hostile_http import HostileServer, KEY, OPTIONS
+from shardstore._aio import run_inline
 from shardstore._sync import sync
 from shardstore.store import RangeBR, store_from_url
 s = HostileServer(); s.mode = sys.argv[2]

@@ -28,10 +28,11 @@ import random
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._aio import gather, inline_now, sleep
+from .._sync import io_pool
 from ..config import IOConfig
 from ..errors import StoreError, UnsupportedFeatureError
 from ._keys import validate_key
@@ -46,6 +47,8 @@ else:
 
 __all__ = ["HTTPStore", "ObjectStoreBase", "RangeCache", "import_obstore", "make_client_options", "retry_config"]
 
+
+T = TypeVar("T")
 
 #: what a user installs when obstore is missing
 INSTALL_HINT = "pip install 'shardstore[remote]'  (or: pip install obstore)"
@@ -96,7 +99,25 @@ def _first_line(e: BaseException) -> str:
 def _status(e: BaseException, code: int) -> bool:
     """Whether an obstore error reports HTTP status ``code`` (it has no status attribute)."""
     text = str(e)
-    return f"status code: {code}" in text or f"status: {code}," in text or f" {code} " in text.splitlines()[0]
+    first = text.partition("\n")[0]
+    return f"status code: {code}" in text or f"status: {code}," in text or f" {code} " in first
+
+
+def _blocking(fn: Callable[..., T], *args: Any) -> T:
+    """One of obstore's blocking calls, from a thread that may block: right here, except on
+    the main thread, which waits for it on an I/O thread instead. obstore's blocking calls
+    return only when their request does, so Ctrl-C would wait out the request's timeouts
+    (minutes, with retries, against a server that stalls); a wait for a thread's result is
+    interrupted at once. (The hand-off costs ~0.1 ms of CPU, a fifth of the request.)"""
+    if threading.current_thread() is threading.main_thread():
+        return io_pool().submit(fn, *args).result()
+    return fn(*args)
+
+
+def _get_now(client: Any, path: str, options: dict[str, Any]) -> tuple[Any, Any, tuple[int, int]]:
+    """A blocking GET: (body, the reply's metadata, the byte range it holds)."""
+    result = import_obstore().get(client, path, options=options)
+    return result.bytes(), result.meta, result.range
 
 
 def _is_body_error(e: BaseException) -> bool:
@@ -243,7 +264,7 @@ class ObjectStoreBase(Store):
         obs = import_obstore()
         try:
             if inline_now():
-                return obs.head(self._client, self._path(key))
+                return _blocking(obs.head, self._client, self._path(key))
             async with self._limit():
                 return await obs.head_async(self._client, self._path(key))
         except (FileNotFoundError, obs.exceptions.NotFoundError):
@@ -258,8 +279,7 @@ class ObjectStoreBase(Store):
         this loop's bound on requests in flight."""
         obs = import_obstore()
         if inline_now():
-            result = obs.get(self._client, path, options=options)
-            return result.bytes(), result.meta, result.range
+            return _blocking(_get_now, self._client, path, options)
         async with self._limit():
             result = await obs.get_async(self._client, path, options=options)
             body = await result.bytes_async()
@@ -276,7 +296,7 @@ class ObjectStoreBase(Store):
         through the loop)."""
         obs = import_obstore()
         try:
-            head = obs.head(self._client, self._path(key))
+            head = _blocking(obs.head, self._client, self._path(key))
         except (FileNotFoundError, obs.exceptions.NotFoundError):
             head = None
         except Exception as e:
