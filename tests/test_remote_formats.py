@@ -304,6 +304,51 @@ def test_one_chunk_reads_run_without_an_event_loop(
     assert len(looped) == 1
 
 
+def test_generations_of_held_units_are_asked_while_the_others_are_fetched(
+    seaweedfs_proxy: tuple[SeaweedFS, CountingProxy], fmt: RemoteFormat, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cached read touching a unit (shard, or chunk) whose chunks the decoded-chunk cache
+    holds and one it does not: the first one's HEAD goes out while the other's chunks are
+    fetched (one round trip, not two), and a rewrite of the held unit by another handle is
+    still seen (its chunks then fetched after all). Stores without tagged reads (precomputed's
+    chunk files and uint64 shards) ask every unit first, as before."""
+    from shardstore.core import io as core_io
+
+    server, proxy = seaweedfs_proxy
+    url, opts = _url(server, fmt.name), server.storage_options()
+    data = _data(fmt)
+    a = _new(fmt, url, opts)
+    a[...] = data
+    unit = SHARD if fmt.sharded else BLOCK  # the first unit's edge along the first axis
+    rest = tuple(slice(0, CHUNK) for _ in range(data.ndim - 1))
+    held, both = (slice(0, unit), *rest), (slice(0, unit + CHUNK), *rest)
+    overlapped: list[bool] = []
+    asked_beside = core_io._asked_beside
+
+    def counting(*args: Any, **kw: Any) -> Any:
+        got = asked_beside(*args, **kw)
+        overlapped.append(got is not None)
+        return got
+
+    monkeypatch.setattr(core_io, "_asked_beside", counting)
+    for rewrite in (False, True):
+        r = shardstore.open(url, path=fmt.path, storage_options=opts,
+                            config=shardstore.IOConfig(chunk_cache_bytes=64 << 20))
+        np.testing.assert_array_equal(r[held], data[held])  # the first unit's chunks, cached
+        if rewrite:
+            a[0:CHUNK] = 7  # (every format: the first unit's first rows)
+            data[0:CHUNK] = 7
+        overlapped.clear()
+        proxy.reset()
+        np.testing.assert_array_equal(r[both], data[both])
+        if r.driver.layout.store.tagged_reads is None:  # (precomputed: asks first, see hits_now)
+            assert overlapped == [] and fmt.name.startswith("precomputed")
+            continue
+        assert overlapped == [True]
+        assert proxy.count("HEAD") == 1, proxy.requests  # the held unit's, and only that
+        assert proxy.count("GET") >= 1 + rewrite, proxy.requests  # the other unit (and the rewritten one)
+
+
 def test_format_create_and_open_take_storage_options(seaweedfs: SeaweedFS) -> None:
     opts = seaweedfs.storage_options()
     value = np.arange(10, dtype="u1")

@@ -15,7 +15,7 @@ from ..errors import NotPicklableError, ReadOnlyError, UnsupportedFeatureError
 from .attributes import Attributes
 from .chunk_cache import ChunkCache
 from .indexing import ChunkProjection, Indexer, basic_indexer, orthogonal_indexer
-from .io import hits_now, read_into, read_into_now
+from .io import Asked, hits_now, read_into, read_into_now
 from .layout import ChunkLayout, FormatDriver, fill_mask
 from .placing import empty_result
 from .streaming import stream_unit, streamed_unit
@@ -119,25 +119,32 @@ class AsyncArray:
         blocking requests (``_aio.run_inline``): its requests (a shard index, then the
         chunk) follow one another anyway, so a loop would overlap nothing, and it saves the
         loop's round trips and obstore's futures (about a third of the client CPU of a
-        one-chunk read from S3). Reads of more chunks keep the loop's concurrent requests."""
+        one-chunk read from S3). Reads of more chunks keep the loop's concurrent requests.
+        With the chunk cache, units it holds whole are asked for their versions while the
+        others' chunks are fetched (``hits_now``'s ``fetch``)."""
         layout = self._layout()
         out = empty_result(indexer.shape, layout.spec.dtype, layout.order, layout.config)
         if out.size == 0 or read_into_now(layout, indexer, out, strict=strict):
             return out
         # (listed only where a count decides something)
         listed = list(indexer) if layout.store.reads_inline and not loop_running_here() else None
-        asked = hits_now(layout, indexer if listed is None else listed, out)
-        if asked is None:
-            if listed is None or len(listed) != 1:
-                return None
-            run_inline(read_into(layout, listed, out, strict=strict))
-            return out
-        if asked[0]:
+
+        def fetch(asked: Asked) -> None:
+            if not asked[0]:
+                return
             coro = read_into(layout, (), out, strict=strict, asked=asked)
             if listed is not None and len(asked[0]) == 1:
                 run_inline(coro)
             else:
                 sync(coro, here=layout.store.runs_on_any_loop)
+
+        asked = hits_now(layout, indexer if listed is None else listed, out, fetch)
+        if asked is None:
+            if listed is None or len(listed) != 1:
+                return None
+            run_inline(read_into(layout, listed, out, strict=strict))
+            return out
+        fetch(asked)
         return out
 
     async def write(self, indexer: Indexer, value: Any) -> None:

@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ChunkCache", "Generations", "Hit", "buffers_to_keep", "bypassed", "held_at_tag", "keep_filled", "owned",
-    "take_cached", "unit_generations", "unit_generations_async",
+    "take_cached", "unit_generations", "unit_generations_async", "units_to_ask",
 ]
 
 #: chunk key -> the generation of its unit the read asked before fetching (cacheable misses)
@@ -240,7 +240,7 @@ def keep_filled(
             cache.put(key, gen, chunk)
 
 
-def _units_to_ask(
+def units_to_ask(
     layout: ChunkLayout, projections: Sequence[ChunkProjection], keys: Sequence[str], held_only: bool
 ) -> tuple[Sequence[Hashable], dict[Hashable, str]]:
     """Per projection its write unit; per unit to ask, the key to ask it with (its first
@@ -288,9 +288,9 @@ def unit_generations(
     held_only: bool = False,
 ) -> list[Hashable | None]:
     """Per projection (whose chunk key ``keys`` gives), ``generation(chunk key)`` asked once
-    per write unit (None for units not asked: see ``_units_to_ask``); with ``threads``, the
+    per write unit (None for units not asked: see ``units_to_ask``); with ``threads``, the
     units of a read that has several are asked side by side there (blocking requests)."""
-    units, first = _units_to_ask(layout, projections, keys, held_only)
+    units, first = units_to_ask(layout, projections, keys, held_only)
     ask = first.values()
     asked = threads.map(generation, ask) if threads is not None and len(ask) > 1 else map(generation, ask)
     answers = dict(zip(first, asked))
@@ -305,6 +305,6 @@ async def unit_generations_async(
     held_only: bool = False,
 ) -> list[Hashable | None]:
     """``unit_generations`` for the async runner (the units asked concurrently)."""
-    units, first = _units_to_ask(layout, projections, keys, held_only)
+    units, first = units_to_ask(layout, projections, keys, held_only)
     answers = dict(zip(first, await gather(generation(k) for k in first.values())))
     return [answers.get(unit) for unit in units]
