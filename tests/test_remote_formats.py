@@ -311,7 +311,7 @@ def test_generations_of_held_units_are_asked_while_the_others_are_fetched(
     holds and one it does not: the first one's HEAD goes out while the other's chunks are
     fetched (one round trip, not two), and a rewrite of the held unit by another handle is
     still seen (its chunks then fetched after all). Stores without tagged reads (precomputed's
-    chunk files and uint64 shards) ask every unit first, as before."""
+    uint64 shards) ask every unit first, as before."""
     from shardstore.core import io as core_io
 
     server, proxy = seaweedfs_proxy
@@ -341,12 +341,35 @@ def test_generations_of_held_units_are_asked_while_the_others_are_fetched(
         overlapped.clear()
         proxy.reset()
         np.testing.assert_array_equal(r[both], data[both])
-        if r.driver.layout.store.tagged_reads is None:  # (precomputed: asks first, see hits_now)
-            assert overlapped == [] and fmt.name.startswith("precomputed")
+        if r.driver.layout.store.tagged_reads is None:  # (uint64 shards: asks first, see hits_now)
+            assert overlapped == [] and fmt.name.startswith("precomputed-sharded")
             continue
         assert overlapped == [True]
         assert proxy.count("HEAD") == 1, proxy.requests  # the held unit's, and only that
         assert proxy.count("GET") >= 1 + rewrite, proxy.requests  # the other unit (and the rewritten one)
+
+
+def test_cloudvolume_gz_chunk_files_over_s3_take_tagged_reads(seaweedfs: SeaweedFS) -> None:
+    """Precomputed's chunk files (``<name>``, else CloudVolume's ``<name>.gz``) over S3 read
+    with the ETags of their replies (``tagged_reads``), tagged as ``checked_generation`` tells
+    (a ``.gz`` chunk: the pair of both files' tags), so the decoded-chunk cache keeps chunks
+    it fetched without asking first; a rewritten ``.gz`` gets a new tag."""
+    import gzip
+
+    from shardstore._sync import sync
+    from shardstore.formats.precomputed.gzfiles import GzipChunkFiles
+
+    store = store_from_url(_url(seaweedfs, "gz"), mode="w", storage_options=seaweedfs.storage_options())
+    files = GzipChunkFiles(store, max_size=1 << 20)
+    assert files.tagged_reads is files
+    sync(store.set_many([("a.gz", gzip.compress(b"from gz")), ("p", b"plain"), ("p.gz", gzip.compress(b"shadowed"))]))
+    keys = ["a", "p", "none"]
+    values, tags = sync(files.get_many_tagged(keys))
+    assert values == [b"from gz", b"plain", None]
+    assert tags == [sync(files.checked_generation(k)) for k in keys] and None not in tags
+    sync(store.set("a.gz", gzip.compress(b"rewritten")))
+    values, again = sync(files.get_many_tagged(["a"]))
+    assert values == [b"rewritten"] and again[0] != tags[0] and again[0] == sync(files.checked_generation("a"))
 
 
 def test_format_create_and_open_take_storage_options(seaweedfs: SeaweedFS) -> None:

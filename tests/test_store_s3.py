@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from shardstore.errors import ConflictError, ReadOnlyError, StoreError
-from shardstore.store import RangeBR, RecordingStore, Store, store_from_url
+from shardstore.store import PrefixStore, RangeBR, RecordingStore, Store, store_from_url
 from shardstore.store.base import MISSING
 from shardstore.testing import StoreTests, async_test
 
@@ -46,6 +46,22 @@ class TestS3StoreViaRecording(StoreTests):
     @pytest.fixture
     def store(self, seaweedfs: SeaweedFS) -> Store:
         return RecordingStore(make_s3(seaweedfs))
+
+
+class TestS3StoreUnderAPrefix(StoreTests):
+    """The battery through PrefixStore (a format's node below a URL): tagged reads pass
+    through it, with the prefix added to each key."""
+
+    @pytest.fixture
+    def store(self, seaweedfs: SeaweedFS) -> Store:
+        store = PrefixStore(make_s3(seaweedfs), "node/")
+        assert store.tagged_reads is store and store.versions_in_replies
+        return store
+
+
+def test_tagged_reads_do_not_pass_a_wrapper_that_counts_requests(seaweedfs: SeaweedFS) -> None:
+    recording = RecordingStore(make_s3(seaweedfs))
+    assert recording.tagged_reads is None and not recording.versions_in_replies
 
 
 # -- S3-specific behaviour ---------------------------------------------------------------------

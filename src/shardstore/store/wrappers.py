@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         OpenValue,
         SupportsCheckedGenerationSync,
         SupportsFilePath,
+        SupportsGetManyTagged,
         SupportsGetSync,
         SupportsGetTransientSync,
         SupportsOpenSync,
@@ -43,6 +44,9 @@ class _Wrapper(Store):
     #: whether the base's ``file_paths`` pass through (native readers and writers, and bcolz'
     #: empty ``data/`` directory, then use the files directly, bypassing this wrapper)
     forwards_file_paths: ClassVar[bool] = True
+    #: whether the base's tagged reads (values with the versions their replies carried) and
+    #: versioned replies pass through: a wrapper that changes values or counts requests says no
+    forwards_tagged: ClassVar[bool] = True
 
     def __init__(self, base: Store, *, read_only: bool = False) -> None:
         if not isinstance(base, Store):
@@ -160,6 +164,19 @@ class _Wrapper(Store):
     @property
     def reads_inline(self) -> bool:  # type: ignore[override]
         return self.base.reads_inline
+
+    @property
+    def versions_in_replies(self) -> bool:  # type: ignore[override]
+        return self.forwards_tagged and self.base.versions_in_replies
+
+    @property
+    def tagged_reads(self) -> SupportsGetManyTagged | None:
+        return self if self.forwards_tagged and self.base.tagged_reads is not None else None
+
+    async def get_many_tagged(self, keys: Sequence[str]) -> tuple[list[bytes | None], list[Hashable | None]]:
+        tagged = self.base.tagged_reads
+        assert tagged is not None, "called only when tagged_reads is declared"
+        return await tagged.get_many_tagged([self._full(validate_key(k)) for k in keys])
 
     async def generation(self, key: str) -> Hashable | None:
         return await self.base.generation(self._full(validate_key(key)))
@@ -326,6 +343,7 @@ class RecordingStore(_Wrapper):
     #: requests made through the synchronous protocols or to files would go unrecorded
     forwards_sync = False
     forwards_file_paths = False
+    forwards_tagged = False
 
     def __init__(self, base: Store) -> None:
         super().__init__(base)

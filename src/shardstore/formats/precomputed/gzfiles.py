@@ -21,7 +21,12 @@ from ...store.unit_checks import UnitChecks
 from ...store.wrappers import _Wrapper
 
 if TYPE_CHECKING:
-    from ...store.sync_protocols import SupportsGetSync, SupportsGetTransientSync, SupportsSetSync
+    from ...store.sync_protocols import (
+        SupportsGetManyTagged,
+        SupportsGetSync,
+        SupportsGetTransientSync,
+        SupportsSetSync,
+    )
 
 __all__ = ["GzipChunkFiles"]
 
@@ -73,6 +78,29 @@ class GzipChunkFiles(UnitChecks, _Wrapper):
                     key, br = requests[i]
                     values[i] = self._inflate(key, gz, br)
         return values
+
+    # Tagged reads (HTTP, S3: each value with the ETag of the reply that carried it), with the
+    # generation ``checked_generation`` gives: ``<name>``'s tag, or for a chunk stored as
+    # ``<name>.gz`` the pair (MISSING, the .gz's tag). (Not ``versions_in_replies``: no
+    # adapter reads ranges of these values against a version.)
+    versions_in_replies = False
+
+    @property
+    def tagged_reads(self) -> SupportsGetManyTagged | None:
+        return self if self.base.tagged_reads is not None else None
+
+    async def get_many_tagged(self, keys: Sequence[str]) -> tuple[list[bytes | None], list[Hashable | None]]:
+        tagged = self.base.tagged_reads
+        assert tagged is not None, "called only when tagged_reads is declared"
+        values, tags = await tagged.get_many_tagged(keys)
+        missing = [i for i, v in enumerate(values) if v is None]
+        if missing:
+            gzs, gz_tags = await tagged.get_many_tagged([keys[i] + GZ for i in missing])
+            for i, gz, gz_tag in zip(missing, gzs, gz_tags):
+                tags[i] = tags[i] if tags[i] != MISSING else _pair(tags[i], gz_tag)
+                if gz is not None:
+                    values[i] = self._inflate(keys[i], gz, None)
+        return values, tags
 
     # -- synchronous reads and writes: its own (the base's would miss the .gz files, and a
     # delete must remove the .gz too)
