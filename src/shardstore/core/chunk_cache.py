@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from .layout import ChunkLayout
 
 __all__ = [
-    "ChunkCache", "Generations", "Hit", "buffers_to_keep", "bypassed", "held_at_tag", "keep_filled", "owned",
+    "ChunkCache", "Generations", "Hit", "asked_generations", "buffers_to_keep", "bypassed", "held_at_tag", "keep_filled", "owned",
     "take_cached", "unit_generations", "unit_generations_async", "units_to_ask",
 ]
 
@@ -291,6 +291,14 @@ def unit_generations(
     per write unit (None for units not asked: see ``units_to_ask``); with ``threads``, the
     units of a read that has several are asked side by side there (blocking requests)."""
     units, first = units_to_ask(layout, projections, keys, held_only)
+    return asked_generations(units, first, generation, threads)
+
+
+def asked_generations(
+    units: Sequence[Hashable], first: dict[Hashable, str], generation: Callable[[str], Hashable | None],
+    threads: Executor | None = None,
+) -> list[Hashable | None]:
+    """``unit_generations`` once ``units_to_ask`` has told the units and which to ask."""
     ask = first.values()
     asked = threads.map(generation, ask) if threads is not None and len(ask) > 1 else map(generation, ask)
     answers = dict(zip(first, asked))

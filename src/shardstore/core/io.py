@@ -9,7 +9,7 @@ the event loop fetches the next groups.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING
 
@@ -26,6 +26,7 @@ from .batches import bounded, decode_chunk, group_by_unit, native_then, spread, 
 from .chunk_cache import (
     Generations,
     Hit,
+    asked_generations,
     bypassed,
     held_at_tag,
     owned,
@@ -278,38 +279,37 @@ def hits_now(
     if layout.chunk_cache is None or checks is None:
         return None
     projections = list(projections)
+    if bypassed(layout, projections):
+        return None
+    generation = checks.checked_generation_sync
     threads = io_pool(layout.config.io_threads)
     tagged = layout.store.tagged_reads is not None
-    if fetch is not None and tagged and not bypassed(layout, projections):
-        asked = _asked_beside(layout, projections, out, checks.checked_generation_sync, threads, fetch)
-        if asked is not None:
-            return asked
-    cached = _cached_part_now(layout, projections, out, checks.checked_generation_sync, threads, held_only=tagged)
-    if cached is None:
-        return None
-    rest, gens, place = cached
-    if place is not None:
-        place()
+    keys = [layout.chunk_key(p.coords) for p in projections]
+    units, first = units_to_ask(layout, projections, keys, tagged)
+    if fetch is not None and tagged and first and not all(unit in first for unit in units):
+        return _asked_beside(layout, projections, keys, units, first, out, generation, threads, fetch)
+    rest, gens, hits = take_cached(layout, projections, keys, asked_generations(units, first, generation, threads))
+    if hits:
+        _placer(hits, out, layout.config)()
     return rest, gens
 
 
 def _asked_beside(
     layout: ChunkLayout,
     projections: list[ChunkProjection],
+    keys: list[str],
+    units: Sequence[Hashable],
+    first: dict[Hashable, str],
     out: np.ndarray,
     generation: Callable[[str], Hashable | None],
     threads: Executor,
     fetch: Callable[[Asked], None],
-) -> Asked | None:
+) -> Asked:
     """``hits_now`` for a store with tagged reads and a read with units the cache holds whole
-    and others: the former's generations asked on ``threads`` while ``fetch`` gets the
-    latter's chunks (their replies' tags check any of their chunks held), then the former's
-    hits placed. What is left (chunks of units changed since they were cached) is returned;
-    None, having done nothing, for a read without both kinds of units."""
-    keys = [layout.chunk_key(p.coords) for p in projections]
-    units, first = units_to_ask(layout, projections, keys, held_only=True)
-    if not first or all(unit in first for unit in units):
-        return None
+    (``first``: those to ask, from ``units_to_ask``) and others: the former's generations
+    asked on ``threads`` while ``fetch`` gets the latter's chunks (their replies' tags check
+    any of their chunks held), then the former's hits placed. Returns what is left (chunks
+    of units changed since they were cached)."""
     asking = {unit: threads.submit(generation, key) for unit, key in first.items()}
     try:
         fetch(([p for p, unit in zip(projections, units) if unit not in asking], {}))
