@@ -254,6 +254,43 @@ def _range(a, b):
     return RangeBR(a, b)
 
 
+# --------------------------------------------------------------------------- reads racing a rewrite
+
+
+class _Replying(MemoryStore):
+    """A memory store whose versioned reads count as tags of their replies (as HTTP's and S3's
+    ETags do)."""
+
+    versions_in_replies = True
+
+
+def test_values_are_read_at_the_generation_their_spans_were_located_at(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read that located its values in one version of a shard, while another read of the
+    same adapter loaded the index of a newer one, reads them at the version it located them
+    in (then, as that is gone, again from the new index): never the old spans' bytes out of
+    the new version (the values moved there)."""
+    base = _Replying()
+    s = Uint64ShardedStore(base, spec(shard_bits=0))
+    run(s.set_many([("1", b"a" * 10), ("2", b"b" * 10)]))
+    real = Uint64ShardedStore._minishards
+    raced: list[bool] = []
+
+    async def racing(self: Uint64ShardedStore, stem: str, st, wanted: set[int]):
+        found = await real(self, stem, st, wanted)
+        if not raced:
+            raced.append(True)
+            # another handle rewrites the shard (the values move), and another read through
+            # this adapter loads its new index before the first one reads its values
+            await Uint64ShardedStore(base, self.spec).set_many([("1", b"x" * 30), ("2", b"y" * 30)])
+            (shard, m), = self.spec.locate_many([1])
+            await self._locate_shard(stem, [(0, 1, m)])
+        return found
+
+    monkeypatch.setattr(Uint64ShardedStore, "_minishards", racing)
+    assert run(s.get_many([("1", None), ("2", None)])) == [b"x" * 30, b"y" * 30]
+    assert raced == [True]
+
+
 # --------------------------------------------------------------------------- request counts
 
 

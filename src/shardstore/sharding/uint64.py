@@ -233,20 +233,29 @@ class Uint64ShardedStore(UnitChecks, Uint64Writes):
             self._cache.minis_loaded(stem, st, fetch, datas, found)
         return found
 
-    async def _locate_shard(self, stem: str, reqs: list[tuple[int, int, int]]) -> list[tuple[int, str, int, int] | None]:
-        """``(pos, key, minishard)`` requests -> ``(pos, data key, start, size)`` of those present."""
+    async def _locate_shard(
+        self, stem: str, reqs: list[tuple[int, int, int]]
+    ) -> tuple[list[tuple[int, str, int, int] | None], Hashable | None]:
+        """``(pos, key, minishard)`` requests -> ``(pos, data key, start, size)`` of those
+        present, and the shard's generation those spans hold at (``MISSING``: no shard;
+        None: the base gave none, or a legacy pair): its values are to be read at it."""
         st = await self._state(stem)
         if st.kind == "missing":
-            return [None] * len(reqs)
+            return [None] * len(reqs), MISSING
         wanted = {m for _, _, m in reqs}
         await self._load_index(stem, st, wanted)
         if st.kind == "missing":
-            return [None] * len(reqs)
+            return [None] * len(reqs), MISSING
         _, data_key, delta = self._cache.keys(stem, st)
-        found = await self._minishards(stem, st, wanted)
-        return [(pos, data_key, start, end - start) for pos, start, end in value_spans(found, reqs, delta)]
+        found = await self._minishards(stem, st, wanted)  # (read at the index's generation)
+        spans = value_spans(found, reqs, delta)
+        return [(pos, data_key, start, end - start) for pos, start, end in spans], self._read_gen(st)
 
-    async def _locate(self, keys: Sequence[int]) -> list[tuple[int, str, int, int] | None]:
+    async def _locate(
+        self, keys: Sequence[int]
+    ) -> tuple[list[tuple[int, str, int, int] | None], list[Hashable | None]]:
+        """``_locate_shard`` for ``keys`` of any shards: per key, its span (None: absent) and
+        its shard's generation."""
         by_shard: dict[int, list[tuple[int, int, int]]] = {}
         for pos, (k, (shard, m)) in enumerate(zip(keys, self.spec.locate_many(keys))):
             reqs = by_shard.get(shard)
@@ -256,11 +265,14 @@ class Uint64ShardedStore(UnitChecks, Uint64Writes):
         by_stem = {self.spec.shard_name(shard): reqs for shard, reqs in by_shard.items()}
         parts = await gather(self._locate_shard(s, r) for s, r in by_stem.items())
         out: list[tuple[int, str, int, int] | None] = [None] * len(keys)
-        for located in parts:
+        gens: list[Hashable | None] = [None] * len(keys)
+        for reqs, (located, gen) in zip(by_stem.values(), parts):
+            for pos, _, _ in reqs:
+                gens[pos] = gen
             for hit in located:
                 if hit is not None:
                     out[hit[0]] = hit
-        return out
+        return out, gens
 
     # -- reads ------------------------------------------------------------------------------
     async def _get(self, key: str, byte_range: ByteRange | None) -> bytes | None:
@@ -274,7 +286,7 @@ class Uint64ShardedStore(UnitChecks, Uint64Writes):
     ) -> list[bytes | None]:
         """Values of uint64 ``keys`` (already validated ints; optional byte range per key),
         each from one version of its shard (see the module docstring)."""
-        return await self._consistent(lambda: self._get_many_once(keys, byte_ranges), keys)
+        return (await self._consistent(lambda: self._get_many_once(keys, byte_ranges), keys))[0]
 
     async def _consistent(self, read: Callable[[], Awaitable[T]], keys: Sequence[int]) -> T:
         """``await read()``, redone (indexes read again) while a shard it reads is replaced
@@ -289,8 +301,10 @@ class Uint64ShardedStore(UnitChecks, Uint64Writes):
 
     async def _get_many_once(
         self, keys: Sequence[int], byte_ranges: Sequence[ByteRange | None] | None
-    ) -> list[bytes | None]:
-        located = await self._locate(keys)
+    ) -> tuple[list[bytes | None], list[Hashable | None]]:
+        """(values, per key the generation of its shard it was read at: the one its shard's
+        index came with, to which every later read of the shard was pinned)."""
+        located, gens = await self._locate(keys)
         gz = self.spec.data_encoding == "gzip"
         # (data key, start, end, position), sorted: file order, sequential reads
         fetch: list[tuple[str, int, int, int]] = []
@@ -305,7 +319,7 @@ class Uint64ShardedStore(UnitChecks, Uint64Writes):
                     fetch.append((data_key, r.start, r.end, pos))
         results: list[bytes | None] = [None] * len(keys)
         if not fetch:
-            return results
+            return results, gens
         fetch.sort()
         # per data file, the values of the version its indexes were read at
         by_key: dict[str, list[tuple[int, int, int]]] = {}
@@ -314,12 +328,11 @@ class Uint64ShardedStore(UnitChecks, Uint64Writes):
         stale: list[str] = []
 
         async def read_file(data_key: str, spans: list[tuple[int, int, int]]) -> None:
-            stem = data_key.rpartition(".")[0]
-            st = self._cache.peek(stem)
-            gen = None if st is None else self._read_gen(st)
-            datas = await self.base.get_ranges_at(data_key, [RangeBR(s, e) for s, e, _ in spans], gen)
+            # (the generation the spans were located at, not the cache's state now: another
+            # read may have found the shard replaced and loaded its new index meanwhile)
+            datas = await self.base.get_ranges_at(data_key, [RangeBR(s, e) for s, e, _ in spans], gens[spans[0][2]])
             if datas is None:
-                stale.append(stem)
+                stale.append(data_key.rpartition(".")[0])
                 return
             for (s, e, pos), data in zip(spans, datas):
                 br = None if byte_ranges is None else byte_ranges[pos]
@@ -328,7 +341,7 @@ class Uint64ShardedStore(UnitChecks, Uint64Writes):
         await gather(read_file(k, spans) for k, spans in by_key.items())
         if stale:
             raise ShardReplaced(stale)
-        return results
+        return results, gens
 
     # -- synchronous reads (declared when the base reads synchronously: files, memory) ------
     @property
@@ -407,7 +420,7 @@ class Uint64ShardedStore(UnitChecks, Uint64Writes):
 
     async def exists_id(self, key: int) -> bool:
         """Whether uint64 ``key`` (an already validated int) is stored."""
-        return (await self._consistent(lambda: self._locate([key]), [key]))[0] is not None
+        return (await self._consistent(lambda: self._locate([key]), [key]))[0][0] is not None
 
     # -- listing ----------------------------------------------------------------------------
     async def _shard_stems(self) -> list[str]:
