@@ -483,7 +483,13 @@ def test_s3_hits_are_checked_and_placed_without_the_event_loop(
     assert (loop_reads[0], count_decodes[0]) == (1, 9)
 
 
-@pytest.mark.parametrize("fmt", ["zarr3", "n5"])
+#: precomputed shards that are 32^3 cubes of 16^3 chunks, as the Zarr v3 ones of the test below
+#: (identity hash of the compressed Morton code: its top 3 bits, the chunk's 2x2x2 block)
+CUBE_SHARDING = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "identity", "preshift_bits": 3,
+                 "minishard_bits": 0, "shard_bits": 3, "minishard_index_encoding": "raw", "data_encoding": "raw"}
+
+
+@pytest.mark.parametrize("fmt", ["zarr3", "n5", "precomputed-sharded"])
 @pytest.mark.parametrize("runner", ["sync", "async"])
 def test_s3_chunks_the_cache_holds_nothing_of_are_fetched_without_a_head(
     seaweedfs: SeaweedFS, monkeypatch: pytest.MonkeyPatch, count_decodes: list[int], fmt: str, runner: str
@@ -496,17 +502,22 @@ def test_s3_chunks_the_cache_holds_nothing_of_are_fetched_without_a_head(
 
     url, opts = seaweedfs.url(f"tags-{uuid.uuid4().hex[:10]}"), seaweedfs.storage_options()
     vol = _vol()
+    path = None
     if fmt == "zarr3":
         a = shardstore.zarr3.create(url, storage_options=opts, shape=VOL_SHAPE, dtype="uint16", chunks=(16, 16, 16),
                                     shards=(32, 32, 32))
         units = 8
+    elif fmt == "precomputed-sharded":
+        a = shardstore.precomputed.create(url, storage_options=opts, data_type="uint16", scales=[
+            {"size": list(VOL_SHAPE), "chunk_size": [16, 16, 16], "sharding": CUBE_SHARDING}])
+        units = 8
     else:
+        path = "d"
         a = shardstore.n5.create(url, "d", storage_options=opts, shape=VOL_SHAPE, dtype="uint16", block_size=(16, 16, 16),
                                  compression={"type": "gzip", "level": 1})
         units = 27
-    a[...] = vol
-    reader = shardstore.open(url, path=None if fmt == "zarr3" else "d", storage_options=opts,
-                             config=shardstore.IOConfig(chunk_cache_bytes=16 * MIB))
+    a[...] = _view(a, vol)
+    reader = shardstore.open(url, path=path, storage_options=opts, config=shardstore.IOConfig(chunk_cache_bytes=16 * MIB))
     assert reader.driver.layout.store.tagged_reads is not None
     heads: list[str] = []
     real_sync, real_async = S3Store.checked_generation_sync, S3Store.checked_generation
@@ -518,7 +529,8 @@ def test_s3_chunks_the_cache_holds_nothing_of_are_fetched_without_a_head(
     monkeypatch.setattr(S3Store, "checked_generation_sync", lambda self, key: heads.append(key) or real_sync(self, key))
     monkeypatch.setattr(S3Store, "checked_generation", counted_async)
     def read(sel: tuple[slice, ...]) -> np.ndarray:
-        return reader[sel] if runner == "sync" else asyncio.run(reader._async.getitem(sel))
+        got = reader[sel] if runner == "sync" else asyncio.run(reader._async.getitem(sel))
+        return got[..., 0] if reader.ndim == 4 else got
 
     box = np.s_[3:45, 3:45, 3:45]  # 27 chunks
     count_decodes[0] = 0
@@ -529,16 +541,16 @@ def test_s3_chunks_the_cache_holds_nothing_of_are_fetched_without_a_head(
     # another handle rewrites chunks the cache holds, in shards (z 32-63) whose other chunks a
     # wider read then fetches: those units are asked nothing, and their replies' tags refuse
     # the held chunks' old versions
-    a[20:30, 20:30, 40:46] = 7
+    a[20:30, 20:30, 40:46] = 7  # (precomputed: every channel)
     vol[20:30, 20:30, 40:46] = 7
     del heads[:]
     count_decodes[0] = 0
     wider = np.s_[3:45, 3:45, 3:60]  # 36 chunks, 9 not held, 1 held rewritten
     np.testing.assert_array_equal(read(wider), vol[wider])
-    # zarr3: the 4 shards at z 0-31 hold every chunk asked (asked), the 4 at z 32-63 not, and
-    # the rewritten one's 4 held chunks are all of its old version; N5: one HEAD per held
-    # chunk file (27), the 9 others fetched at once, and the rewritten file's chunk
-    assert (len(heads), count_decodes[0]) == ((4, 9 + 4) if fmt == "zarr3" else (27, 9 + 1))
+    # shards (zarr3, precomputed): the 4 at z 0-31 hold every chunk asked (asked), the 4 at
+    # z 32-63 not, and the rewritten one's 4 held chunks are all of its old version; N5: one
+    # HEAD per held chunk file (27), the 9 others fetched at once, and the rewritten file's chunk
+    assert (len(heads), count_decodes[0]) == ((27, 9 + 1) if fmt == "n5" else (4, 9 + 4))
     a[20:30, 20:30, 20:30] = 5  # a rewrite of units every chunk of which is held
     vol[20:30, 20:30, 20:30] = 5
     np.testing.assert_array_equal(read(box), vol[box])

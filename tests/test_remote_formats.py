@@ -310,8 +310,8 @@ def test_generations_of_held_units_are_asked_while_the_others_are_fetched(
     """A cached read touching a unit (shard, or chunk) whose chunks the decoded-chunk cache
     holds and one it does not: the first one's HEAD goes out while the other's chunks are
     fetched (one round trip, not two), and a rewrite of the held unit by another handle is
-    still seen (its chunks then fetched after all). Stores without tagged reads (precomputed's
-    uint64 shards) ask every unit first, as before."""
+    still seen (its chunks then fetched after all). Every format's store takes tagged reads
+    over S3 (precomputed's uint64 shards: the tag of the reply their index came in)."""
     from shardstore.core import io as core_io
 
     server, proxy = seaweedfs_proxy
@@ -341,9 +341,7 @@ def test_generations_of_held_units_are_asked_while_the_others_are_fetched(
         overlapped.clear()
         proxy.reset()
         np.testing.assert_array_equal(r[both], data[both])
-        if r.driver.layout.store.tagged_reads is None:  # (uint64 shards: asks first, see hits_now)
-            assert overlapped == [] and fmt.name.startswith("precomputed-sharded")
-            continue
+        assert r.driver.layout.store.tagged_reads is not None
         assert overlapped == [True]
         assert proxy.count("HEAD") == 1, proxy.requests  # the held unit's, and only that
         assert proxy.count("GET") >= 1 + rewrite, proxy.requests  # the other unit (and the rewritten one)

@@ -254,14 +254,41 @@ def _range(a, b):
     return RangeBR(a, b)
 
 
-# --------------------------------------------------------------------------- reads racing a rewrite
+# --------------------------------------------------------------------------- tagged reads
 
 
 class _Replying(MemoryStore):
     """A memory store whose versioned reads count as tags of their replies (as HTTP's and S3's
-    ETags do)."""
+    ETags do): the adapter over it declares tagged reads."""
 
     versions_in_replies = True
+
+
+def test_tagged_reads_give_each_value_the_generation_of_its_shard() -> None:
+    """``get_many_tagged`` (the decoded-chunk cache's reads that need no HEAD first): each
+    value with its shard's generation, as ``checked_generation`` tells it (``MISSING`` for a
+    shard not there, the shard's for a key absent from it); a rewritten shard's values come
+    with its new one. Declared only over a base whose replies carry versions."""
+    from shardstore.store.base import MISSING
+
+    assert Uint64ShardedStore(MemoryStore(), spec()).tagged_reads is None
+    s = Uint64ShardedStore(_Replying(), spec(shard_bits=2))
+    assert s.tagged_reads is s
+    stored = [str(k * 7919) for k in range(6)]
+    run(s.set_many([(k, b"v" + k.encode()) for k in stored]))
+    absent = [str(k * 7919) for k in range(6, 60)]
+    keys = stored + absent
+    values, tags = run(s.get_many_tagged(keys))
+    assert values == [b"v" + k.encode() for k in stored] + [None] * len(absent)
+    assert tags == [run(s.checked_generation(k)) for k in keys]
+    assert MISSING in tags and len({t for t in tags if t is not MISSING}) > 1  # (shards missing and present)
+    run(s.set(stored[0], b"new"))
+    again, new_tags = run(s.get_many_tagged(keys))
+    assert again[0] == b"new" and again[1:] == values[1:]
+    assert new_tags == [run(s.checked_generation(k)) for k in keys]
+    shard = s.shard_file(int(stored[0]))
+    changed = [t != u for t, u in zip(tags, new_tags)]
+    assert changed == [s.shard_file(int(k)) == shard for k in keys]
 
 
 def test_values_are_read_at_the_generation_their_spans_were_located_at(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,12 +15,12 @@ no later read matches (generations never repeat). Stores that cannot give a gene
 cheaply are asked with ``Store.checked_generation``: HTTP and S3 answer with a HEAD per unit
 and read call (the async runner asks its units concurrently), so a hit costs one small
 request instead of a ranged GET and a decode; stores that cannot tell at all are not cached.
-Stores with tagged reads (``Store.tagged_reads``: HTTP, S3 and Zarr shards over them) are
-asked only about units all of whose chunks a read wants the cache holds: the others' chunks
-are fetched at once and kept under the generation their own replies carry (a GET's ETag, or
-the one a shard's index came with, to which its chunk reads are pinned by ``If-Match``), and
-that generation checks the held chunks of their unit (``held_at_tag``): a read that is not
-all hits costs no HEAD before its GETs.
+Stores with tagged reads (``Store.tagged_reads``: HTTP, S3, and Zarr and precomputed shards
+over them) are asked only about units all of whose chunks a read wants the cache holds: the
+others' chunks are fetched at once and kept under the generation their own replies carry (a
+GET's ETag, or the one a shard's index came with, to which its chunk reads are pinned by
+``If-Match``), and that generation checks the held chunks of their unit (``held_at_tag``): a
+read that is not all hits costs no HEAD before its GETs.
 
 Reads of more chunk bytes than the budget holds (a whole-volume read of a large volume)
 bypass the cache entirely: they would only evict themselves, along with what smaller reads

@@ -23,7 +23,9 @@ legacy ``<hex>.index`` + ``<hex>.data`` pairs, whose concatenation is a ``.shard
   (``SyncReads``) open the shard file once and read everything from that open version
   (``Store.sync_opens``: files, memory); otherwise the shard's generation is compared again
   after the values are read, or the values are read with ``If-Match`` on the ETag the index
-  was read at (S3), and a shard replaced in between is read again.
+  was read at (S3), and a shard replaced in between is read again. Over such a base
+  (``versions_in_replies``) reads also come tagged with that generation (``tagged_reads``),
+  so the decoded-chunk cache keeps what it fetched without asking the shard's generation first.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ if TYPE_CHECKING:
         SpanReader,
         SupportsFileSpans,
         SupportsGetManySync,
+        SupportsGetManyTagged,
         SupportsGetSync,
         UnitReads,
     )
@@ -287,6 +290,20 @@ class Uint64ShardedStore(UnitChecks, Uint64Writes):
         """Values of uint64 ``keys`` (already validated ints; optional byte range per key),
         each from one version of its shard (see the module docstring)."""
         return (await self._consistent(lambda: self._get_many_once(keys, byte_ranges), keys))[0]
+
+    @property
+    def tagged_reads(self) -> SupportsGetManyTagged | None:
+        # (a shard's generation is the base's tag of the reply its index came in, to which its
+        # minishard index and value reads are pinned: only a base whose versioned reads take
+        # it from the reply can give it)
+        return self if self.base.versions_in_replies else None
+
+    async def get_many_tagged(self, keys: Sequence[str]) -> tuple[list[bytes | None], list[Hashable | None]]:
+        """Values, each with the generation of its shard that its index was read at (the
+        reads of its minishard index and value are pinned to it: ``get_ranges_at``); None
+        where the base gave none, or for a legacy ``.index`` + ``.data`` pair (two files)."""
+        ids = [parse_uint64_key(k) for k in keys]
+        return await self._consistent(lambda: self._get_many_once(ids, None), ids)
 
     async def _consistent(self, read: Callable[[], Awaitable[T]], keys: Sequence[int]) -> T:
         """``await read()``, redone (indexes read again) while a shard it reads is replaced
