@@ -206,6 +206,41 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
             yield c
 
 
+def _thread_stacks() -> dict[str, str]:
+    """Every thread's stack in this process (run in the workers by ``_on_cluster``)."""
+    import sys
+    import threading
+    import traceback
+
+    names = {t.ident: t.name for t in threading.enumerate()}
+    return {f"{names.get(i, '?')} ({i})": "".join(traceback.format_stack(f)) for i, f in sys._current_frames().items()}
+
+
+#: how long one step of ``_round_trip_on_cluster`` may take (each takes a few seconds)
+STEP_SECONDS = 90
+
+
+def _on_cluster(client: Any, step: str, run: Callable[[], Any]) -> Any:
+    """``run()`` (a computation on the cluster), failing after ``STEP_SECONDS`` with every
+    worker thread's stack and the tasks running: a step that hangs says where it waits
+    (once, a write step outlived the test's 300 s timeout, which shows only this process)."""
+    import concurrent.futures
+
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    pending = pool.submit(run)
+    try:
+        return pending.result(timeout=STEP_SECONDS)
+    except concurrent.futures.TimeoutError:
+        stacks = client.run(_thread_stacks, wait=True)
+        tasks = client.call_stack()
+        lines = [f"step {step!r} still runs after {STEP_SECONDS} s; tasks running: {tasks!r}"]
+        for worker, threads in stacks.items():
+            lines += [f"--- worker {worker}"] + [f"thread {name}:\n{stack}" for name, stack in threads.items()]
+        pytest.fail("\n".join(lines))
+    finally:
+        pool.shutdown(wait=False)
+
+
 def _round_trip_on_cluster(client: Any, where: str, opts: dict[str, Any] | None) -> None:
     so = {"storage_options": opts} if opts else {}
     data = _data((64, 48))
@@ -213,20 +248,42 @@ def _round_trip_on_cluster(client: Any, where: str, opts: dict[str, Any] | None)
     # shardstore.dask.store: one task per shard, in worker processes
     a = shardstore.zarr3.create(f"{where}/planned", shape=data.shape, dtype=data.dtype, chunks=(8, 8),
                                 shards=(32, 24), **so)
-    assert store(x, a, scheduler=client) == 4
+    assert _on_cluster(client, "store", lambda: store(x, a, scheduler=client)) == 4
     np.testing.assert_array_equal(shardstore.open(f"{where}/planned", **so)[...], data)
     # to_dask / da.from_array reads run in the workers (the array pickles as its URL)
-    assert (to_dask(a) == x).all().compute(scheduler=client)
-    assert int(da.from_array(a, chunks=(10, 10)).sum().compute(scheduler=client)) == int(data.sum())
+    assert _on_cluster(client, "to_dask", lambda: (to_dask(a) == x).all().compute(scheduler=client))
+    total = _on_cluster(client, "from_array", lambda: da.from_array(a, chunks=(10, 10)).sum().compute(scheduler=client))
+    assert int(total) == int(data.sum())
     # da.store with misaligned chunks, lock=False: tasks merge into the same shards, exactly
     b = shardstore.zarr3.create(f"{where}/merged", shape=data.shape, dtype=data.dtype, chunks=(8, 8),
                                 shards=(32, 24), **so)
-    da.store(x, b, lock=False, scheduler=client)
+    _on_cluster(client, "da.store", lambda: da.store(x, b, lock=False, scheduler=client))
     np.testing.assert_array_equal(shardstore.open(f"{where}/merged", **so)[...], data)
+
     # to_shardstore on the cluster (the default client is not set: pass it through dask.config)
-    with dask.config.set(scheduler=client):
-        to_shardstore(x.T, f"{where}/created", chunks=(8, 8), shards=(16, 16), **so)
+    def created() -> None:
+        with dask.config.set(scheduler=client):
+            to_shardstore(x.T, f"{where}/created", chunks=(8, 8), shards=(16, 16), **so)
+
+    _on_cluster(client, "to_shardstore", created)
     np.testing.assert_array_equal(shardstore.open(f"{where}/created", **so)[...], data.T)
+
+
+def test_a_step_that_hangs_on_the_cluster_fails_with_the_workers_stacks(client: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The diagnostic of ``_on_cluster`` itself: a task that sleeps past the step's limit."""
+    import sys
+
+    monkeypatch.setattr(sys.modules[__name__], "STEP_SECONDS", 2)
+    sleeping = client.submit(_sleeping, 5, pure=False)
+    with pytest.raises(pytest.fail.Exception, match=r"(?s)step 'sleep' still runs after 2 s.*--- worker.*in _sleeping"):
+        _on_cluster(client, "sleep", sleeping.result)
+    sleeping.result()  # (the workers are free again for the tests after this one)
+
+
+def _sleeping(seconds: float) -> None:
+    import time
+
+    time.sleep(seconds)
 
 
 def test_cluster_local_files(client: Any, tmp_path: Path) -> None:
