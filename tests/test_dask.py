@@ -270,20 +270,28 @@ def _round_trip_on_cluster(client: Any, where: str, opts: dict[str, Any] | None)
 
 
 def test_a_step_that_hangs_on_the_cluster_fails_with_the_workers_stacks(client: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The diagnostic of ``_on_cluster`` itself: a task that sleeps past the step's limit."""
+    """The diagnostic of ``_on_cluster`` itself: a task that waits past the step's limit (for
+    an event set once the diagnostic is checked; its limit counted from when it runs)."""
     import sys
-
-    monkeypatch.setattr(sys.modules[__name__], "STEP_SECONDS", 2)
-    sleeping = client.submit(_sleeping, 5, pure=False)
-    with pytest.raises(pytest.fail.Exception, match=r"(?s)step 'sleep' still runs after 2 s.*--- worker.*in _sleeping"):
-        _on_cluster(client, "sleep", sleeping.result)
-    sleeping.result()  # (the workers are free again for the tests after this one)
-
-
-def _sleeping(seconds: float) -> None:
     import time
 
-    time.sleep(seconds)
+    monkeypatch.setattr(sys.modules[__name__], "STEP_SECONDS", 2)
+    release = distributed.Event(f"release-{uuid.uuid4().hex[:8]}", client=client)
+    waiting = client.submit(_waiting, release.name, pure=False)
+    try:
+        deadline = time.monotonic() + 60
+        while not any(waiting.key in tasks for tasks in client.call_stack().values()):  # (it runs)
+            assert time.monotonic() < deadline, "the waiting task never started"
+            time.sleep(0.05)
+        with pytest.raises(pytest.fail.Exception, match=r"(?s)step 'wait' still runs after 2 s.*--- worker.*in _waiting"):
+            _on_cluster(client, "wait", waiting.result)
+    finally:
+        release.set()
+    waiting.result(timeout=60)  # (the workers are free again for the tests after this one)
+
+
+def _waiting(name: str) -> None:
+    distributed.Event(name).wait(timeout=120)
 
 
 def test_cluster_local_files(client: Any, tmp_path: Path) -> None:
