@@ -284,21 +284,20 @@ def unit_generations(
     projections: Sequence[ChunkProjection],
     keys: Sequence[str],
     generation: Callable[[str], Hashable | None],
-    threads: Executor | None = None,
-    held_only: bool = False,
 ) -> list[Hashable | None]:
     """Per projection (whose chunk key ``keys`` gives), ``generation(chunk key)`` asked once
-    per write unit (None for units not asked: see ``units_to_ask``); with ``threads``, the
-    units of a read that has several are asked side by side there (blocking requests)."""
-    units, first = units_to_ask(layout, projections, keys, held_only)
-    return asked_generations(units, first, generation, threads)
+    per write unit, on this thread (a store's cheap blocking generations: a ``stat``)."""
+    units, first = units_to_ask(layout, projections, keys, False)
+    return asked_generations(units, first, generation)
 
 
 def asked_generations(
     units: Sequence[Hashable], first: dict[Hashable, str], generation: Callable[[str], Hashable | None],
     threads: Executor | None = None,
 ) -> list[Hashable | None]:
-    """``unit_generations`` once ``units_to_ask`` has told the units and which to ask."""
+    """Per unit of ``units`` (each projection's), the generation ``units_to_ask`` said to ask
+    it with (None for units not asked); with ``threads``, the units of a read that has
+    several are asked side by side there (blocking requests: HEADs)."""
     ask = first.values()
     asked = threads.map(generation, ask) if threads is not None and len(ask) > 1 else map(generation, ask)
     answers = dict(zip(first, asked))

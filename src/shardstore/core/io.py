@@ -230,20 +230,17 @@ def _cached_part_now(
     projections: list[ChunkProjection],
     out: np.ndarray,
     generation: Callable[[str], Hashable | None],
-    threads: Executor | None = None,
-    held_only: bool = False,
 ) -> tuple[list[ChunkProjection], Generations, Callable[[], None] | None] | None:
-    """The decoded-chunk cache's part of a read, on this thread: the units' generations asked
-    with ``generation`` (side by side on ``threads`` when given) and the chunks held looked
-    up. Returns what is left to fetch (``Asked``) and the function that places the hits
-    into ``out`` (on a second thread too only from ``IOConfig.thread_copy_bytes`` on), to be
-    called once (None: no hits); None, having done nothing, when there is no cache or the
-    read bypasses it."""
+    """The decoded-chunk cache's part of a read from a store with blocking reads, on this
+    thread: the units' generations asked with ``generation`` and the chunks held looked up.
+    Returns what is left to fetch (``Asked``) and the function that places the hits into
+    ``out`` (on a second thread too only from ``IOConfig.thread_copy_bytes`` on), to be
+    called once (None: no hits), so that the copies overlap the fetch; None, having done
+    nothing, when the read bypasses the cache."""
     if bypassed(layout, projections):
         return None
     keys = [layout.chunk_key(p.coords) for p in projections]
-    generations = unit_generations(layout, projections, keys, generation, threads, held_only)
-    rest, gens, hits = take_cached(layout, projections, keys, generations)
+    rest, gens, hits = take_cached(layout, projections, keys, unit_generations(layout, projections, keys, generation))
     return rest, gens, _placer(hits, out, layout.config) if hits else None
 
 
@@ -288,7 +285,16 @@ def hits_now(
     units, first = units_to_ask(layout, projections, keys, tagged)
     if fetch is not None and tagged and first and not all(unit in first for unit in units):
         return _asked_beside(layout, projections, keys, units, first, out, generation, threads, fetch)
-    rest, gens, hits = take_cached(layout, projections, keys, asked_generations(units, first, generation, threads))
+    return _placed(layout, projections, keys, asked_generations(units, first, generation, threads), out)
+
+
+def _placed(
+    layout: ChunkLayout, projections: list[ChunkProjection], keys: list[str], generations: list[Hashable | None],
+    out: np.ndarray,
+) -> Asked:
+    """The chunks the cache holds at ``generations`` (per projection) placed into ``out`` now;
+    what is left to fetch."""
+    rest, gens, hits = take_cached(layout, projections, keys, generations)
     if hits:
         _placer(hits, out, layout.config)()
     return rest, gens
@@ -319,10 +325,7 @@ def _asked_beside(
         raise
     held = [i for i, unit in enumerate(units) if unit in asking]
     generations = [asking[units[i]].result() for i in held]
-    rest, gens, hits = take_cached(layout, [projections[i] for i in held], [keys[i] for i in held], generations)
-    if hits:
-        _placer(hits, out, layout.config)()
-    return rest, gens
+    return _placed(layout, [projections[i] for i in held], [keys[i] for i in held], generations, out)
 
 
 class _StoreReads:
