@@ -236,13 +236,17 @@ def test_share_now_starts_as_the_last_call_chose(last: str | None, n: int, expec
         assert memo[fn] == "inline"  # what this call's timing saw, for the next one
 
 
-@pytest.mark.parametrize("last, n", [("io", 1), ("io", 2), ("io", 5), ("codec", 2), ("codec", 5)])
-def test_meanwhile_runs_beside_the_threads_the_last_call_chose(last: str, n: int,
+@pytest.mark.parametrize("last, n, slow", [
+    ("io", 1, False), ("io", 2, False), ("io", 5, False), ("codec", 1, False), ("codec", 2, False),
+    ("codec", 5, False),
+    (None, 1, True),  # a handle's first single slow decode (zstd, gzip) beside the hits
+])
+def test_meanwhile_runs_beside_the_threads_the_last_call_chose(last: str | None, n: int, slow: bool,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """A read's other work (the cache's hits copied out) runs on the calling thread while
     the threads the last call chose work on its items, even on a single item after a
-    disk wait: ``meanwhile`` waits here for an item done by another thread, which would
-    time out if the items waited for it."""
+    disk wait or after items worth a thread: ``meanwhile`` waits here for an item done by
+    another thread, which would time out if the items waited for it."""
     monkeypatch.setattr(threads, "_RUSAGE_THREAD", 1)
     elsewhere = threading.Event()
     done: list[int] = []
@@ -256,8 +260,78 @@ def test_meanwhile_runs_beside_the_threads_the_last_call_chose(last: str, n: int
     def meanwhile() -> None:
         assert elsewhere.wait(10), "no item ran beside meanwhile"
 
-    threads.share_now(fn, list(range(n)), config=DEFAULTS, memo={fn: last}, meanwhile=meanwhile)
+    memo: dict = {} if last is None else {fn: last}
+    threads.share_now(fn, list(range(n)), config=DEFAULTS, memo=memo, meanwhile=meanwhile, slow=slow)
     assert sorted(done) == list(range(n))
+
+
+@pytest.mark.parametrize("n, expect", [(2, "codec"), (3, "codec")])
+def test_a_call_too_small_to_share_remembers_what_its_items_are_worth(
+    n: int, expect: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two slow decodes (1 ms each) run on this thread, the second after the first was timed:
+    nothing is left to share. What the call leaves for the next one is what a call with
+    more items like them would do (the codec threads at once), not "inline": remembered
+    as "inline", the next read of three such chunks beside the cache's hits decoded its
+    first one alone before any thread helped."""
+    clock = _FakeClock()
+    monkeypatch.setattr(threads, "time", clock)
+    monkeypatch.setattr(threads, "_RUSAGE_THREAD", 1)
+    monkeypatch.setattr(threads, "_blocks_read", lambda: 0)
+    here = threading.current_thread()
+    done: list[int] = []
+    lock = threading.Lock()
+
+    def fn(batch: list) -> None:
+        for item in batch:
+            if threading.current_thread() is here:
+                clock.wall += 1e-3
+                clock.cpu += 1e-3
+            with lock:
+                done.append(item)
+
+    memo: dict = {}
+    threads.share_now(fn, list(range(n)), config=DEFAULTS, memo=memo, slow=True)
+    assert sorted(done) == list(range(n))
+    assert memo[fn] == expect
+
+
+def test_a_cached_sharded_read_decodes_its_one_miss_beside_the_hits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read of sharded zstd chunks with one chunk to fetch and others the cache holds:
+    that chunk is read and decoded on a codec thread while this thread copies the hits out
+    (the hits' copies wait here until it has started elsewhere); with nothing held, the
+    one chunk is read here."""
+    vol = np.arange(16 * 16 * 16, dtype=np.uint16).reshape(16, 16, 16)
+    a = shardstore.create(str(tmp_path / "s.zarr"), shape=vol.shape, dtype=vol.dtype, chunks=(8, 8, 8),
+                          shards=(16, 16, 16), codecs=[{"name": "bytes", "configuration": {"endian": "little"}},
+                                                       {"name": "zstd", "configuration": {"level": 1}}],
+                          config=IOConfig(chunk_cache_bytes=1 << 20))
+    a[...] = vol
+    a = shardstore.open(str(tmp_path / "s.zarr"), config=IOConfig(chunk_cache_bytes=1 << 20))
+    here = threading.get_ident()
+    scattered: list[int] = []
+    real_scatter, real_place = core_io._scatter, core_io.place_hits
+    elsewhere = threading.Event()
+
+    def scatter(batch, *args):  # type: ignore[no-untyped-def]
+        scattered.append(threading.get_ident())
+        if threading.get_ident() != here:
+            elsewhere.set()
+        return real_scatter(batch, *args)
+
+    def place_hits(hits, out, config):  # type: ignore[no-untyped-def]
+        assert elsewhere.wait(10), "the miss did not start beside the hits"
+        return real_place(hits, out, config)
+
+    monkeypatch.setattr(core_io, "_scatter", scatter)
+    monkeypatch.setattr(core_io, "place_hits", place_hits)
+    np.testing.assert_array_equal(a[0:8, 0:8, 0:8], vol[0:8, 0:8, 0:8])  # one chunk, none held
+    assert scattered == [here]
+    scattered.clear()
+    np.testing.assert_array_equal(a[0:8, 0:8, 0:16], vol[0:8, 0:8, 0:16])  # one held, one to fetch
+    assert len(scattered) == 1 and scattered[0] != here
 
 
 @pytest.mark.parametrize("memo", [None, {}, {"fn": "inline"}])

@@ -187,25 +187,24 @@ def read_into_now(
             held.close()
         return True
     if unit_reads is not None:
-        if place is not None:
-            place()
         # shards: each opened once at one version (its index read once), then the threads
-        # read the chunks they decode from it, so reading overlaps decoding
-        def read_units(group: list[ChunkProjection]) -> None:
+        # read the chunks they decode from it, so reading overlaps decoding; the first
+        # shard's threads start before the cache's hits are copied out
+        def read_units(group: list[ChunkProjection], meanwhile: Callable[[], None] | None) -> None:
             items = [(p, layout.chunk_key(p.coords), None) for p in group]
             units = unit_reads.open_units_sync([key for _, key, _ in items])
             try:
                 share_now(_scatter, items, layout, out, strict, units, gens, config=config, slow=pipeline.slow_decode,
-                          gil=pipeline.holds_gil, memo=layout.threads_memo)
+                          gil=pipeline.holds_gil, memo=layout.threads_memo, meanwhile=meanwhile)
             finally:
                 units.close()
 
         groups = group_by_unit(layout, projections)
         if sum(map(len, groups)) <= config.small_read_chunks:  # (as the async runner: one spread)
-            read_units([p for g in groups for p in g])
-        else:
-            for g in groups:
-                read_units(g)
+            groups = [[p for g in groups for p in g]]
+        for g in groups:
+            read_units(g, place)
+            place = None
         return True
 
     chunks = _StoreReads(reads, layout.store.transient_reads)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, wait
 from typing import Any
 
 from .._sync import codec_pool, codec_pool_size, io_pool
@@ -174,6 +173,16 @@ def threads_for(
     return "io" if waiting else "codec"
 
 
+def _hint(config: IOConfig, took: float, waited: float, n_rest: int, kinds: tuple[bool, ...]) -> str:
+    """What a call's first item says the next call's items should run on (``share_now``'s
+    ``memo``): as for a call with at least two more items like it. A call with one more
+    item keeps it inline only because there is nothing to share; remembered as "inline",
+    it made the next call of a few 1 ms zstd chunks beside the cache's hits decode its
+    first chunk alone before any thread helped (a 100^3 read with 3 of 27 chunks missing:
+    3.8 ms, tensorstore 2.5)."""
+    return threads_for(config, took, waited, max(n_rest, 2), *kinds)
+
+
 def share_now(
     fn: Callable[..., Any],
     items: list,
@@ -215,9 +224,10 @@ def share_now(
         last = "codec"
     kinds = (writes, free, slow, gil)
     if len(items) <= 1:
-        if items and meanwhile is not None and last == "io" and not writes:
-            # (the last call waited on the disk: this item's read goes on while ``meanwhile`` runs)
-            run_beside(io_pool(config.io_threads).submit(fn, items, *args), meanwhile)
+        if items and meanwhile is not None and not writes and (last in ("io", "codec") or (last is None and slow)):
+            # (the last call waited on the disk, or its items were worth a thread, or this is
+            # a slow decode: it goes on in a pool thread while ``meanwhile`` runs here)
+            run_shared(fn, items, args, last or "codec", None, kinds, config, meanwhile)
             return
     elif (len(items) > 2 or meanwhile is not None) and (
         last == "codec" or (last == "io" and not writes and _RUSAGE_THREAD is not None)
@@ -234,25 +244,14 @@ def share_now(
         return
     took, cpu, read = _timed(fn, items[:1], args)
     rest = items[1:]
-    how = threads_for(config, took, _storage_wait(took, cpu, read, writes), len(rest), *kinds)
+    waited = _storage_wait(took, cpu, read, writes)
+    how = threads_for(config, took, waited, len(rest), *kinds)
     if memo is not None:
-        memo[fn] = how
+        memo[fn] = _hint(config, took, waited, len(rest), kinds)
     if how == "inline":
         fn(rest, *args)
         return
     run_shared(fn, rest, args, how, None, kinds, config)
-
-
-def run_beside(future: Future, work: Callable[[], Any]) -> None:
-    """``work()`` here while ``future`` runs; returns once both are done (the first error
-    raised, ``work``'s first)."""
-    try:
-        work()
-    except BaseException:
-        if not future.cancel():
-            wait([future])  # (it writes into the same output: done before the error leaves)
-        raise
-    future.result()
 
 
 def run_shared(
@@ -265,7 +264,10 @@ def run_shared(
     here once the pool threads are started."""
     waiting = how == "io"
     io_reads = config.io_reads_in_flight
-    workers = min(io_reads if waiting else codec_pool_size(config.codec_threads), len(items))
+    # (without ``memo`` this thread runs ``meanwhile`` before it takes any item: one more
+    # pool thread then, so that every item can start at once)
+    ahead = meanwhile is not None and memo is None
+    workers = min(io_reads if waiting else codec_pool_size(config.codec_threads), len(items) + ahead)
     pool = io_pool(config.io_threads) if waiting else codec_pool(config.codec_threads)
     feed = Feed(items, workers, config.feed_takes, fn, args)
     futures = [pool.submit(feed.drain) for _ in range(workers - 1)]
@@ -277,7 +279,7 @@ def run_shared(
         if first and memo is not None:
             took, cpu, read = _timed(fn, first, args)
             waited = _storage_wait(took, cpu, read, writes=kinds[0]) / len(first)
-            memo[fn] = now = threads_for(config, took / len(first), waited, len(items) - 1, *kinds)
+            memo[fn] = now = _hint(config, took / len(first), waited, len(items) - 1, kinds)
             if now == "io" and not waiting:  # the data went cold since: more reads in flight
                 futures += [io_pool(config.io_threads).submit(feed.drain) for _ in range(io_reads - workers)]
         feed.drain()
