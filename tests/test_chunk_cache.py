@@ -371,40 +371,6 @@ def test_a_sharded_read_asks_each_shards_generation_once(monkeypatch: pytest.Mon
     assert len(asked) == 8
 
 
-@pytest.mark.parametrize("copy_bytes", [0, 8 * MIB])
-def test_copies_of_a_few_hits_stay_on_the_calling_thread(monkeypatch: pytest.MonkeyPatch, copy_bytes: int) -> None:
-    """Waking a pool thread for the copies of a small read of cached chunks cost more than it
-    saved (100^3 reads of 64^3 chunks: 406 us shared, 302 us on one thread): hits go to the
-    threads only from ``IOConfig.thread_copy_bytes`` of copies on."""
-    store = shardstore.MemoryStore()
-    create, _ = _make("zarr3-sharded", store)
-    vol = _vol()
-    create()[...] = vol
-    config = shardstore.IOConfig(chunk_cache_bytes=16 * MIB, thread_copy_bytes=copy_bytes, free_thread_work_seconds=0)
-    a = shardstore.open(store, mode="r", config=config)
-    box = _box(a, 5, 40)  # 27 chunks of 8 KiB
-    a[box]
-    shared: list[object] = []
-    copiers: set[int] = set()
-    real_share, real_place = io.share_now, io.place_hits
-
-    def share(fn: Callable[..., object], *args: object, **kwargs: object) -> None:
-        shared.append(fn)
-        real_share(fn, *args, **kwargs)  # type: ignore[arg-type]
-
-    def place(*args: object) -> list:
-        copiers.add(threading.get_ident())
-        return real_place(*args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(io, "share_now", share)
-    monkeypatch.setattr(io, "place_hits", place)
-    np.testing.assert_array_equal(a[box], vol[box])
-    if copy_bytes:
-        assert shared == [] and copiers == {threading.get_ident()}
-    else:
-        assert shared == [place]
-
-
 class NoGenerations(shardstore.MemoryStore):
     """A store that cannot tell a generation cheaply (as HTTP and S3 answer)."""
 

@@ -1,6 +1,7 @@
-"""Copies of cached chunks into a read's result (``core/placing.py``): large results get the
-native kernel's streaming stores (``_rawio.place_boxes``) and a 64-byte-aligned allocation,
-with the same values NumPy's copies give, for every format's memory order and any selection."""
+"""Copies of cached chunks into a read's result (``core/placing.py``): the native kernel's
+(``_rawio.place_boxes``), shared with its helper thread when large enough, with streaming stores
+and a 64-byte-aligned allocation for large results, and the same values NumPy's copies give,
+for every format's memory order and any selection."""
 
 from __future__ import annotations
 
@@ -58,15 +59,16 @@ def _make(fmt: str, runner: Runner = "blocking") -> tuple[Callable[..., shardsto
 
 
 @pytest.fixture
-def kernel_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, bool]]:
-    """(jobs, stream) of every ``_rawio.place_boxes`` call."""
-    calls: list[tuple[int, bool]] = []
+def kernel_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, bool, bool]]:
+    """(jobs, stream, helper) of every ``_rawio.place_boxes`` call."""
+    calls: list[tuple[int, bool, bool]] = []
     real = placing._rawio
 
     class Counting:
-        def place_boxes(self, out: Any, shape: Any, dims: Any, itemsize: int, jobs: list, stream: bool) -> None:
-            calls.append((len(jobs), stream))
-            real.place_boxes(out, shape, dims, itemsize, jobs, stream)
+        def place_boxes(self, out: Any, shape: Any, dims: Any, itemsize: int, jobs: list, stream: bool,
+                        helper: bool = False) -> None:
+            calls.append((len(jobs), stream, helper))
+            real.place_boxes(out, shape, dims, itemsize, jobs, stream, helper)
 
     if real is not None:
         monkeypatch.setattr(placing, "_rawio", Counting())
@@ -80,7 +82,7 @@ FORMATS = ["zarr3", "n5", "precomputed"]
 @pytest.mark.parametrize("runner", RUNNERS)
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_streamed_copies_of_cached_chunks_give_numpys_values(fmt: str, runner: Runner,
-                                                            kernel_calls: list[tuple[int, bool]]) -> None:
+                                                            kernel_calls: list[tuple[int, bool, bool]]) -> None:
     reopen, vol = _make(fmt, runner)
     c = reopen()
     selections: list[tuple[Any, ...]] = [
@@ -93,7 +95,7 @@ def test_streamed_copies_of_cached_chunks_give_numpys_values(fmt: str, runner: R
         again = c[sel]  # all hits
         np.testing.assert_array_equal(first, vol[sel])
         np.testing.assert_array_equal(again, vol[sel])
-    assert kernel_calls and all(stream for _, stream in kernel_calls)
+    assert kernel_calls and all(stream for _, stream, _ in kernel_calls)
 
 
 @needs_native
@@ -114,7 +116,7 @@ def test_large_results_are_line_aligned_and_in_the_formats_order(fmt: str) -> No
 @pytest.mark.parametrize("runner", RUNNERS)
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_chunks_decoded_by_the_generic_path_are_streamed_into_large_results(
-    fmt: str, runner: Runner, kernel_calls: list[tuple[int, bool]]
+    fmt: str, runner: Runner, kernel_calls: list[tuple[int, bool, bool]]
 ) -> None:
     """Without the cache too (memory, and HTTP/S3 on the async runner: no native reader of
     files), each decoded chunk goes into a large result by the kernel's streaming stores."""
@@ -123,23 +125,110 @@ def test_chunks_decoded_by_the_generic_path_are_streamed_into_large_results(
     for sel in [(slice(None),) * 3, (slice(5, 40), slice(3, 35), slice(1, 74)), (3, slice(None), slice(2, 70, 3))]:
         sel = sel + (slice(None),) * (vol.ndim - 3)
         np.testing.assert_array_equal(c[sel], vol[sel])
-    assert kernel_calls and all(stream for _, stream in kernel_calls)
+    assert kernel_calls and all(stream for _, stream, _ in kernel_calls)
 
 
 @needs_native
-def test_results_below_the_threshold_are_copied_by_numpy(kernel_calls: list[tuple[int, bool]]) -> None:
+def test_results_below_the_threshold_are_copied_without_streaming_stores(
+    kernel_calls: list[tuple[int, bool, bool]]
+) -> None:
     reopen, vol = _make("zarr3")
     c = reopen(streaming_copy_bytes=vol.nbytes + 1)
     c[...]
-    np.testing.assert_array_equal(c[...], vol)
-    assert kernel_calls == []
+    np.testing.assert_array_equal(c[...], vol)  # (all hits)
+    assert kernel_calls and not any(stream for _, stream, _ in kernel_calls)
     c = reopen(streaming_copy_bytes=vol.nbytes)
     c[...]
     np.testing.assert_array_equal(c[...], vol)
-    assert kernel_calls and kernel_calls[-1][1] is True
+    assert kernel_calls[-1][1] is True
 
 
-def test_native_false_copies_by_numpy(kernel_calls: list[tuple[int, bool]]) -> None:
+@needs_native
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_copies_of_many_hits_share_the_helper_thread(fmt: str, kernel_calls: list[tuple[int, bool, bool]]) -> None:
+    """From ``IOConfig.thread_copy_bytes`` of copies on, the kernel is asked to share them with
+    its helper thread; below it, it copies alone. The values are NumPy's either way."""
+    reopen, vol = _make(fmt)
+    for copy_bytes, helper in [(vol.nbytes + 1, False), (0, True)]:
+        c = reopen(streaming_copy_bytes=1 << 40, thread_copy_bytes=copy_bytes)
+        sel = (slice(3, 38), slice(2, 35), slice(5, 70)) + (slice(None),) * (vol.ndim - 3)
+        c[sel]
+        kernel_calls.clear()
+        np.testing.assert_array_equal(c[sel], vol[sel])  # (all hits)
+        assert kernel_calls and all(h is helper for _, _, h in kernel_calls)
+
+
+def _hit_jobs(n: int) -> tuple[np.ndarray, list[tuple[np.ndarray, list[int]]], np.ndarray]:
+    """(out, place_boxes jobs, expected): ``n`` chunks of 32^2 uint16 side by side."""
+    rng = np.random.default_rng(n)
+    chunks = [rng.integers(0, 60000, (32, 32)).astype("uint16") for _ in range(n)]
+    jobs = [(c, [0, 1, 32, 0, 0, 1, 32, 32 * i]) for i, c in enumerate(chunks)]
+    return np.zeros((32, 32 * n), dtype="uint16"), jobs, np.concatenate(chunks, axis=1)
+
+
+@needs_native
+def test_the_helper_thread_serves_one_call_at_a_time_and_others_copy_alone() -> None:
+    """Calls from several threads at once: one gets the helper, the others copy alone; every
+    result is complete (no box copied twice or left out)."""
+    import threading
+
+    from shardstore import _rawio
+
+    errors: list[BaseException] = []
+
+    def place(seed: int) -> None:
+        try:
+            for k in range(40):
+                out, jobs, expected = _hit_jobs(8 + (seed + k) % 9)
+                _rawio.place_boxes(out, (32, 32), (0, 1), 2, jobs, k % 2 == 0, True)
+                np.testing.assert_array_equal(out, expected)
+        except BaseException as e:  # (reported by the test's thread)
+            errors.append(e)
+
+    threads = [threading.Thread(target=place, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads) and errors == []
+
+
+@needs_native
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
+def test_a_forked_child_copies_with_a_helper_of_its_own() -> None:
+    """The parent's helper thread is not in a forked child: the child starts its own (it
+    would otherwise post copies to no thread, or find the helper's lock held forever)."""
+    import time
+
+    from shardstore import _rawio
+
+    out, jobs, expected = _hit_jobs(6)
+    _rawio.place_boxes(out, (32, 32), (0, 1), 2, jobs, False, True)  # (the parent's helper started)
+    pid = os.fork()
+    if pid == 0:  # the child: exit status 0 only when its copies came out whole
+        code = 1
+        try:
+            for _ in range(20):
+                o, j, e = _hit_jobs(7)
+                _rawio.place_boxes(o, (32, 32), (0, 1), 2, j, False, True)
+                code = 0 if code in (0, 1) and np.array_equal(o, e) else 2
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 60
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung in place_boxes")
+        time.sleep(0.01)
+    assert os.waitstatus_to_exitcode(status) == 0
+    np.testing.assert_array_equal(out, expected)
+
+
+def test_native_false_copies_by_numpy(kernel_calls: list[tuple[int, bool, bool]]) -> None:
     reopen, vol = _make("precomputed")
     c = reopen(native=False)
     c[...]
@@ -273,8 +362,11 @@ def test_place_hits_equals_numpys_copies(shape: tuple[int, int, int], chunk: int
         part = vol[box] if clipped else np.pad(vol[box], [(0, chunk - n) for n in vol[box].shape])
         layout = order if order != "mixed" else "CF"[sum(p.coords) % 2]
         hits.append((p, np.array(part, order=layout)))
-    placing.place_hits(hits, out, shardstore.IOConfig(streaming_copy_bytes=0))
-    np.testing.assert_array_equal(out, expected)
+    for config in [{"streaming_copy_bytes": 0}, {"streaming_copy_bytes": 1 << 40, "thread_copy_bytes": 0},
+                   {"streaming_copy_bytes": 0, "thread_copy_bytes": 0}]:
+        out[...] = -1
+        placing.place_hits(hits, out, shardstore.IOConfig(**config))
+        np.testing.assert_array_equal(out, expected)
 
 
 @needs_native
@@ -286,7 +378,7 @@ def test_hits_the_kernel_cannot_take_are_left_to_numpy() -> None:
     strided = (p, np.arange(16 * 8 * 8, dtype="int32").reshape(16, 8, 8)[::2])
     ok = (p, base)
     out = np.zeros((8, 8, 8), dtype="int32")
-    assert placing._place_natively([other_dtype, strided, ok], out) == [other_dtype, strided]
+    assert placing._place_natively([other_dtype, strided, ok], out, False, False) == [other_dtype, strided]
     np.testing.assert_array_equal(out, base)
 
 

@@ -35,6 +35,7 @@ def place_boxes(
     itemsize: int,
     jobs: Sequence[tuple[Any, Sequence[int]]],
     stream: bool,
+    helper: bool = False,
     /,
 ) -> None: ...
 def set_libdeflate(alloc_decompressor: int, free_decompressor: int, gzip_decompress_ex: int, zlib_decompress_ex: int, /) -> None: ...

@@ -67,9 +67,9 @@ class IOConfig:
     waiting_item_seconds: float = 0.2e-3
     #: reads of at least this much GIL-free work (seconds) use a second thread
     free_thread_work_seconds: float = 0.3e-3
-    #: a read's copies out of the chunk cache use a second thread from this many bytes on
-    #: (below it the hand-off and the GIL passes cost more than half the copies save)
-    thread_copy_bytes: int = 8 << 20
+    #: a read's copies out of the chunk cache share the native copy helper thread from this
+    #: many bytes on (below it the helper's wake-up costs about what it copies meanwhile)
+    thread_copy_bytes: int = 128 << 10
     #: file reads a blocking read keeps in flight when its chunks wait on the disk
     io_reads_in_flight: int = 8
     #: takes per thread of a blocking read (smaller takes balance the end better)

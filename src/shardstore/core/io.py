@@ -37,7 +37,7 @@ from .chunk_cache import (
 )
 from .indexing import ChunkProjection
 from .layout import ChunkLayout
-from .placing import copies_shared, place_chunk, place_hits, streams
+from .placing import place_chunk, place_hits, streams
 from .rawread import raw_reader
 from .spanread import span_reader, span_units
 from .threads import share_now
@@ -246,10 +246,7 @@ def _cached_part_now(
 def _placer(hits: list[Hit], out: np.ndarray, config: IOConfig) -> Callable[[], None]:
     """What places the cache's hits into ``out``."""
     def place() -> None:
-        if copies_shared(hits, out, config):
-            share_now(place_hits, hits, out, config, config=config, free=True)
-        else:
-            place_hits(hits, out, config)
+        place_hits(hits, out, config)
 
     return place
 
@@ -411,8 +408,8 @@ async def read_into(
         return
 
     async def place(hits: list[Hit]) -> None:
-        if hits:
-            await spread(place_hits, hits, out, config, config=config, light=not copies_shared(hits, out, config))
+        if hits:  # (natively without the GIL, shared with the copy helper thread when large)
+            place_hits(hits, out, config)
 
     gens: Generations | None = None
     tagged = layout.store.tagged_reads

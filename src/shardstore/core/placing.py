@@ -67,19 +67,22 @@ def _streamed(nbytes: int, config: IOConfig) -> bool:
 
 
 def copies_shared(hits: Sequence[Hit], out: np.ndarray, config: IOConfig) -> bool:
-    """Whether the hits' copies are worth a second thread: only from
-    ``config.thread_copy_bytes`` on. Measured (sharded Zarr v3, 64^3 uint8 chunks, all hits,
-    median us per read of an n^3 box, one thread / two): 100^3 302 / 406, 160^3 1,016 /
-    1,491, 200^3 2,679 / 2,456, 256^3 4,025 / 3,169. A thread woken for a few copies,
-    each started under the GIL, costs more than the memory bandwidth it adds."""
+    """Whether the hits' copies are worth the native copy helper thread (``_rawio.place_boxes``'s
+    ``helper``): from ``config.thread_copy_bytes`` on. Measured (sharded Zarr v3, 64^3 uint8
+    chunks, all hits, us per read of an n^3 box: NumPy's row copies / the kernel alone / with
+    the helper): 40^3 49 / 35 / 29, 64^3 167 / 135 / 120, 100^3 486 / 422 / 375, 160^3 2,003 /
+    1,752 / 1,288. (Copies shared with a Python pool thread instead cost more than they saved
+    below ~200^3: its wake-up, the GIL passed around and a future waited on.)"""
     return bool(hits) and min(out.nbytes, len(hits) * hits[0][1].nbytes) >= config.thread_copy_bytes
 
 
 def place_hits(hits: Sequence[Hit], out: np.ndarray, config: IOConfig) -> list:
-    """Copy each hit's part into ``out`` (a batch for the runners' thread sharing: its
-    copies run without the GIL)."""
-    rest = _place_natively(hits, out) if streams(out, config) else hits
-    for p, chunk in rest:
+    """Copy each hit's part into ``out``: natively where the kernel can (without the GIL, with
+    the copy helper thread from ``config.thread_copy_bytes`` on, streamed into a large
+    result), the rest by NumPy."""
+    if config.native and available():
+        hits = _place_natively(hits, out, streams(out, config), copies_shared(hits, out, config))
+    for p, chunk in hits:
         assign(out, p.out_selection, chunk[p.chunk_selection])
     return []
 
@@ -87,14 +90,15 @@ def place_hits(hits: Sequence[Hit], out: np.ndarray, config: IOConfig) -> list:
 def place_chunk(hit: Hit, out: np.ndarray, stream: bool) -> None:
     """One decoded chunk's part into ``out`` (``hit``: its projection, the whole chunk): with
     ``stream`` (``streams``) by the kernel's streaming stores where it can."""
-    if not stream or _place_natively([hit], out):
+    if not stream or _place_natively([hit], out, True, False):
         p, chunk = hit
         assign(out, p.out_selection, chunk[p.chunk_selection])
 
 
-def _place_natively(hits: Sequence[Hit], out: np.ndarray) -> Sequence[Hit]:
-    """The hits ``_rawio.place_boxes`` placed with streaming stores, in one call per chunk
-    shape and memory order; returns the others."""
+def _place_natively(hits: Sequence[Hit], out: np.ndarray, stream: bool, helper: bool) -> Sequence[Hit]:
+    """Places the hits ``_rawio.place_boxes`` can, in one call per chunk shape and memory
+    order (``stream``: with streaming stores; ``helper``: with the copy helper thread);
+    returns the others."""
     if out.dtype.kind not in _PLAIN_KINDS:
         return hits
     dtype = out.dtype
@@ -117,5 +121,6 @@ def _place_natively(hits: Sequence[Hit], out: np.ndarray) -> Sequence[Hit]:
             if fortran:
                 boxes, out_dims = reversed_boxes(boxes, out_dims)
                 shape = shape[::-1]
-            _rawio.place_boxes(out, shape, out_dims, dtype.itemsize, [(hit[1], b) for hit, b in zip(taken, boxes)], True)
+            jobs = [(hit[1], b) for hit, b in zip(taken, boxes)]
+            _rawio.place_boxes(out, shape, out_dims, dtype.itemsize, jobs, stream, helper)
     return rest
