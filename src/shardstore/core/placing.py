@@ -1,15 +1,16 @@
 """Copies of chunks held in memory (the chunk cache's hits) into a read's result.
 
-A result of ``IOConfig.streaming_copy_bytes`` or more gets its hits from
-``_rawio.place_boxes``, one call per batch without the GIL, with streaming stores that skip
-the CPU caches: such a result does not stay cached anyway, and each line stored normally is
-read from memory first (a 256^3 uint8 result of cached 64^3 chunks: 0.9 ms against 2.3 ms
-on one thread). ``empty_result`` gives such results the 64-byte alignment that lets their
-rows be streamed whole; the native readers of files stream into them too (``streams``).
+The hits go to ``_rawio.place_boxes``, one call per chunk shape and memory order without the
+GIL, from ``IOConfig.thread_copy_bytes`` of copies on shared with the C module's helper
+thread (``copies_shared``). A result of ``IOConfig.streaming_copy_bytes`` or more is written
+with streaming stores that skip the CPU caches: such a result does not stay cached anyway,
+and each line stored normally is read from memory first (a 256^3 uint8 result of cached 64^3
+chunks: 0.9 ms against 2.3 ms on one thread). ``empty_result`` gives such results the
+64-byte alignment that lets their rows be streamed whole; the native readers of files stream
+into them too (``streams``).
 
-Smaller results, and hits the kernel cannot take (a chunk of another dtype or layout, fancy
-indexing, the C extension not built or ``IOConfig(native=False)``), are copied by NumPy:
-planning the boxes in Python costs about what the kernel saves on a small result.
+Hits the kernel cannot take (a chunk of another dtype or layout, fancy indexing, the C
+extension not built or ``IOConfig(native=False)``) are copied by NumPy, on the calling thread.
 """
 
 from __future__ import annotations
@@ -70,8 +71,8 @@ def copies_shared(hits: Sequence[Hit], out: np.ndarray, config: IOConfig) -> boo
     """Whether the hits' copies are worth the native copy helper thread (``_rawio.place_boxes``'s
     ``helper``): from ``config.thread_copy_bytes`` on. Measured (sharded Zarr v3, 64^3 uint8
     chunks, all hits, us per read of an n^3 box: NumPy's row copies / the kernel alone / with
-    the helper): 40^3 49 / 35 / 29, 64^3 167 / 135 / 120, 100^3 486 / 422 / 375, 160^3 2,003 /
-    1,752 / 1,288. (Copies shared with a Python pool thread instead cost more than they saved
+    the helper): 40^3 43 / 30 / 28, 64^3 161 / 130 / 126, 100^3 467 / 417 / 328, 160^3 1,920 /
+    1,669 / 1,200. (Copies shared with a Python pool thread instead cost more than they saved
     below ~200^3: its wake-up, the GIL passed around and a future waited on.)"""
     return bool(hits) and min(out.nbytes, len(hits) * hits[0][1].nbytes) >= config.thread_copy_bytes
 
