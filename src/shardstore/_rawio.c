@@ -34,6 +34,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 #include <pthread.h>
+#include <signal.h>
 
 #if defined(__SSE2__)
 #include <emmintrin.h> /* streaming stores (copy_run) */
@@ -600,6 +601,9 @@ static int helper_started;         /* the helper thread exists in this process (
 
 static void *helper_main(void *arg) {
     (void)arg;
+#if defined(__linux__)
+    pthread_setname_np(pthread_self(), "shardstore-copy"); /* (as the Python pools name theirs) */
+#endif
     pthread_mutex_lock(&helper_lock);
     for (;;) {
         while (!helper_post) pthread_cond_wait(&helper_wake, &helper_lock);
@@ -635,10 +639,14 @@ static int helper_begin(place_share_t *s) {
         if (!helper_started) {
             pthread_t tid;
             pthread_attr_t attr;
+            sigset_t all, before; /* (the helper takes no signals: they stay with Python's threads) */
+            sigfillset(&all);
             if (pthread_attr_init(&attr) == 0) {
+                int masked = pthread_sigmask(SIG_SETMASK, &all, &before) == 0;
                 if (pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0 &&
                     pthread_create(&tid, &attr, helper_main, NULL) == 0)
                     __atomic_store_n(&helper_started, 1, __ATOMIC_RELEASE);
+                if (masked) pthread_sigmask(SIG_SETMASK, &before, NULL);
                 pthread_attr_destroy(&attr);
             }
         }
