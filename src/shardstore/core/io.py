@@ -9,6 +9,7 @@ the event loop fetches the next groups.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING
@@ -44,8 +45,6 @@ from .threads import share_now
 
 if TYPE_CHECKING:
     import asyncio
-
-    from ..config import IOConfig
 else:
     from .._lazy import asyncio
 
@@ -233,22 +232,13 @@ def _cached_part_now(
     """The decoded-chunk cache's part of a read from a store with blocking reads, on this
     thread: the units' generations asked with ``generation`` and the chunks held looked up.
     Returns what is left to fetch (``Asked``) and the function that places the hits into
-    ``out`` (on a second thread too only from ``IOConfig.thread_copy_bytes`` on), to be
-    called once (None: no hits), so that the copies overlap the fetch; None, having done
-    nothing, when the read bypasses the cache."""
+    ``out`` (``place_hits``), to be called once (None: no hits), so that the copies overlap
+    the fetch; None, having done nothing, when the read bypasses the cache."""
     if bypassed(layout, projections):
         return None
     keys = [layout.chunk_key(p.coords) for p in projections]
     rest, gens, hits = take_cached(layout, projections, keys, unit_generations(layout, projections, keys, generation))
-    return rest, gens, _placer(hits, out, layout.config) if hits else None
-
-
-def _placer(hits: list[Hit], out: np.ndarray, config: IOConfig) -> Callable[[], None]:
-    """What places the cache's hits into ``out``."""
-    def place() -> None:
-        place_hits(hits, out, config)
-
-    return place
+    return rest, gens, functools.partial(place_hits, hits, out, layout.config) if hits else None
 
 
 def hits_now(
@@ -291,8 +281,7 @@ def _placed(
     """The chunks the cache holds at ``generations`` (per projection) placed into ``out`` now;
     what is left to fetch."""
     rest, gens, hits = take_cached(layout, projections, keys, generations)
-    if hits:
-        _placer(hits, out, layout.config)()
+    place_hits(hits, out, layout.config)
     return rest, gens
 
 
@@ -407,10 +396,6 @@ async def read_into(
         )
         return
 
-    async def place(hits: list[Hit]) -> None:
-        if hits:  # (natively without the GIL, shared with the copy helper thread when large)
-            place_hits(hits, out, config)
-
     gens: Generations | None = None
     tagged = layout.store.tagged_reads
     if asked is not None:
@@ -424,7 +409,7 @@ async def read_into(
             generations = await unit_generations_async(
                 layout, projections, keys, layout.store.checked_generation, held_only=tagged is not None)
             projections, gens, hits = take_cached(layout, projections, keys, generations)
-            await place(hits)
+            place_hits(hits, out, config)  # (natively, without the GIL)
             if not projections:
                 return
     groups = group_by_unit(layout, projections)
@@ -432,7 +417,7 @@ async def read_into(
         # a small read (a box across a few shards): fetch everything, then decode it all in
         # one spread, so the work is balanced across threads instead of per shard
         fetched = await gather(_fetch(layout, g, tagged, gens) for g in groups)
-        await place([hit for _, hits in fetched for hit in hits])
+        place_hits([hit for _, hits in fetched for hit in hits], out, config)
         await spread(_scatter, [item for found, _ in fetched for item in found], layout, out, strict, None, gens,
                       config=config,
                       light=layout.pipeline.light)
@@ -440,7 +425,7 @@ async def read_into(
 
     async def read_group(group: list[ChunkProjection]) -> None:
         found, hits = await _fetch(layout, group, tagged, gens)
-        await place(hits)
+        place_hits(hits, out, config)
         await spread(_scatter, found, layout, out, strict, None, gens, config=config,
                       light=layout.pipeline.light)
 

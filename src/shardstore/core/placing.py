@@ -77,15 +77,14 @@ def copies_shared(hits: Sequence[Hit], out: np.ndarray, config: IOConfig) -> boo
     return bool(hits) and min(out.nbytes, len(hits) * hits[0][1].nbytes) >= config.thread_copy_bytes
 
 
-def place_hits(hits: Sequence[Hit], out: np.ndarray, config: IOConfig) -> list:
+def place_hits(hits: Sequence[Hit], out: np.ndarray, config: IOConfig) -> None:
     """Copy each hit's part into ``out``: natively where the kernel can (without the GIL, with
     the copy helper thread from ``config.thread_copy_bytes`` on, streamed into a large
     result), the rest by NumPy."""
-    if config.native and available():
+    if hits and config.native and available():
         hits = _place_natively(hits, out, streams(out, config), copies_shared(hits, out, config))
     for p, chunk in hits:
         assign(out, p.out_selection, chunk[p.chunk_selection])
-    return []
 
 
 def place_chunk(hit: Hit, out: np.ndarray, stream: bool) -> None:
