@@ -177,7 +177,36 @@ def _check_projections(grid: RegularGrid, ix, basic: bool) -> list[ChunkProjecti
         assert not (touched & ~inside).any(), "chunk selection reaches into the padding"
         assert touched.any()
         assert p.is_complete == bool(touched[inside].all())
+        _check_box(grid, ix, p, basic)
     return projections
+
+
+def _indices(sel, n: int) -> list[int]:
+    return [sel] if isinstance(sel, (int, np.integer)) else np.arange(n)[sel].tolist()
+
+
+def _check_box(grid: RegularGrid, ix, p: ChunkProjection, basic: bool) -> None:
+    """The box the indexer made for the native kernels (``p.box``: (start, step, count,
+    out_start) per chunk dimension) selects what the projection selects, on both sides; of a
+    basic selection only outputs written backwards and rank 0 (no kernel) go without one (an
+    orthogonal one's come when no dimension has an index array left)."""
+    forwards = all(not isinstance(o, np.ndarray) and (not isinstance(o, slice) or o.step in (None, 1))
+                   for o in p.out_selection)
+    plain = all(isinstance(s, (int, slice)) for s in p.chunk_selection)
+    if p.box is None:
+        assert not (basic and forwards and plain and grid.shape), f"no box for {p}"
+        return
+    assert len(p.box) == len(p.box_dims) == len(grid.shape)
+    kept = [d for d in range(len(grid.shape)) if d not in ix.drop_axes]
+    assert list(p.box_dims) == [kept.index(d) if d in kept else -1 for d in range(len(grid.shape))]
+    for d, (start, step, count, out_start) in enumerate(p.box):
+        assert step >= 1 and count >= 1
+        assert _indices(p.chunk_selection[d], grid.chunk_shape[d]) == [start + k * step for k in range(count)]
+        o = p.box_dims[d]
+        if o < 0:
+            assert out_start == 0 and count == 1
+        else:
+            assert _indices(p.out_selection[o], ix.shape[o]) == list(range(out_start, out_start + count))
 
 
 def _read(projections, chunks, shape, dtype) -> np.ndarray:

@@ -400,3 +400,45 @@ def test_the_kernel_refuses_what_does_not_fit() -> None:
     with pytest.raises(ValueError, match="item size"):
         _rawio.place_boxes(out, (4, 4), (0, 1), 2, [(chunk, [0, 1, 4, 0, 0, 1, 4, 0])], False)
     assert not out.any()
+
+
+@needs_native
+def test_the_kernel_takes_a_box_per_dimension_or_flattened() -> None:
+    from shardstore import _rawio
+
+    chunk = np.arange(16, dtype="uint8").reshape(4, 4)
+    flat, nested = np.zeros((8, 8), dtype="uint8"), np.zeros((8, 8), dtype="uint8")
+    _rawio.place_boxes(flat, (4, 4), (0, 1), 1, [(chunk, [1, 2, 2, 3, 0, 1, 3, 5])], False)
+    _rawio.place_boxes(nested, (4, 4), (0, 1), 1, [(chunk, ((1, 2, 2, 3), (0, 1, 3, 5)))], False)
+    expected = np.zeros((8, 8), dtype="uint8")
+    expected[3:5, 5:8] = chunk[1::2, 0:3]
+    np.testing.assert_array_equal(flat, expected)
+    np.testing.assert_array_equal(nested, expected)
+    with pytest.raises(ValueError, match="piece"):
+        _rawio.place_boxes(nested, (4, 4), (0, 1), 1, [(chunk, ((1, 2, 2), (0, 1, 3)))], False)
+    with pytest.raises(ValueError, match="outside"):
+        _rawio.place_boxes(nested, (4, 4), (0, 1), 1, [(chunk, ((1, 2, 2, 3), (0, 1, 3, 6)))], False)
+
+
+@given(st.lists(st.tuples(st.integers(-25, 25), st.integers(-25, 25), st.sampled_from([None, 1, 2, 3, -1, -2])),
+                min_size=3, max_size=3), st.booleans())
+@example([(None, None, None), (3, 20, 2), (5, 6, None)], False)
+@example([(None, None, -1), (1, 2, None), (4, 9, 2)], True)
+def test_plan_boxes_takes_the_indexers_boxes_as_it_would_work_them_out(
+    bounds: list[tuple[int | None, int | None, int | None]], drop_first: bool,
+) -> None:
+    grid = RegularGrid((20, 21, 22), (4, 5, 6))
+    sel: tuple = tuple(slice(*b) for b in bounds)
+    if drop_first:
+        sel = (7, *sel[1:])
+    indexer = basic_indexer(sel, grid)
+    items = [(p, None) for p in indexer]
+    plain = [(ChunkProjection(p.coords, p.chunk_selection, p.out_selection, p.is_complete), None) for p, _ in items]
+    boxes, taken, rest, dims = rawread.plan_boxes(items, len(indexer.shape))
+    worked, worked_taken, worked_rest, worked_dims = rawread.plan_boxes(plain, len(indexer.shape))
+    assert [len(taken), len(rest), dims] == [len(worked_taken), len(worked_rest), worked_dims]
+    assert [tuple(b) for b in boxes] == [tuple(b) for b in worked]
+    # the indexer's own boxes are passed on as they are, not worked out again per chunk
+    assert all(box is p.box for box, (p, _) in zip(boxes, taken))
+    if all(s.step is None or s.step > 0 for s in sel if isinstance(s, slice)):
+        assert not rest  # every chunk of a forward selection goes to the kernels

@@ -401,16 +401,41 @@ static void end_call(call_t *c) {
     if (c->have_view) PyBuffer_Release(&c->view);
 }
 
-/* A job's box, ``(start, step, count, out_start)`` per chunk dimension, flattened: 0, or -1
- * with an exception set (also when the box reaches outside the chunk or out). */
+/* One chunk dimension's ``(start, step, count, out_start)`` from ``seq`` (a fast sequence)
+ * at ``at``: 0, or -1 with an exception set. */
+static int box_piece(PyObject *seq, Py_ssize_t at, job_t *j, int d) {
+    return (as_ssize(seq, at, &j->start[d]) || as_ssize(seq, at + 1, &j->step[d]) ||
+            as_ssize(seq, at + 2, &j->count[d]) || as_ssize(seq, at + 3, &j->out_start[d])) ? -1 : 0;
+}
+
+/* A job's box, ``(start, step, count, out_start)`` per chunk dimension: one such 4-sequence
+ * per dimension (what the indexer makes once per dimension), or all of them flattened: 0, or
+ * -1 with an exception set (also when the box reaches outside the chunk or out). */
 static int parse_box(const plan_t *pl, const Py_buffer *view, const Py_ssize_t *out_dim, PyObject *box, job_t *j) {
     int nd = pl->ndim;
     PyObject *b = PySequence_Fast(box, "a job's box must be a sequence");
     if (!b) return -1;
-    int bad = PySequence_Fast_GET_SIZE(b) != 4 * nd;
+    Py_ssize_t len = PySequence_Fast_GET_SIZE(b);
+    int nested = len == nd;
+    int bad = !nested && len != 4 * nd;
     for (int d = 0; d < nd && !bad; d++) {
-        if (as_ssize(b, 4 * d, &j->start[d]) || as_ssize(b, 4 * d + 1, &j->step[d]) ||
-            as_ssize(b, 4 * d + 2, &j->count[d]) || as_ssize(b, 4 * d + 3, &j->out_start[d])) {
+        int failed;
+        if (nested) {
+            PyObject *piece = PySequence_Fast(PySequence_Fast_GET_ITEM(b, d), "a box's piece must be a sequence");
+            failed = !piece;
+            if (piece) {
+                if (PySequence_Fast_GET_SIZE(piece) == 4) {
+                    failed = box_piece(piece, 0, j, d);
+                } else {
+                    PyErr_SetString(PyExc_ValueError, "a box's piece must be (start, step, count, out_start)");
+                    failed = 1;
+                }
+                Py_DECREF(piece);
+            }
+        } else {
+            failed = box_piece(b, 4 * d, j, d);
+        }
+        if (failed) {
             Py_DECREF(b);
             return -1;
         }
@@ -455,7 +480,7 @@ PyDoc_STRVAR(read_boxes_doc,
 "chunk dimension, the dimension of ``out`` it fills, or -1 (an integer index: count 1).\n"
 "``header``: the bytes every full chunk file starts with; the payload follows. ``jobs``: a\n"
 "list of ``(path, box)`` with ``box`` = (start, step, count, out_start) for each chunk\n"
-"dimension, flattened. Returns one status byte per job: 0 done, 1 no such file, 2 not read\n"
+"dimension (one 4-sequence per dimension, or all flattened). Returns one status byte per job: 0 done, 1 no such file, 2 not read\n"
 "(another size or header, an I/O error): read that chunk another way. ``inflate``: the payload\n"
 "is a gzip or zlib stream (needs ``set_libdeflate``). ``work``: a writable buffer of at least the\n"
 "header and chunk's size to read files into (the caller's reused one: no allocation per call).\n"

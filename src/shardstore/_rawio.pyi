@@ -5,6 +5,8 @@ from os import PathLike
 from typing import Any
 
 _Path = str | bytes | PathLike[str] | PathLike[bytes]
+#: (start, step, count, out_start) per chunk dimension: one 4-sequence each, or flattened
+_Box = Sequence[Sequence[int]] | Sequence[int]
 
 def read_boxes(
     out: Any,
@@ -13,7 +15,7 @@ def read_boxes(
     header: bytes | bytearray | memoryview,
     itemsize: int,
     swap: bool,
-    jobs: Sequence[tuple[_Path, Sequence[int]] | tuple[_Path, Sequence[int], Any]],
+    jobs: Sequence[tuple[_Path, _Box] | tuple[_Path, _Box, Any]],
     inflate: bool = ...,
     work: Any = ...,
     stream: bool = ...,
@@ -33,7 +35,7 @@ def place_boxes(
     chunk_shape: Sequence[int],
     out_dims: Sequence[int],
     itemsize: int,
-    jobs: Sequence[tuple[Any, Sequence[int]]],
+    jobs: Sequence[tuple[Any, _Box]],
     stream: bool,
     helper: bool = False,
     /,
@@ -48,7 +50,7 @@ def read_spans(
     codec: int,
     file: _Path | int,
     tail: int,
-    jobs: Sequence[tuple[int, int, Sequence[int]] | tuple[int, int, Sequence[int], Any]],
+    jobs: Sequence[tuple[int, int, _Box] | tuple[int, int, _Box, Any]],
     work: Any = ...,
     stream: bool = ...,
     /,

@@ -99,6 +99,23 @@ class ChunkCache:
             self._entries.move_to_end(key)
             return entry[1]
 
+    def get_many(self, keys: Sequence[str], generations: Sequence[Hashable]) -> list[np.ndarray | None]:
+        """``get`` for each key at its generation, under one hold of the lock (a read's hits)."""
+        entries = self._entries
+        found: list[np.ndarray | None] = []
+        with self._lock:
+            for key, generation in zip(keys, generations):
+                entry = entries.get(key)
+                if entry is not None and entry[0] != generation:
+                    self._drop(key)
+                    entry = None
+                if entry is not None:
+                    entries.move_to_end(key)
+                    found.append(entry[1])
+                else:
+                    found.append(None)
+        return found
+
     def holds(self, key: str) -> bool:
         """Whether an entry for ``key`` is kept, at whatever generation."""
         return key in self._entries
@@ -194,16 +211,18 @@ def take_cached(
     rest: list[ChunkProjection] = []
     gens: Generations = {}
     hits: list[Hit] = []
-    for p, key, gen in zip(projections, keys, generations):
-        if gen is None or gen == MISSING:
-            # MISSING: a unit not there has no chunks to keep, and one found anyway lives
-            # elsewhere (legacy uint64 ``.index``/``.data`` pairs) under no token of its own
-            rest.append(p)
-            continue
-        chunk = cache.get(key, gen)
+    # MISSING: a unit not there has no chunks to keep, and one found anyway lives elsewhere
+    # (legacy uint64 ``.index``/``.data`` pairs) under no token of its own
+    asked = [i for i, gen in enumerate(generations) if gen is not None and gen != MISSING]
+    chunks = cache.get_many([keys[i] for i in asked], [generations[i] for i in asked])
+    found: list[np.ndarray | None] = [None] * len(projections)
+    for i, chunk in zip(asked, chunks):
+        found[i] = chunk
+        if chunk is None:
+            gens[keys[i]] = generations[i]
+    for p, chunk in zip(projections, found):
         if chunk is None:
             rest.append(p)
-            gens[key] = gen
         else:
             hits.append((p, chunk))
     return rest, gens, hits

@@ -27,7 +27,7 @@ from __future__ import annotations
 import itertools
 import operator
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -37,12 +37,17 @@ from .grid import RegularGrid
 __all__ = ["ChunkProjection", "Indexer", "basic_indexer", "orthogonal_indexer"]
 
 ChunkIndex = int | slice | np.ndarray
+#: a chunk dimension's part of a box the native kernels copy: (start, step, count, out_start)
+BoxPiece = tuple[int, int, int, int]
 #: one chunk along one dimension: (coord, chunk index, output index or None if dropped,
-#: covers every in-bounds element of the chunk along this dimension)
-_DimEntry = tuple[int, ChunkIndex, slice | np.ndarray | None, bool]
+#: covers every in-bounds element of the chunk along this dimension, its ``BoxPiece`` or None
+#: when the kernels cannot take it: an index array, an output written backwards)
+_DimEntry = tuple[int, ChunkIndex, slice | np.ndarray | None, bool, BoxPiece | None]
 
 
-@dataclass(frozen=True, slots=True)
+# (not frozen: a frozen dataclass's __init__ sets each field through object.__setattr__, which
+# tripled the cost of making the dozens of projections of every read; treat it as read-only)
+@dataclass(slots=True)
 class ChunkProjection:
     """How one chunk contributes to a selection."""
 
@@ -50,6 +55,12 @@ class ChunkProjection:
     chunk_selection: tuple  # indexes a full chunk array of shape grid.chunk_shape
     out_selection: tuple  # indexes the output array (shape == indexer.shape)
     is_complete: bool  # covers every in-bounds element of the chunk: no need to read it first
+    #: the selection as the native kernels' box, one ``BoxPiece`` per chunk dimension, made
+    #: once per dimension by the indexer (``rawread.plan_boxes``); None: work it out per chunk
+    box: tuple[BoxPiece, ...] | None = field(default=None, compare=False)
+    #: with ``box``: for each chunk dimension the output dimension it fills, -1 for a dropped
+    #: one (one tuple shared by the projections of a selection)
+    box_dims: tuple[int, ...] | None = field(default=None, compare=False)
 
 
 class Indexer:
@@ -79,6 +90,7 @@ class _ProductIndexer(Indexer):
         self._dims = dims
         self._kept = None if not drop_axes else tuple(i for i in range(len(dims)) if i not in drop_axes)
         self._has_arrays = has_arrays
+        self._box_dims = _box_dims(dims, drop_axes)
 
     @property
     def nprojections(self) -> int:
@@ -93,13 +105,14 @@ class _ProductIndexer(Indexer):
             yield ChunkProjection((), (), (), True)
             return
         kept = self._kept
+        box_dims = self._box_dims
         for combo in itertools.product(*self._dims):
-            coords, csel, osel, complete = zip(*combo)
+            coords, csel, osel, complete, box = zip(*combo)
             if kept is not None:
                 osel = tuple(osel[i] for i in kept)
             if self._has_arrays:
                 csel, osel = self._fix_advanced(csel, osel)
-            yield ChunkProjection(coords, csel, osel, all(complete))
+            yield ChunkProjection(coords, csel, osel, all(complete), box if box_dims is not None else None, box_dims)
 
     def _fix_advanced(self, csel: tuple, osel: tuple) -> tuple[tuple, tuple]:
         """Turn both sides into open meshes when NumPy would otherwise index pointwise."""
@@ -113,6 +126,22 @@ class _ProductIndexer(Indexer):
         if sum(isinstance(x, np.ndarray) for x in osel) > 1:
             osel = _open_mesh(osel, self.shape)
         return csel, osel
+
+
+def _box_dims(dims: list[list[_DimEntry]], drop_axes: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The output dimension each chunk dimension fills (-1: dropped) when every entry has its
+    ``BoxPiece``, for ``ChunkProjection.box_dims``; else None."""
+    if not all(e[4] is not None for entries in dims for e in entries):
+        return None
+    out: list[int] = []
+    n = 0
+    for d in range(len(dims)):
+        if d in drop_axes:
+            out.append(-1)
+        else:
+            out.append(n)
+            n += 1
+    return tuple(out)
 
 
 def _open_mesh(sel: tuple, sizes: tuple[int, ...]) -> tuple:
@@ -222,7 +251,7 @@ def _as_index_array(item: Any, n: int, dim: int) -> np.ndarray:
 # -- per-dimension projections -------------------------------------------------------------
 def _int_entries(i: int, n: int, c: int) -> list[_DimEntry]:
     coord, local = divmod(i, c)
-    return [(coord, local, None, min(c, n - coord * c) == 1)]
+    return [(coord, local, None, min(c, n - coord * c) == 1, (local, 1, 1, 0))]
 
 
 def _reversed_out(length: int, k0: int, k1: int) -> slice:
@@ -247,7 +276,8 @@ def _slice_entries(sl: slice, n: int, c: int) -> tuple[int, list[_DimEntry]]:
         for k in range(length):
             coord, local = divmod(start + k * step, c)
             out = _reversed_out(length, k, k + 1) if reverse else slice(k, k + 1)
-            entries.append((coord, slice(local, local + 1, 1), out, min(c, n - coord * c) == 1))
+            piece = None if reverse else (local, 1, 1, k)
+            entries.append((coord, slice(local, local + 1, 1), out, min(c, n - coord * c) == 1, piece))
         return length, entries
     # step < c: every chunk between the first and last element holds at least one element
     for coord in range(start // c, last // c + 1):
@@ -260,9 +290,11 @@ def _slice_entries(sl: slice, n: int, c: int) -> tuple[int, list[_DimEntry]]:
         lo = start + k0 * step - cs
         hi = start + (k1 - 1) * step - cs + 1
         count = k1 - k0
-        chunk_sel = slice(lo, hi, step if count > 1 else 1)
+        chunk_step = step if count > 1 else 1
+        chunk_sel = slice(lo, hi, chunk_step)
         out = _reversed_out(length, k0, k1) if reverse else slice(k0, k1)
-        entries.append((coord, chunk_sel, out, count == ce - cs))
+        piece = None if reverse else (lo, chunk_step, count, k0)  # (the kernels write forwards only)
+        entries.append((coord, chunk_sel, out, count == ce - cs, piece))
     return length, entries
 
 
@@ -302,7 +334,11 @@ def _array_entries(idx: np.ndarray, n: int, c: int) -> list[_DimEntry]:
             local = idx[pos] - coord * c
         extent = min(c, n - coord * c)
         complete = e - s >= extent and np.unique(local).size == extent
-        entries.append((coord, _maybe_slice(local), out, complete))
+        lsel = _maybe_slice(local)
+        piece = None  # (the kernels take slices only, written forwards)
+        if type(lsel) is slice and type(out) is slice and out.step in (None, 1):
+            piece = (lsel.start, lsel.step, out.stop - out.start, out.start)
+        entries.append((coord, lsel, out, complete, piece))
     return entries
 
 

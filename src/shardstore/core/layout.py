@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import functools
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
@@ -120,7 +121,7 @@ class ChunkLayout:
     def write_unit(self, coords: tuple[int, ...]) -> tuple[int, ...]:
         if self.write_unit_of is not None:
             return self.write_unit_of(coords)
-        return tuple(c // r for c, r in zip(coords, self.write_ratio))
+        return tuple(map(operator.floordiv, coords, self.write_ratio))  # (runs per chunk of every read)
 
     @functools.cached_property
     def one_chunk_units(self) -> bool:

@@ -106,11 +106,12 @@ def _place_natively(hits: Sequence[Hit], out: np.ndarray, stream: bool, helper: 
     rest: list[Hit] = []
     for hit in hits:
         chunk = hit[1]
-        if chunk.dtype != dtype:
+        flags = chunk.flags  # (NumPy makes a new flags object per access)
+        if chunk.dtype is not dtype and chunk.dtype != dtype:
             rest.append(hit)
-        elif chunk.flags.c_contiguous:
+        elif flags.c_contiguous:
             groups.setdefault((chunk.shape, False), []).append(hit)
-        elif chunk.flags.f_contiguous:  # (precomputed's chunks: the kernel copies their reversed view)
+        elif flags.f_contiguous:  # (precomputed's chunks: the kernel copies their reversed view)
             groups.setdefault((chunk.shape, True), []).append(hit)
         else:
             rest.append(hit)

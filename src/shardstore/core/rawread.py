@@ -152,28 +152,47 @@ def raw_reader(
     return read
 
 
-def reversed_boxes(boxes: list[list[int]], out_dims: list[int]) -> tuple[list[list[int]], list[int]]:
+def reversed_boxes(boxes: list[Box], out_dims: list[int]) -> tuple[list[Box], list[int]]:
     """``plan_boxes``' boxes and ``out_dims`` for a chunk stored in Fortran order, which the
     kernels copy as the C-ordered chunk of the reversed shape: its dimensions reversed."""
-    nd = len(out_dims)
-    return [[v for d in range(nd - 1, -1, -1) for v in box[4 * d : 4 * d + 4]] for box in boxes], out_dims[::-1]
+    return [box[::-1] for box in boxes], out_dims[::-1]
 
 
-def plan_boxes(items: Sequence[_T], out_ndim: int) -> tuple[list[list[int]], list[_T], list[_T], list[int] | None]:
-    """The boxes the native kernels copy (``_rawio.read_boxes`` / ``read_spans`` /
-    ``place_boxes``): for each item (a tuple whose first element is the projection: a read's
-    item, a chunk cache hit) whose projection is slices and integers, ``(start, step, count,
-    out_start)`` per chunk dimension, flattened. Returns ``(boxes, the items they belong to, the other items,
-    out_dims)``: ``out_dims`` gives the dimension of the output each chunk dimension fills
-    (-1: an integer index), the same for every box (None when no item was taken)."""
-    boxes: list[list[int]] = []
+#: a box the native kernels copy (``_rawio.read_boxes`` / ``read_spans`` / ``place_boxes``):
+#: ``(start, step, count, out_start)`` per chunk dimension
+Box = Sequence[tuple[int, int, int, int]]
+
+
+def plan_boxes(items: Sequence[_T], out_ndim: int) -> tuple[list[Box], list[_T], list[_T], list[int] | None]:
+    """The boxes the native kernels copy for the items (tuples whose first element is the
+    projection: a read's item, a chunk cache hit) whose projection is slices (positive steps,
+    written forwards) and integers. Returns ``(boxes, the items they belong to, the other
+    items, out_dims)``: ``out_dims`` gives the dimension of the output each chunk dimension
+    fills (-1: an integer index), the same for every box (None when no item was taken).
+
+    A projection of a basic selection brings its box (``ChunkProjection.box``, made once per
+    dimension by the indexer); the others' are worked out here."""
+    boxes: list[Box] = []
     taken: list[_T] = []
     rest: list[_T] = []
     out_dims: list[int] | None = None
+    shared: tuple[int, ...] | None = None  # the box_dims that match out_dims
     slice_ = slice
     for item in items:
         p = item[0]
-        box: list[int] = []
+        given = p.box
+        if given is not None:
+            if p.box_dims is shared:
+                boxes.append(given)
+                taken.append(item)
+                continue
+            if out_dims is None and p.box_dims is not None and sum(d >= 0 for d in p.box_dims) == out_ndim:
+                shared = p.box_dims
+                out_dims = list(shared)
+                boxes.append(given)
+                taken.append(item)
+                continue
+        box: list[tuple[int, int, int, int]] = []
         dims: list[int] = []
         outs = iter(p.out_selection)
         n = 0
@@ -182,11 +201,11 @@ def plan_boxes(items: Sequence[_T], out_ndim: int) -> tuple[list[list[int]], lis
                 o = next(outs, None)
                 if type(o) is not slice_ or o.step not in (None, 1) or s.step is None or s.step < 1:
                     break
-                box += (s.start, s.step, o.stop - o.start, o.start)
+                box.append((s.start, s.step, o.stop - o.start, o.start))
                 dims.append(n)
                 n += 1
             elif type(s) is int:
-                box += (s, 1, 1, 0)
+                box.append((s, 1, 1, 0))
                 dims.append(-1)
             else:
                 break  # index arrays (oindex): the generic path
