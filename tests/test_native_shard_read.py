@@ -15,6 +15,7 @@ import os
 import struct
 import threading
 from pathlib import Path
+from typing import Any
 
 import google_crc32c
 import numpy as np
@@ -544,3 +545,50 @@ def test_minishard_indexes_of_a_native_read_are_asked_for_together(tmp_path: Pat
     b = precomputed.open(str(tmp_path / "v"), mode="r", config=IOConfig(native=True))
     np.testing.assert_array_equal(b[...], data)
     assert max(sizes) >= 2  # several of the 8 minishard indexes in one call
+
+
+@pytest.mark.parametrize("fmt", ["zarr3", "precomputed"])
+def test_a_cold_native_read_asks_for_all_its_chunks_before_its_first_batch(fmt: str, tmp_path: Path,
+                                                                            monkeypatch) -> None:
+    """When a read's chunks are not in the page cache, the spans of all of them (every batch's,
+    not only the batch a native call reads) are asked of the kernel at once before the first
+    native call (``spanread.advise_ahead``), so that on a cold disk their reads overlap; a read
+    whose chunks are cached asks nothing. The values read are the volume's."""
+    from shardstore.store import open_values
+
+    if fmt == "zarr3":
+        data = random_array((40, 36, 20), "uint16", 5)
+        _create(tmp_path, CODECS["zstd"])[...] = data
+        b = _open(tmp_path, "native", monkeypatch)
+        box = np.s_[3:37, 5:31, 2:19]  # 5 x 3 x 2 chunks in 3 x 2 shards
+    else:
+        data = random_array((50, 40, 30, 2), "uint16", 5)
+        _precomputed(tmp_path, "gzip")[...] = data
+        b = _open_precomputed(tmp_path, "native", monkeypatch)
+        box = np.s_[3:47, 5:37, 2:29]
+    events: list[tuple[str, Any]] = []
+    monkeypatch.setattr(open_values.os, "posix_fadvise",
+                        lambda fd, offset, n, advice: events.append(("advise", (fd, offset, offset + n))))
+    real = spanread._rawio
+
+    class Module:
+        set_decoders = staticmethod(real.set_decoders)
+        decoders = staticmethod(real.decoders)
+
+        @staticmethod
+        def read_spans(out, shape, dims, itemsize, swap, codec, fd, tail, jobs, *rest):
+            events.append(("read", [(fd, job[0], job[0] + job[1]) for job in jobs]))
+            return real.read_spans(out, shape, dims, itemsize, swap, codec, fd, tail, jobs, *rest)
+
+    monkeypatch.setattr(spanread, "_rawio", Module)
+    np.testing.assert_array_equal(b[box], data[box])  # (just written: cached, nothing advised)
+    assert events and all(kind == "read" for kind, _ in events)
+    events.clear()
+    monkeypatch.setattr(open_values, "_uncached", lambda fd, offset: True)  # (as on a cold disk)
+    np.testing.assert_array_equal(b[box], data[box])
+    first = next(i for i, (kind, _) in enumerate(events) if kind == "read")
+    advised = [span for kind, span in events[:first] if kind == "advise"]
+    read = [span for kind, spans in events if kind == "read" for span in spans]
+    assert len(read) > 4 and len({fd for fd, _, _ in read}) > 1
+    assert all(any(fd == f and lo <= start and end <= hi for f, lo, hi in advised) for fd, start, end in read)
+    assert not any(kind == "advise" for kind, _ in events[first:])

@@ -40,7 +40,7 @@ from .indexing import ChunkProjection
 from .layout import ChunkLayout
 from .placing import place_chunk, place_hits, streams
 from .rawread import raw_reader
-from .spanread import span_reader, span_units
+from .spanread import advise_ahead, span_reader, span_units
 from .threads import share_now
 
 if TYPE_CHECKING:
@@ -179,6 +179,8 @@ def read_into_now(
         # off as for any GIL-free batch
         units = span_units(layout, projections)
         try:
+            if len(units) > 2:  # (fewer: the native call advises its batch's chunks itself)
+                advise_ahead(layout, units, held)
             share_now(native_then, units, spans, _scatter, layout, out, strict,
                       _StoreReads(reads, layout.store.transient_reads), gens, config=config, free=True,
                       memo=layout.threads_memo, meanwhile=place)

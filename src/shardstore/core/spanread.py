@@ -35,6 +35,7 @@ import numpy as np
 from .._clibs import find_functions
 from .._sync import codec_pool_size
 from ..codecs.base import expansion_bound, scratch_buffer
+from ..store.open_values import HeldFiles, advise_spans
 from .chunk_cache import Generations, buffers_to_keep, keep_filled
 from .indexing import ChunkProjection
 from .layout import ChunkLayout
@@ -42,14 +43,13 @@ from .rawread import Items, inflate_available, plan_boxes, reversed_boxes
 
 if TYPE_CHECKING:  # typed by _rawio.pyi; the checks below still handle a missing module
     from .. import _rawio
-    from ..store.open_values import HeldFiles
 else:
     try:
         from .. import _rawio
     except ImportError:  # built without a C compiler: everything takes the generic path
         _rawio = None
 
-__all__ = ["CODECS", "loaded_codecs", "span_reader", "span_units"]
+__all__ = ["CODECS", "advise_ahead", "loaded_codecs", "span_reader", "span_units"]
 
 #: ``read_spans``' number for each decoder (None: raw elements)
 CODECS: dict[str | None, int] = {None: 0, "zstd": 1, "blosc": 2, "gzip": 3, "zlib": 4, "deflate": 5}
@@ -100,6 +100,26 @@ def span_units(layout: ChunkLayout, projections: Iterable[ChunkProjection]) -> l
         # cold read of one large shard overlaps its file reads from the second chunk on
         batches[:1] = [batches[0][:1], batches[0][1:]]
     return batches
+
+
+def advise_ahead(layout: ChunkLayout, units: list[Items], held: HeldFiles) -> None:
+    """Before a read's batches (``span_units``) start: when its chunks are not in the page
+    cache, ask the kernel for all of them at once (``advise_spans``, per shard file held in
+    ``held``). Each native call advises its own batch's chunks too, but the batches a thread
+    takes later would only be asked for then, and the first is one chunk; tensorstore has its
+    reads in flight side by side from the start. Measured on a cold 256^3 Zarr v3 zstd volume
+    (one shard, 64^3 chunks): the first 100^3 read of a pass (18 chunks) 16.8 -> 12.5 ms
+    (medians of 18), the first 8 reads 40-44 -> 35-39 ms (tensorstore+cache 30-38). Costs a
+    page-cache probe or three per shard file when the chunks are cached."""
+    spans = layout.store.file_spans
+    if spans is None:
+        return
+
+    def advise(fd: int, which: list[int], offsets: list[int], lengths: list[int], tail: int) -> list[bool]:
+        advise_spans(fd, sorted((offset, offset + n) for offset, n in zip(offsets, lengths)))
+        return [False] * len(which)  # (nothing read)
+
+    spans.read_spans_sync([item[1] for unit in units for item in unit], advise, held)
 
 
 def span_reader(

@@ -18,7 +18,7 @@ from typing import Any
 from ._fileio import pread, read_buffer
 from .base import ByteRange, slice_range
 
-__all__ = ["BytesVersion", "FileVersion", "HeldFiles", "PrefetchedReads", "read_buffer"]
+__all__ = ["BytesVersion", "FileVersion", "HeldFiles", "PrefetchedReads", "advise_spans", "read_buffer"]
 
 #: whether this system can tell a page-cache miss without waiting and advise the kernel
 _NOWAIT = hasattr(os, "RWF_NOWAIT") and hasattr(os, "posix_fadvise")
@@ -40,6 +40,30 @@ def _uncached(fd: int, offset: int) -> bool:
     return False
 
 
+def advise_spans(fd: int, spans: Sequence[tuple[int, int]]) -> None:
+    """When some of ``spans`` (``(start, end)`` of the open file ``fd``, ascending) are not
+    in the page cache, ask the kernel for all of them at once (``POSIX_FADV_WILLNEED``), so
+    that on a cold disk their reads overlap instead of waiting one after the other (18
+    scattered 190 KB chunks of a shard: 8-12 ms read one after the other, 6 ms advised first).
+    Whether they are cached is asked of the first, middle and last span: one span read earlier
+    (the minishard index just after a value) must not leave the rest of a cold file
+    unadvised. Spans one page apart share a call. Cached spans are not advised: the advice
+    costs about as much as such a read."""
+    n = len(spans)
+    if n < 2 or not any(_uncached(fd, spans[i][0]) for i in {0, n // 2, n - 1}):
+        return
+    lo, hi = spans[0]
+    for start, end in spans[1:]:
+        if lo <= start <= hi + _PAGE:
+            hi = max(hi, end)
+            continue
+        if hi > lo:
+            os.posix_fadvise(fd, lo, hi - lo, os.POSIX_FADV_WILLNEED)
+        lo, hi = start, end
+    if hi > lo:
+        os.posix_fadvise(fd, lo, hi - lo, os.POSIX_FADV_WILLNEED)
+
+
 class FileVersion:
     """An open file, read with ``pread`` from any thread (``OpenValue``)."""
 
@@ -55,28 +79,8 @@ class FileVersion:
         return pread(self._fd, end - start, start) if end > start else b""
 
     def advise(self, spans: Sequence[tuple[int, int]]) -> None:
-        """When some of ``spans`` are not in the page cache, ask the kernel for all of them
-        at once (``POSIX_FADV_WILLNEED``), so that on a cold disk their reads overlap instead
-        of waiting one after the other. Whether they are cached is asked of the first, middle
-        and last span: one span read earlier (the minishard index just after a value) must
-        not leave the rest of a cold file unadvised. Spans one page apart share a call.
-        Cached spans are not advised: the advice costs about as much as such a read."""
-        n = len(spans)
-        if n < 2:
-            return
-        fd = self._fd
-        if not any(_uncached(fd, spans[i][0]) for i in {0, n // 2, n - 1}):
-            return
-        lo, hi = spans[0]
-        for start, end in spans[1:]:
-            if lo <= start <= hi + _PAGE:
-                hi = max(hi, end)
-                continue
-            if hi > lo:
-                os.posix_fadvise(fd, lo, hi - lo, os.POSIX_FADV_WILLNEED)
-            lo, hi = start, end
-        if hi > lo:
-            os.posix_fadvise(fd, lo, hi - lo, os.POSIX_FADV_WILLNEED)
+        """``advise_spans`` of this file."""
+        advise_spans(self._fd, spans)
 
     def read_many(self, spans: Sequence[tuple[int, int]], *, advise: bool = True) -> list[bytes]:
         """``read`` of each ``(start, end)``, after ``advise`` of them all (``advise=False``:
