@@ -449,6 +449,48 @@ def test_s3_hits_are_checked_and_placed_without_the_event_loop(
     assert (loop_reads[0], count_decodes[0]) == (1, 9)
 
 
+@pytest.mark.timeout(180)
+def test_s3_hits_are_copied_while_their_shards_etags_are_asked(seaweedfs: SeaweedFS,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read the cache holds whole copies the chunks it holds while the HEADs that check
+    them are in flight (each HEAD below waits for the copies to start: after them, it would
+    wait out its second), and a chunk of a shard rewritten meanwhile is fetched again over
+    its copy: the read returns the new values."""
+    from shardstore.store.s3 import S3Store
+
+    url, opts = seaweedfs.url(f"cache-{uuid.uuid4().hex[:10]}"), seaweedfs.storage_options()
+    a = shardstore.create(url, storage_options=opts, shape=VOL_SHAPE, dtype="uint16", chunks=(16, 16, 16),
+                          shards=(32, 32, 32))
+    vol = _vol()
+    a[...] = vol
+    reader = shardstore.open(url, storage_options=opts, config=shardstore.IOConfig(chunk_cache_bytes=16 * MIB))
+    box = np.s_[3:45, 3:45, 3:45]  # 27 chunks in 8 shards
+    np.testing.assert_array_equal(reader[box], vol[box])
+    copying = threading.Event()
+    waited: list[bool] = []
+    real_head, real_place = S3Store.checked_generation_sync, io.place_hits
+
+    def head(self: S3Store, key: str) -> object:
+        waited.append(copying.wait(1.0))
+        return real_head(self, key)
+
+    def place(hits: list, *args: object) -> None:
+        if hits:
+            copying.set()
+        real_place(hits, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(S3Store, "checked_generation_sync", head)
+    monkeypatch.setattr(io, "place_hits", place)
+    np.testing.assert_array_equal(reader[box], vol[box])
+    assert len(waited) == 8 and all(waited)
+    a[20:30, 20:30, 20:30] = 9  # another handle rewrites the shard (0, 0, 0)
+    vol[20:30, 20:30, 20:30] = 9
+    copying.clear()
+    waited.clear()
+    np.testing.assert_array_equal(reader[box], vol[box])
+    assert len(waited) == 8 and all(waited)
+
+
 #: precomputed shards that are 32^3 cubes of 16^3 chunks, as the Zarr v3 ones of the test below
 #: (identity hash of the compressed Morton code: its top 3 bits, the chunk's 2x2x2 block)
 CUBE_SHARDING = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "identity", "preshift_bits": 3,

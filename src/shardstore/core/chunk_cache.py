@@ -116,6 +116,13 @@ class ChunkCache:
                     found.append(None)
         return found
 
+    def peek_many(self, keys: Sequence[str]) -> list[np.ndarray | None]:
+        """Each key's chunk as held now, at whatever generation (not checked, the LRU order
+        left as it is): what a read may copy out before its units' generations are known."""
+        entries = self._entries
+        with self._lock:
+            return [None if (entry := entries.get(key)) is None else entry[1] for key in keys]
+
     def holds(self, key: str) -> bool:
         """Whether an entry for ``key`` is kept, at whatever generation."""
         return key in self._entries

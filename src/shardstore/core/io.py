@@ -249,8 +249,9 @@ def hits_now(
 ) -> Asked | None:
     """The decoded-chunk cache's part of a blocking read from a store that fetches only
     through the event loop but tells generations with a blocking request (HTTP, S3:
-    ``Store.sync_checks``), done on the calling thread: the units' generations asked (side
-    by side on the I/O threads when there are several), the hits placed into ``out``.
+    ``Store.sync_checks``), done on the calling thread: the units' generations asked on the
+    I/O threads (side by side when there are several) while the chunks held are copied into
+    ``out`` (``_placed_while_asked``), the copies of units that changed fetched again.
     Returns what is left to fetch, for ``read_into(..., asked=...)``; None, having done
     nothing, when there is no cache, no such store, or the read bypasses the cache.
 
@@ -273,7 +274,49 @@ def hits_now(
     units, first = units_to_ask(layout, projections, keys, tagged)
     if fetch is not None and tagged and first and not all(unit in first for unit in units):
         return _asked_beside(layout, projections, keys, units, first, out, generation, threads, fetch)
+    if first:
+        return _placed_while_asked(layout, projections, keys, units, first, out, generation, threads)
     return _placed(layout, projections, keys, asked_generations(units, first, generation, threads), out)
+
+
+def _placed_while_asked(
+    layout: ChunkLayout,
+    projections: list[ChunkProjection],
+    keys: list[str],
+    units: Sequence[Hashable],
+    first: dict[Hashable, str],
+    out: np.ndarray,
+    generation: Callable[[str], Hashable | None],
+    threads: Executor,
+) -> Asked:
+    """``hits_now``'s lookups with the chunks the cache holds copied into ``out`` while their
+    units' generations are asked (``first``: from ``units_to_ask``; blocking requests, on
+    ``threads``), instead of after: a read the cache serves whole takes the longer of a HEAD
+    and the copies, not both (SeaweedFS, 100^3 reads of cached 64^3 chunks: ~0.8 ms a HEAD,
+    ~0.3 ms of copies). Nothing is served stale: the copies are checked against the answers
+    before the read returns, and the chunks of a unit that changed are left to fetch, which
+    writes all of their parts in ``out`` again."""
+    ahead = [(p, chunk) for p, unit, chunk in zip(projections, units, _held_now(layout, keys))
+             if chunk is not None and unit in first]
+    if not ahead:
+        return _placed(layout, projections, keys, asked_generations(units, first, generation, threads), out)
+    asking = {unit: threads.submit(generation, key) for unit, key in first.items()}
+    try:
+        place_hits(ahead, out, layout.config)
+        answers = {unit: f.result() for unit, f in asking.items()}
+    except BaseException:
+        for f in asking.values():
+            f.cancel()
+        raise
+    rest, gens, hits = take_cached(layout, projections, keys, [answers.get(unit) for unit in units])
+    placed = {id(p): chunk for p, chunk in ahead}
+    place_hits([(p, chunk) for p, chunk in hits if placed.get(id(p)) is not chunk], out, layout.config)
+    return rest, gens
+
+
+def _held_now(layout: ChunkLayout, keys: list[str]) -> list[np.ndarray | None]:
+    cache = layout.chunk_cache
+    return [None] * len(keys) if cache is None else cache.peek_many(keys)
 
 
 def _placed(
