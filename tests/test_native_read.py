@@ -333,3 +333,42 @@ def test_kernel_inflates_gzip_and_zlib_and_reports_the_rest(tmp_path) -> None:
     rest = ["short", "long", "trailing", "header", "huge", "empty"]
     status = rawio.read_boxes(out, (8, 8), (0, 1), b"HD", 1, False, [(str(tmp_path / n), box) for n in rest + ["none"]], True)
     assert status == b"\x02" * len(rest) + b"\x01" and (out == 9).all()
+
+
+def test_the_block_files_a_read_fetches_are_asked_of_a_cold_disk_at_once(tmp_path, monkeypatch) -> None:
+    """On a cold disk (the page cache probe says so), the block files a read of several
+    blocks fetches are all advised before the first is read, and a read the chunk cache
+    serves but for one block advises that block's file before the cached blocks are copied;
+    a read whose files are cached advises nothing. The values read are the volume's."""
+    from shardstore.core import io as core_io
+    from shardstore.store import open_values
+
+    a, data = _raw_dataset(tmp_path, shape=(48, 48, 64))
+    events: list[str] = []
+    monkeypatch.setattr(open_values.os, "posix_fadvise",
+                        lambda fd, offset, n, advice: events.append(f"advise {os.readlink(f'/proc/self/fd/{fd}')}"))
+    real_place = core_io.place_hits
+
+    def place(hits, *args):
+        events.append(f"hits {len(hits)}")
+        return real_place(hits, *args)
+
+    def reader() -> n5.N5Array:
+        return n5.open(str(tmp_path / "c.n5"), path="d", mode="r", config=IOConfig(native=True, chunk_cache_bytes=1 << 24))
+
+    monkeypatch.setattr(core_io, "place_hits", place)
+    np.testing.assert_array_equal(reader()[0:40, 0:40, 0:20], data[0:40, 0:40, 0:20])  # 3 x 3 x 2 blocks, just written
+    assert events == []
+    monkeypatch.setattr(open_values, "_uncached", lambda fd, offset: True)  # (as on a cold disk)
+    b = reader()
+    np.testing.assert_array_equal(b[0:40, 0:40, 0:20], data[0:40, 0:40, 0:20])
+    assert len(events) == 18 and all(e.startswith("advise") for e in events)
+    events.clear()
+    np.testing.assert_array_equal(b[0:40, 0:40, 0:40], data[0:40, 0:40, 0:40])  # 9 blocks more, 18 cached
+    assert [e.split()[0] for e in events] == ["advise"] * 9 + ["hits"] and events[-1] == "hits 18"
+    events.clear()
+    np.testing.assert_array_equal(b[0:40, 0:40, 10:40], data[0:40, 0:40, 10:40])  # all cached
+    assert events == ["hits 27"]
+    events.clear()
+    np.testing.assert_array_equal(b[40:45, 40:45, 40:50], data[40:45, 40:45, 40:50])  # one cached, one not
+    assert [e.split()[0] for e in events] == ["advise", "hits"] and events[-1] == "hits 1"

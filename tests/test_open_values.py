@@ -308,3 +308,31 @@ def test_spans_of_a_partly_cached_file_are_all_advised(tmp_path: Path, monkeypat
         assert value.read_many(spans, advise=False) == [bytes(e - s) for s, e in spans] and advised == []
     finally:
         value.close()
+
+
+def test_chunk_files_are_all_advised_when_the_first_is_cold(tmp_path: Path, monkeypatch) -> None:
+    """``advise_files`` asks the page cache about the first file only: cached, nothing is
+    advised (one open and a probe); cold, every file is advised whole, one after the other
+    (each closed at once: a read of thousands of files holds no thousand descriptors), and a
+    file that does not exist (a chunk never written) is skipped."""
+    import os
+
+    from shardstore.store import open_values
+
+    paths = [str(tmp_path / name) for name in ("a", "b", "missing", "c")]
+    for path in paths[:2] + paths[3:]:
+        Path(path).write_bytes(bytes(5000))
+    advised: list[tuple[int, int, int]] = []
+    monkeypatch.setattr(open_values.os, "posix_fadvise", lambda fd, offset, n, advice: advised.append((offset, n, advice)))
+    monkeypatch.setattr(open_values, "_NOWAIT", True)
+    monkeypatch.setattr(open_values, "_uncached", lambda fd, offset: False)
+    open_values.advise_files(paths)
+    assert advised == []
+    monkeypatch.setattr(open_values, "_uncached", lambda fd, offset: True)
+    before = len(os.listdir("/proc/self/fd"))
+    open_values.advise_files(paths)
+    assert advised == [(0, 0, os.POSIX_FADV_WILLNEED)] * 3
+    assert len(os.listdir("/proc/self/fd")) == before
+    advised.clear()
+    open_values.advise_files(paths[2:3])  # (nothing there to advise)
+    assert advised == []

@@ -39,7 +39,7 @@ from .chunk_cache import (
 from .indexing import ChunkProjection
 from .layout import ChunkLayout
 from .placing import place_chunk, place_hits, streams
-from .rawread import raw_reader
+from .rawread import advise_files_of, raw_reader
 from .spanread import advise_ahead, span_reader, span_units
 from .threads import share_now
 
@@ -211,6 +211,8 @@ def read_into_now(
     chunks = _StoreReads(reads, layout.store.transient_reads)
     native = raw_reader(layout, out, strict, streams(out, config), gens)
     items = [(p, layout.chunk_key(p.coords), None) for p in projections]
+    if items and (len(items) > 2 or place is not None):  # (chunk files asked of a cold disk at once)
+        advise_files_of(layout, [item[1] for item in items])
     if native is not None:
         share_now(native_then, items, native, _scatter, layout, out, strict, chunks, gens, config=config, free=True,
                   memo=layout.threads_memo, meanwhile=place)

@@ -35,7 +35,7 @@ import numpy as np
 from .._clibs import find_functions
 from .._sync import codec_pool_size
 from ..codecs.base import expansion_bound, scratch_buffer
-from ..store.open_values import HeldFiles, advise_spans
+from ..store.open_values import ADVISE_MAX_BYTES, HeldFiles, advise_spans
 from .chunk_cache import Generations, buffers_to_keep, keep_filled
 from .indexing import ChunkProjection
 from .layout import ChunkLayout
@@ -110,13 +110,15 @@ def advise_ahead(layout: ChunkLayout, units: list[Items], held: HeldFiles) -> No
     reads in flight side by side from the start. Measured on a cold 256^3 Zarr v3 zstd volume
     (one shard, 64^3 chunks): the first 100^3 read of a pass (18 chunks) 16.8 -> 12.5 ms
     (medians of 18), the first 8 reads 40-44 -> 35-39 ms (tensorstore+cache 30-38). Costs a
-    page-cache probe or three per shard file when the chunks are cached."""
+    page-cache probe or three per shard file when the chunks are cached. Files of which the
+    read wants more than ``ADVISE_MAX_BYTES`` are left to the kernel's readahead (see there)."""
     spans = layout.store.file_spans
     if spans is None:
         return
 
     def advise(fd: int, which: list[int], offsets: list[int], lengths: list[int], tail: int) -> list[bool]:
-        advise_spans(fd, sorted((offset, offset + n) for offset, n in zip(offsets, lengths)))
+        if sum(lengths) <= ADVISE_MAX_BYTES:
+            advise_spans(fd, sorted((offset, offset + n) for offset, n in zip(offsets, lengths)))
         return [False] * len(which)  # (nothing read)
 
     spans.read_spans_sync([item[1] for unit in units for item in unit], advise, held)
