@@ -13,8 +13,10 @@ process's write is seen by the next read. Data fetched after that question is st
 it: if a writer slipped in between, the entry holds newer data under an older token, which
 no later read matches (generations never repeat). Stores that cannot give a generation
 cheaply are asked with ``Store.checked_generation``: HTTP and S3 answer with a HEAD per unit
-and read call (the async runner asks its units concurrently), so a hit costs one small
-request instead of a ranged GET and a decode; stores that cannot tell at all are not cached.
+and read call (the async runner asks its units concurrently; a blocking read copies the held
+chunks out while its HEADs are in flight and fetches again those of units found changed,
+``io._asked_meanwhile``), so a hit costs one small request instead of a ranged GET and a
+decode; stores that cannot tell at all are not cached.
 Stores with tagged reads (``Store.tagged_reads``: HTTP, S3, and Zarr and precomputed shards
 over them) are asked only about units all of whose chunks a read wants the cache holds: the
 others' chunks are fetched at once and kept under the generation their own replies carry (a

@@ -253,7 +253,7 @@ def hits_now(
     through the event loop but tells generations with a blocking request (HTTP, S3:
     ``Store.sync_checks``), done on the calling thread: the units' generations asked on the
     I/O threads (side by side when there are several) while the chunks held are copied into
-    ``out`` (``_placed_while_asked``), the copies of units that changed fetched again.
+    ``out`` (``_asked_meanwhile``), the copies of units that changed fetched again.
     Returns what is left to fetch, for ``read_into(..., asked=...)``; None, having done
     nothing, when there is no cache, no such store, or the read bypasses the cache.
 
@@ -262,7 +262,7 @@ def hits_now(
 
     ``fetch(asked)``: what fetches chunks for this read. Given, a read with units the cache
     holds whole *and* others fetches the others' chunks with it while the generations of
-    the former are asked (``_asked_beside``): one round trip instead of two."""
+    the former are asked (``_asked_meanwhile``): one round trip instead of two."""
     checks = layout.store.sync_checks
     if layout.chunk_cache is None or checks is None:
         return None
@@ -275,13 +275,13 @@ def hits_now(
     keys = [layout.chunk_key(p.coords) for p in projections]
     units, first = units_to_ask(layout, projections, keys, tagged)
     if fetch is not None and tagged and first and not all(unit in first for unit in units):
-        return _asked_beside(layout, projections, keys, units, first, out, generation, threads, fetch)
+        return _asked_meanwhile(layout, projections, keys, units, first, out, generation, threads, fetch)
     if first:
-        return _placed_while_asked(layout, projections, keys, units, first, out, generation, threads)
+        return _asked_meanwhile(layout, projections, keys, units, first, out, generation, threads)
     return _placed(layout, projections, keys, asked_generations(units, first, generation, threads), out)
 
 
-def _placed_while_asked(
+def _asked_meanwhile(
     layout: ChunkLayout,
     projections: list[ChunkProjection],
     keys: list[str],
@@ -290,35 +290,47 @@ def _placed_while_asked(
     out: np.ndarray,
     generation: Callable[[str], Hashable | None],
     threads: Executor,
+    fetch: Callable[[Asked], None] | None = None,
 ) -> Asked:
-    """``hits_now``'s lookups with the chunks the cache holds copied into ``out`` while their
-    units' generations are asked (``first``: from ``units_to_ask``; blocking requests, on
-    ``threads``), instead of after: a read the cache serves whole takes the longer of a HEAD
-    and the copies, not both (SeaweedFS, 100^3 reads of cached 64^3 chunks: ~0.8 ms a HEAD,
-    ~0.3 ms of copies). Nothing is served stale: the copies are checked against the answers
-    before the read returns, and the chunks of a unit that changed are left to fetch, which
-    writes all of their parts in ``out`` again."""
-    ahead = [(p, chunk) for p, unit, chunk in zip(projections, units, _held_now(layout, keys))
-             if chunk is not None and unit in first]
-    if not ahead:
-        return _placed(layout, projections, keys, asked_generations(units, first, generation, threads), out)
+    """``hits_now``'s lookups with the generations of the units to ask (``first``: from
+    ``units_to_ask``) asked on ``threads`` (blocking requests: HEADs) while something else
+    goes on, instead of before it. Returns what is left to fetch (chunks of units changed since
+    they were cached, and those of units not asked).
+
+    With ``fetch`` (a store with tagged reads, a read with units the cache holds whole and
+    others): ``fetch`` gets the others' chunks meanwhile (their replies' tags check any of
+    their chunks held), then the held units' hits are placed: one round trip instead of two.
+
+    Without: the chunks the cache holds are copied into ``out`` meanwhile, so a read the
+    cache serves whole takes the longer of a HEAD and the copies, not both (SeaweedFS, 100^3
+    reads of cached 64^3 chunks: ~0.8 ms a HEAD, ~0.3 ms of copies). Nothing is served stale:
+    the copies are checked against the answers before the read returns, and the chunks of a
+    unit that changed are left to fetch, which writes all of their parts in ``out`` again."""
+    ahead: list[Hit] = []
+    if fetch is None:
+        cache = layout.chunk_cache
+        held = cache.peek_many(keys) if cache is not None else [None] * len(keys)
+        ahead = [(p, chunk) for p, unit, chunk in zip(projections, units, held) if chunk is not None and unit in first]
+        if not ahead:
+            return _placed(layout, projections, keys, asked_generations(units, first, generation, threads), out)
     asking = {unit: threads.submit(generation, key) for unit, key in first.items()}
     try:
-        place_hits(ahead, out, layout.config)
+        if fetch is not None:
+            fetch(([p for p, unit in zip(projections, units) if unit not in asking], {}))
+        else:
+            place_hits(ahead, out, layout.config)
         answers = {unit: f.result() for unit, f in asking.items()}
     except BaseException:
         for f in asking.values():
             f.cancel()
         raise
+    if fetch is not None:  # (the others' chunks are fetched already)
+        pick = [i for i, unit in enumerate(units) if unit in asking]
+        projections, keys, units = [projections[i] for i in pick], [keys[i] for i in pick], [units[i] for i in pick]
     rest, gens, hits = take_cached(layout, projections, keys, [answers.get(unit) for unit in units])
     placed = {id(p): chunk for p, chunk in ahead}
     place_hits([(p, chunk) for p, chunk in hits if placed.get(id(p)) is not chunk], out, layout.config)
     return rest, gens
-
-
-def _held_now(layout: ChunkLayout, keys: list[str]) -> list[np.ndarray | None]:
-    cache = layout.chunk_cache
-    return [None] * len(keys) if cache is None else cache.peek_many(keys)
 
 
 def _placed(
@@ -330,34 +342,6 @@ def _placed(
     rest, gens, hits = take_cached(layout, projections, keys, generations)
     place_hits(hits, out, layout.config)
     return rest, gens
-
-
-def _asked_beside(
-    layout: ChunkLayout,
-    projections: list[ChunkProjection],
-    keys: list[str],
-    units: Sequence[Hashable],
-    first: dict[Hashable, str],
-    out: np.ndarray,
-    generation: Callable[[str], Hashable | None],
-    threads: Executor,
-    fetch: Callable[[Asked], None],
-) -> Asked:
-    """``hits_now`` for a store with tagged reads and a read with units the cache holds whole
-    (``first``: those to ask, from ``units_to_ask``) and others: the former's generations
-    asked on ``threads`` while ``fetch`` gets the latter's chunks (their replies' tags check
-    any of their chunks held), then the former's hits placed. Returns what is left (chunks
-    of units changed since they were cached)."""
-    asking = {unit: threads.submit(generation, key) for unit, key in first.items()}
-    try:
-        fetch(([p for p, unit in zip(projections, units) if unit not in asking], {}))
-    except BaseException:
-        for f in asking.values():
-            f.cancel()
-        raise
-    held = [i for i, unit in enumerate(units) if unit in asking]
-    generations = [asking[units[i]].result() for i in held]
-    return _placed(layout, [projections[i] for i in held], [keys[i] for i in held], generations, out)
 
 
 class _StoreReads:
