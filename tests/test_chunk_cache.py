@@ -11,7 +11,7 @@ import threading
 import uuid
 from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
@@ -413,6 +413,20 @@ def test_s3_hits_are_checked_against_the_shards_etag(seaweedfs: SeaweedFS) -> No
     np.testing.assert_array_equal(reader[box], vol[box])
 
 
+def _cached_s3_reader(seaweedfs: SeaweedFS) -> tuple[Any, np.ndarray, Any, tuple[slice, ...]]:
+    """A sharded S3 array of ``_vol()`` (its writer), a reader with a chunk cache, and a box of
+    27 chunks in 8 shards that the reader has read once (its chunks cached)."""
+    url, opts = seaweedfs.url(f"cache-{uuid.uuid4().hex[:10]}"), seaweedfs.storage_options()
+    a = shardstore.create(url, storage_options=opts, shape=VOL_SHAPE, dtype="uint16", chunks=(16, 16, 16),
+                          shards=(32, 32, 32))
+    vol = _vol()
+    a[...] = vol
+    reader = shardstore.open(url, storage_options=opts, config=shardstore.IOConfig(chunk_cache_bytes=16 * MIB))
+    box = np.s_[3:45, 3:45, 3:45]
+    np.testing.assert_array_equal(reader[box], vol[box])
+    return a, vol, reader, box
+
+
 def test_s3_hits_are_checked_and_placed_without_the_event_loop(
     seaweedfs: SeaweedFS, monkeypatch: pytest.MonkeyPatch, count_decodes: list[int]
 ) -> None:
@@ -422,14 +436,7 @@ def test_s3_hits_are_checked_and_placed_without_the_event_loop(
     from shardstore.core import array as array_module
     from shardstore.store.s3 import S3Store
 
-    url, opts = seaweedfs.url(f"cache-{uuid.uuid4().hex[:10]}"), seaweedfs.storage_options()
-    a = shardstore.create(url, storage_options=opts, shape=VOL_SHAPE, dtype="uint16", chunks=(16, 16, 16),
-                          shards=(32, 32, 32))
-    vol = _vol()
-    a[...] = vol
-    reader = shardstore.open(url, storage_options=opts, config=shardstore.IOConfig(chunk_cache_bytes=16 * MIB))
-    box = np.s_[3:45, 3:45, 3:45]  # 27 chunks in 8 shards
-    np.testing.assert_array_equal(reader[box], vol[box])
+    _, vol, reader, box = _cached_s3_reader(seaweedfs)
     heads: list[str] = []
     real_head = S3Store.checked_generation_sync
     monkeypatch.setattr(S3Store, "checked_generation_sync", lambda self, key: heads.append(key) or real_head(self, key))
@@ -458,14 +465,7 @@ def test_s3_hits_are_copied_while_their_shards_etags_are_asked(seaweedfs: Seawee
     its copy: the read returns the new values."""
     from shardstore.store.s3 import S3Store
 
-    url, opts = seaweedfs.url(f"cache-{uuid.uuid4().hex[:10]}"), seaweedfs.storage_options()
-    a = shardstore.create(url, storage_options=opts, shape=VOL_SHAPE, dtype="uint16", chunks=(16, 16, 16),
-                          shards=(32, 32, 32))
-    vol = _vol()
-    a[...] = vol
-    reader = shardstore.open(url, storage_options=opts, config=shardstore.IOConfig(chunk_cache_bytes=16 * MIB))
-    box = np.s_[3:45, 3:45, 3:45]  # 27 chunks in 8 shards
-    np.testing.assert_array_equal(reader[box], vol[box])
+    a, vol, reader, box = _cached_s3_reader(seaweedfs)
     copying = threading.Event()
     waited: list[bool] = []
     real_head, real_place = S3Store.checked_generation_sync, io.place_hits
