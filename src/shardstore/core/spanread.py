@@ -109,7 +109,8 @@ def advise_ahead(layout: ChunkLayout, units: list[Items], held: HeldFiles) -> No
     takes later would only be asked for then, and the first is one chunk; tensorstore has its
     reads in flight side by side from the start. Measured on a cold 256^3 Zarr v3 zstd volume
     (one shard, 64^3 chunks): the first 100^3 read of a pass (18 chunks) 16.8 -> 12.5 ms
-    (medians of 18), the first 8 reads 40-44 -> 35-39 ms (tensorstore+cache 30-38). Costs a
+    (medians of 18), the first 8 reads 34.5-51.8 -> 31.5-45.6 ms (advice toggled in one
+    process; see benchmarks/README for what the later reads of such a pass lose). Costs a
     page-cache probe or three per shard file when the chunks are cached. Files of which the
     read wants more than ``ADVISE_MAX_BYTES`` are left to the kernel's readahead (see there)."""
     spans = layout.store.file_spans
