@@ -274,11 +274,10 @@ def hits_now(
     tagged = layout.store.tagged_reads is not None
     keys = [layout.chunk_key(p.coords) for p in projections]
     units, first = units_to_ask(layout, projections, keys, tagged)
-    if fetch is not None and tagged and first and not all(unit in first for unit in units):
-        return _asked_meanwhile(layout, projections, keys, units, first, out, generation, threads, fetch)
-    if first:
-        return _asked_meanwhile(layout, projections, keys, units, first, out, generation, threads)
-    return _placed(layout, projections, keys, asked_generations(units, first, generation, threads), out)
+    # (a fetch overlaps the questions only when the store tags its replies and some units are
+    # not held whole; else the others' chunks, if any, are fetched after the questions)
+    beside = fetch is not None and tagged and first and not all(unit in first for unit in units)
+    return _asked_meanwhile(layout, projections, keys, units, first, out, generation, threads, fetch if beside else None)
 
 
 def _asked_meanwhile(
@@ -309,9 +308,10 @@ def _asked_meanwhile(
     ahead: list[Hit] = []
     if fetch is None:
         cache = layout.chunk_cache
-        held = cache.peek_many(keys) if cache is not None else [None] * len(keys)
+        assert cache is not None, "hits_now asks only with a cache"
+        held = cache.peek_many(keys)
         ahead = [(p, chunk) for p, unit, chunk in zip(projections, units, held) if chunk is not None and unit in first]
-        if not ahead:
+        if not ahead:  # (nothing held, or no unit to ask)
             return _placed(layout, projections, keys, asked_generations(units, first, generation, threads), out)
     asking = {unit: threads.submit(generation, key) for unit, key in first.items()}
     try:
