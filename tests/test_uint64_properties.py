@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import asyncio
 
+import numpy as np
 import pytest
 from _helpers import examples
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from shardstore.sharding.uint64 import ShardingSpec, Uint64ShardedStore
@@ -104,3 +105,46 @@ def test_value_spans_finds_what_a_lookup_per_key_finds(case):
     got = value_spans(found, reqs, delta)
     assert sorted(got) == sorted(want)
     assert [s for _, s, _ in got] == sorted(s for _, s, _ in got)
+
+
+def _minishard_index_model(words: list[int], index_size: int) -> tuple[list[int], list[int], list[int]] | str:
+    """The spec's reading of a ``[3, n]`` minishard index in exact integers, or the error's words."""
+    n = len(words) // 3
+    keys = [sum(words[: i + 1]) for i in range(n)]
+    if any(k >= 2**64 for k in keys):
+        return "overflow uint64"
+    offsets, sizes = words[n : 2 * n], words[2 * n :]
+    if sum(offsets) >= 2**62 or sum(sizes) >= 2**62:
+        return "beyond any possible shard size"
+    starts = [sum(offsets[: i + 1]) + sum(sizes[:i]) + index_size for i in range(n)]
+    return keys, starts, sizes
+
+
+_word = st.one_of(st.integers(0, 300), st.integers(2**61, 2**64 - 1))
+
+
+@settings(max_examples=examples(200))
+@given(words=st.integers(1, 14).flatmap(lambda n: st.lists(_word, min_size=3 * n, max_size=3 * n)))
+@example(words=[2**64 - 1, 1, 0, 0, 0, 0])  # keys summing to exactly 2**64
+@example(words=[5, 2**62, 0])  # an offset of exactly 2**62
+@example(words=[*range(1, 10), *[2**59] * 9, *range(9)])  # 9 entries (NumPy): offsets summing past 2**62
+def test_minishard_indexes_decode_to_the_specs_sums_on_both_paths(words):
+    """Small indexes (summed with Python ints) and larger ones (NumPy) decode to the exact sums
+    of the spec, and refuse the same overflowing ones with the same error."""
+    import struct
+
+    from shardstore.errors import CodecError
+    from shardstore.sharding._uint64_format import decode_minishard_index
+
+    spec = ShardingSpec.from_json({"@type": "neuroglancer_uint64_sharded_v1", "hash": "identity", "preshift_bits": 0,
+                                   "minishard_bits": 2, "shard_bits": 0, "minishard_index_encoding": "raw"})
+    n = len(words) // 3
+    want = _minishard_index_model(words, spec.index_size)
+    raw = struct.pack(f"<{3 * n}Q", *words)
+    if isinstance(want, str):
+        with pytest.raises(CodecError, match=want):
+            decode_minishard_index(raw, spec, "s.shard", 1)
+        return
+    got = decode_minishard_index(raw, spec, "s.shard", 1)
+    assert (got.keys.tolist(), got.starts.tolist(), got.sizes.tolist()) == want
+    assert got.keys.dtype == got.starts.dtype == got.sizes.dtype == np.uint64
