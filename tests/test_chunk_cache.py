@@ -577,11 +577,24 @@ def test_the_budget_comes_from_the_config_given_at_open(tmp_path) -> None:
     assert pickle.loads(pickle.dumps(b)).chunk_cache_bytes == 1 << 20  # travels with the record
 
 
+def test_an_entry_keeps_the_bytes_object_it_views_whole_but_copies_out_of_others() -> None:
+    """``owned``: a chunk viewing all of a ``bytes`` object (immutable, read for this chunk)
+    is kept as it is; one viewing a part of a larger one (a shard's bytes), or a reusable
+    buffer, is copied."""
+    whole = np.frombuffer(bytes(range(24)), dtype="uint8").reshape((2, 3, 4), order="F")
+    assert owned(whole) is whole
+    part = np.frombuffer(bytes(range(32)), dtype="uint8")[4:28].reshape((2, 3, 4))
+    for chunk in (part, np.frombuffer(bytearray(24), dtype="uint8"), np.frombuffer(memoryview(bytes(24)), "uint8")):
+        kept = owned(chunk)
+        assert kept is not chunk and kept.base is None
+        np.testing.assert_array_equal(kept, chunk)
+
+
 def test_entries_keep_the_memory_order_of_the_decoded_chunk() -> None:
     """A precomputed chunk decodes to Fortran order; kept in C order, every hit would be a
     transposing copy (measured: 12x slower aligned reads than without the cache)."""
-    chunk = np.frombuffer(bytes(range(24)), dtype="uint8").reshape((2, 3, 4), order="F")
-    kept = owned(chunk)
+    chunk = np.frombuffer(bytearray(range(24)), dtype="uint8").reshape((2, 3, 4), order="F")
+    kept = owned(chunk)  # (a view of a reusable buffer: copied)
     assert kept.flags.f_contiguous and kept.base is None
     np.testing.assert_array_equal(kept, chunk)
     a = shardstore.precomputed.create(shardstore.MemoryStore(), data_type="uint8", scales=[

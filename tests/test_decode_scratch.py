@@ -319,6 +319,40 @@ def test_chunks_to_cache_decode_into_the_buffer_their_entry_keeps(monkeypatch, e
     assert len(copies) == 9
 
 
+@pytest.mark.parametrize(("fmt", "dtype"), [("precomputed", "uint8"), ("precomputed", "uint16"), ("zarr3", "<u2"),
+                                          ("zarr3", ">u2"), ("precomputed-sharded", "uint8")])
+def test_raw_chunks_to_cache_are_read_into_the_memory_their_entry_keeps(tmp_path: Path, monkeypatch, fmt: str,
+                                                                         dtype: str) -> None:
+    """An uncompressed chunk the cache keeps is read into memory of its own that its entry
+    views (``CodecPipeline.decodes_to_view``), not into the thread's reused buffer that the
+    entry would then copy: ``owned`` copies nothing, for chunk files and shards alike (a
+    big-endian chunk decodes to a new array either way); the values are the volume's."""
+    copies = _owned_copies(monkeypatch)
+    data = (np.arange(40 * 50 * 8) % 60000).astype(dtype).reshape(40, 50, 8)
+    if fmt == "zarr3":
+        # (in memory: local chunk files of this layout go to the native reader, which reads
+        # kept chunks straight into their entries itself)
+        store = shardstore.MemoryStore()
+        a = shardstore.zarr3.create(store, shape=data.shape, dtype=dtype, chunks=(16, 16, 8), codecs=[
+            {"name": "bytes", "configuration": {"endian": "big" if dtype.startswith(">") else "little"}}])
+        a[...] = data
+        b = shardstore.zarr3.open(store, config=IOConfig(chunk_cache_bytes=1 << 20))
+    else:
+        scale: dict = {"size": list(data.shape), "chunk_size": [16, 16, 8], "encoding": "raw"}
+        if fmt == "precomputed-sharded":
+            scale["sharding"] = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "identity", "preshift_bits": 0,
+                                 "minishard_bits": 2, "shard_bits": 1, "minishard_index_encoding": "raw",
+                                 "data_encoding": "raw"}
+        a = shardstore.precomputed.create(str(tmp_path), data_type=dtype, scales=[scale])
+        a[...] = data[..., None]
+        b = shardstore.precomputed.open(str(tmp_path), config=IOConfig(chunk_cache_bytes=1 << 20))
+        data = data[..., None]
+    for box in [(slice(0, 16), slice(16, 32)), (slice(3, 37), slice(5, 45))]:  # one chunk, then several
+        np.testing.assert_array_equal(b[box], data[box])
+        np.testing.assert_array_equal(b[box], data[box])  # (from the cache)
+    assert copies and not any(copies)
+
+
 def test_bcolz_chunks_to_cache_decode_into_their_entry(tmp_path: Path, monkeypatch) -> None:
     """bcolz chunks (bloscpack, which decodes into the caller's array) kept by the cache are
     decompressed straight into a new array that becomes the entry: ``owned`` copies nothing."""

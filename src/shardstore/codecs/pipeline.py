@@ -238,6 +238,14 @@ class CodecPipeline:
         decoder = self.bytes_bytes[0].native_decoder()
         return None if decoder is None else (decoder, *plain)
 
+    def decodes_to_view(self, spec: ChunkSpec) -> bool:
+        """Whether a chunk of ``spec`` decodes to a view of its stored bytes, all of them (a
+        lone plain codec storing native-order values): a chunk cache keeps what was read
+        as its entry, so a kept chunk is read into memory of its own rather than a reused
+        buffer that the entry would copy."""
+        layout = self.native_layout(spec)
+        return layout is not None and layout[0] is None and layout[1].isnative
+
     @functools.cached_property
     def decodes_into(self) -> bool:
         """Whether ``decode_into`` can ever write a chunk straight into the caller's array."""

@@ -180,10 +180,12 @@ def _memory_of(chunk: np.ndarray) -> np.ndarray:
 
 
 def owned(chunk: np.ndarray) -> np.ndarray:
-    """``chunk`` itself when it holds its own memory (or views all of an array that does),
-    else a copy: an entry must not keep alive a larger buffer (a whole shard's bytes)."""
+    """``chunk`` itself when it holds its own memory (or views all of an array that does, or
+    all of a ``bytes`` object: immutable, read for it), else a copy: an entry must not keep
+    alive a larger buffer (a whole shard's bytes) or one that is reused."""
     root = _memory_of(chunk)
-    if root.base is None and root.nbytes == chunk.nbytes:
+    base: object = root.base  # (typed as an array; a view of a bytes object has that as its base)
+    if root.nbytes == chunk.nbytes and (base is None or (isinstance(base, bytes) and len(base) == root.nbytes)):
         return chunk
     return chunk.copy(order="K")  # (its memory order: hits are copied out in that order, not transposed)
 

@@ -112,6 +112,8 @@ def _scatter(
     into = layout.pipeline.decodes_into
     stream = streams(out, layout.config)
     cache = layout.chunk_cache if gens else None
+    # (a kept chunk that decodes to a view of what was read is read into memory of its own)
+    read_kept = reads is not None and cache is not None and layout.pipeline.decodes_to_view(layout.chunk_spec)
     for p, key, data in batch:
         gen = gens.get(key) if cache is not None and gens is not None else None
         if reads is not None:
@@ -120,8 +122,10 @@ def _scatter(
                 if part is not None:
                     assign(out, p.out_selection, part)
                     continue
-            # (decoded and copied out before this thread reads again: its reusable buffer)
-            data = reads.get_transient_sync(key, scratch)
+            if read_kept and gen is not None:
+                data = reads.get_sync(key)
+            else:  # (decoded and copied out before this thread reads again: its reusable buffer)
+                data = reads.get_transient_sync(key, scratch)
         if data is None:
             if strict:
                 raise ChunkNotFoundError(f"{layout.describe_key(key)} is missing")
