@@ -36,10 +36,12 @@ Phases, per variant, every row taking turns (``_common.bench_volumes``):
    seeded and identical for every row; a few results are checked.
 7. **writes into shards** (issue 17): ``--reads`` writes of 8^3 boxes at random origins into
    the existing array (each a read-modify-write of one shard), then whole aligned shards
-   rewritten (up to 4; no read needed, so this shows what locking costs). Timed once, after
-   the reads, on a handle opened ``r+`` (only API the pre-redesign shardstore also has).
+   rewritten (up to 4; no read needed, so this shows what locking costs). After the reads,
+   on a handle opened ``r+`` (only API the pre-redesign shardstore also has), every row in
+   turn at each repetition, as the reads.
 
-Timings are the best of ``--repeat`` repetitions (default 3 for reads, 1 for the write).
+Timings are the best of ``--repeat`` repetitions (default 3 for reads and the writes into
+shards, 1 for the write).
 Throughputs are in MB/s (10^6 bytes of uncompressed data per second); random reads in
 reads/s; sizes and RSS in MiB. For every figure the table names the best anchor row and
 gives each shardstore row's ratio against it, oriented so that above 1 means shardstore is
@@ -58,6 +60,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -86,6 +89,7 @@ from _common import (  # noqa: E402
     shardstore_kwargs,
     shardstore_rows,
     tensorstore_rows,
+    turns,
     volume_figures,
 )
 from _common import child_write as _child_write  # noqa: E402
@@ -262,23 +266,35 @@ def child_write(args: argparse.Namespace) -> None:
 PARTIAL = 8  # edge of the small writes into existing shards (inside one inner chunk or two)
 
 
-def bench_updates(adapter: Any, path: Path, vol: np.ndarray, origins: list[Origin]) -> dict[str, float]:
+def bench_updates(adapters: dict[str, Any], paths: dict[str, Path], vol: np.ndarray, origins: list[Origin],
+                  repeat: int, turn: int = 0) -> dict[str, dict[str, float]]:
     """Writes into the existing dataset: small boxes (a read-modify-write of one shard each, the
     case issue 17 says must need one read instead of two) and whole aligned shards (no read at
-    all; the figure that shows what locking costs). Only API every version has: open r+, a[sel] = v."""
-    h = adapter.open_rw(path)
-    t0 = time.perf_counter()
-    for o in origins:
-        adapter.write_box(h, box(o, PARTIAL), 9)
-    partial = len(origins) / (time.perf_counter() - t0)
+    all; the figure that shows what locking costs). Only API every version has: open r+, a[sel] = v.
+    Every row takes its turn at each of ``repeat`` repetitions, the order rotating (as the
+    reads do): the best repetition counts, its median beside it (``<figure>_median``)."""
+    handles = {name: adapter.open_rw(paths[name]) for name, adapter in adapters.items()}
     edge = min(SHARD, *vol.shape)
     n_shards = max(1, min(4, vol.shape[0] // edge))
-    t0 = time.perf_counter()
-    for i in range(n_shards):
-        sel = (slice(i * edge, (i + 1) * edge),) + (slice(0, edge),) * (vol.ndim - 1)
-        adapter.write_box(h, sel, vol[sel])
-    whole = n_shards * edge**vol.ndim / 1e6 / (time.perf_counter() - t0)
-    return {"partial_writes_per_s": partial, "whole_shard_write_MBps": whole}
+    times: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in adapters}
+    for rep in range(max(repeat, 1)):
+        for name in turns(list(adapters), rep + turn):
+            adapter, h = adapters[name], handles[name]
+            t0 = time.perf_counter()
+            for o in origins:
+                adapter.write_box(h, box(o, PARTIAL), 9)
+            times[name][0].append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            for i in range(n_shards):  # (the volume's own values again: each repetition starts alike)
+                sel = (slice(i * edge, (i + 1) * edge),) + (slice(0, edge),) * (vol.ndim - 1)
+                adapter.write_box(h, sel, vol[sel])
+            times[name][1].append(time.perf_counter() - t0)
+    whole_mb = n_shards * edge**vol.ndim / 1e6
+    return {name: {"partial_writes_per_s": len(origins) / min(partial),
+                   "partial_writes_per_s_median": len(origins) / statistics.median(partial),
+                   "whole_shard_write_MBps": whole_mb / min(whole),
+                   "whole_shard_write_MBps_median": whole_mb / statistics.median(whole)}
+            for name, (partial, whole) in times.items()}
 
 
 UPDATE_FIGURES = [
@@ -360,9 +376,10 @@ def main(argv: list[str] | None = None) -> None:
             results[variant] = bench_volumes(__file__, adapters, variant, paths, vol, npys, origins,
                                              write_repeat, read_repeat, CHUNK, row_child_args(args),
                                              turn=args.turn)
-            for name, adapter in adapters.items():
+            updates = bench_updates(adapters, paths, vol, origins["partial"], read_repeat, turn=args.turn)
+            for name in adapters:
                 res = results[variant][name]
-                res.update(bench_updates(adapter, paths[name], vol, origins["partial"]))
+                res.update(updates[name])
                 resident = res["resident_after_drop"]
                 print(f"# {variant}/{name}: cache drop: {res['cache_drop']}, resident after drop: "
                       f"{'n/a' if resident is None else f'{resident:.1%}'}", flush=True)
