@@ -8,8 +8,12 @@ default and cached rows and every anchor row in its default and fastest configur
 writes its JSON; a bench's ``vs_best_anchor`` gives, per figure, the best anchor row of that run
 and each shardstore row's ratio against it (above 1: shardstore better). The table gives the
 median of those per-run ratios for each shardstore row, the anchor rows that were best, and
-flags figures where no shardstore row reaches ``--threshold`` (default 1.0). ``--load`` reports
-runs saved earlier (``--runs 0``: only those), pooled with this call's.
+flags figures where no shardstore row reaches ``--threshold`` (default 1.0). Figures bound by
+their format (bench_bcolz: one blosc file per chunk) also get a row against the floor measured
+beside them in the same run (``<figure> / <floor figure> [format floor]``), flagged below 90 % of
+the threshold: the issue asks those to come within 10 % of the bound (the floor's raw I/O of a
+cold read is shown, not flagged: a reader also decompresses). ``--load`` reports runs
+saved earlier (``--runs 0``: only those), pooled with this call's.
 
 Sizes default to ``--scale small`` (256^3 volumes, the sizes ``compare_versions`` uses, about 15
 minutes for 3 runs on 2 cores); ``--scale full`` uses each bench's own defaults (512^3 volumes,
@@ -51,9 +55,21 @@ def ratios(obj: Any, prefix: str = "") -> dict[str, dict[str, Any]]:
     return out
 
 
+#: a figure bound by its format (bench_bcolz's ``vs_format_floor``: one blosc file per chunk)
+#: meets the target within 10 % of the floor measured beside it (issue 21)
+FLOOR = "format floor"
+FLOOR_SHARE = 0.9
+
+
 def run_bench(python: str, bench: str, args: list[str], scratch: Path) -> dict[str, dict[str, Any]] | str:
     got = bench_json(python, bench, args, scratch)
-    return got if isinstance(got, str) else ratios(got.get("vs_best_anchor", {}))
+    if isinstance(got, str):
+        return got
+    out = ratios(got.get("vs_best_anchor", {}))
+    for row, figures in got.get("vs_format_floor", {}).items():  # {row: {"fig / floor fig": ratio}}
+        for fig, ratio in figures.items():
+            out.setdefault(f"{fig} [{FLOOR}]", {"best_anchor": FLOOR})[row] = ratio
+    return out
 
 
 def table(runs: dict[str, list[dict[str, dict[str, Any]]]], threshold: float) -> list[str]:
@@ -71,7 +87,10 @@ def table(runs: dict[str, list[dict[str, dict[str, Any]]]], threshold: float) ->
                 continue
             best = max(med.values())
             # (as printed: a size of 0.9999x is a tie, not a loss)
-            flag = f"**< {threshold:g}**" if round(best, 2) < threshold else ""
+            bar = threshold * FLOOR_SHARE if fig.endswith(f"[{FLOOR}]") else threshold
+            # (the raw I/O of a cold read, shown to tell how much of it is the disk, bounds no
+            # reader: every reader also decompresses)
+            flag = f"**< {bar:g}**" if round(best, 2) < bar and "_io_" not in fig else ""
             others = ", ".join(f"{row} {v:.2f}" for row, v in med.items() if row not in ("shardstore", "shardstore+cache"))
             cells = [f"{bench}:{fig}", str(len(leaves)), ", ".join(f"{a} ×{n}" for a, n in anchors.most_common()),
                      *(f"{med[r]:.2f}" if r in med else "-" for r in ("shardstore", "shardstore+cache")), others, flag]
