@@ -122,6 +122,21 @@ def test_store_hands_obstore_keys_or_skip_signature(clean_env: Path) -> None:
     assert asked.credential_source == "file:" + str(clean_env / ".aws" / "credentials") + " [default]"
 
 
+def test_uploads_are_hashed_into_their_signature_only_without_tls(clean_env: Path) -> None:
+    """Over HTTPS (AWS's default endpoint included) a put's body is sent as UNSIGNED-PAYLOAD,
+    as botocore does: TLS protects it, and hashing every value costs a SHA-256 pass; over plain
+    HTTP the signature covers the body. The caller's ``config`` has the last word."""
+    keys = {"access_key_id": "a", "secret_access_key": "b"}
+    unsigned = {endpoint: S3Store("bucket", "p", endpoint=endpoint, **keys)._client.config.get("unsigned_payload")
+                for endpoint in ("https://s3.example.org", "HTTPS://s3.example.org", "http://127.0.0.1:9", None)}
+    assert unsigned == {"https://s3.example.org": "true", "HTTPS://s3.example.org": "true",
+                        "http://127.0.0.1:9": "false", None: "true"}
+    told = S3Store("bucket", "p", endpoint="https://s3.example.org", config={"unsigned_payload": False}, **keys)
+    assert told._client.config["unsigned_payload"] == "false"
+    anon = S3Store("bucket", "p", endpoint="https://s3.example.org")
+    assert anon.credential_source == "anonymous" and "unsigned_payload" not in anon._client.config
+
+
 # -- the network namespace proof -----------------------------------------------------------
 
 _PROBE = r'''

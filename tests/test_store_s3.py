@@ -59,6 +59,17 @@ class TestS3StoreUnderAPrefix(StoreTests):
         return store
 
 
+class TestS3StoreWithUnsignedPayloads(StoreTests):
+    """The battery with bodies sent as UNSIGNED-PAYLOAD (what HTTPS endpoints get by default;
+    this server is plain HTTP, where the default hashes them)."""
+
+    @pytest.fixture
+    def store(self, seaweedfs: SeaweedFS) -> Store:
+        store = make_s3(seaweedfs, config={"unsigned_payload": True})
+        assert store._client.config["unsigned_payload"] == "true"  # type: ignore[attr-defined]
+        return store
+
+
 def test_tagged_reads_do_not_pass_a_wrapper_that_counts_requests(seaweedfs: SeaweedFS) -> None:
     recording = RecordingStore(make_s3(seaweedfs))
     assert recording.tagged_reads is None and not recording.versions_in_replies

@@ -158,7 +158,12 @@ class S3Store(ObjectStoreBase):
             cfg["virtual_hosted_style_request"] = bool(virtual_hosted_style)
         if creds.source == "anonymous":
             cfg["skip_signature"] = True
-        elif access_key_id is not None:
+        else:
+            # over TLS, which protects the body already, an upload's body is not hashed into
+            # its signature (botocore's default too): no SHA-256 pass over every value put
+            # (17.9 -> 5.2 ms of CPU for a 12 MB shard); over plain HTTP it still is
+            cfg["unsigned_payload"] = not endpoint or urlsplit(endpoint).scheme.lower() == "https"
+        if access_key_id is not None:
             cfg["access_key_id"] = access_key_id
             cfg["secret_access_key"] = secret_access_key
             if session_token:
