@@ -355,7 +355,7 @@ def decode_minishard_index(
 
 
 #: minishard indexes of at most this many entries are summed with Python ints: NumPy's calls
-#: (three cumsums, two sums) cost ~30 us where these take ~3 (a minishard per chunk, as fine
+#: (three cumsums, two sums) cost ~33 us where these take ~9 (a minishard per chunk, as fine
 #: minishard bits give, makes every chunk read of a cold shard decode one)
 _FEW_ENTRIES = 8
 
