@@ -40,8 +40,8 @@ Phases, per variant, every row taking turns (``_common.bench_volumes``):
    on a handle opened ``r+`` (only API the pre-redesign shardstore also has), every row in
    turn at each repetition, as the reads.
 
-Timings are the best of ``--repeat`` repetitions (default 3 for reads and the writes into
-shards, 1 for the write).
+Timings are the best of ``--repeat`` repetitions (default 3, the write's as bench_n5's: one
+child-process write of ~0.1 s per row and input order moved its ratio by 10-20 % between runs).
 Throughputs are in MB/s (10^6 bytes of uncompressed data per second); random reads in
 reads/s; sizes and RSS in MiB. For every figure the table names the best anchor row and
 gives each shardstore row's ratio against it, oriented so that above 1 means shardstore is
@@ -311,7 +311,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--size", type=int, default=512, help="edge of the cubic volume (default 512)")
     p.add_argument("--reads", type=int, default=256, help="random reads per kind (default 256)")
     p.add_argument("--repeat", type=int, default=None,
-                   help="best of N for every timing (default: 3 for reads, 1 for the write)")
+                   help="best of N for every timing (default 3)")
     p.add_argument("--variants", default="zstd,blosc", help="comma list of: zstd, blosc")
     add_row_arguments(p, ROWS)
     p.add_argument("--orders", default="C,F",
@@ -339,7 +339,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.child_write:
         child_write(args)
         return
-    write_repeat, read_repeat = args.repeat or 1, args.repeat or 3
+    write_repeat = read_repeat = args.repeat or 3
     made_dir = args.out_dir is None
     out_dir = Path(tempfile.mkdtemp(prefix="bench_zarr3_", dir="/tmp")) if made_dir else args.out_dir
     out_dir.mkdir(parents=True, exist_ok=True)
