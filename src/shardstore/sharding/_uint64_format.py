@@ -362,18 +362,19 @@ _FEW_ENTRIES = 8
 
 def _few_entries(words: Sequence[int], n: int, index_size: int, what: str) -> MinishardIndex:
     """``decode_minishard_index`` of ``n`` entries unpacked to ``words`` (the same checks)."""
+    offsets, sizes = words[n : 2 * n], words[2 * n :]
     keys, starts = [], []
     key = end = 0
-    for delta, offset, size in zip(words[:n], words[n : 2 * n], words[2 * n :]):
+    for delta, offset, size in zip(words[:n], offsets, sizes):
         key += delta
         if key > UINT64_MAX:
             raise CodecError(f"{what}: minishard index key deltas overflow uint64")
         keys.append(key)
         starts.append(end + offset + index_size)
         end += offset + size
-    if sum(words[n : 2 * n]) >= 2**62 or sum(words[2 * n :]) >= 2**62:
+    if sum(offsets) >= 2**62 or sum(sizes) >= 2**62:
         raise CodecError(f"{what}: minishard index points beyond any possible shard size")
-    return MinishardIndex(np.array(keys, np.uint64), np.array(starts, np.uint64), np.array(words[2 * n :], np.uint64))
+    return MinishardIndex(np.array(keys, np.uint64), np.array(starts, np.uint64), np.array(sizes, np.uint64))
 
 
 def decode_minishard_indexes(
