@@ -89,3 +89,50 @@ def test_turns_give_every_row_the_first_and_the_last_turn(common: ModuleType) ->
     assert {o[0] for o in orders} == set(declared) and {o[-1] for o in orders} == set(declared)
     assert [turns(["a", "b"], rep)[0] for rep in range(4)] == ["a", "b", "b", "a"]
     assert turns([], 3) == []
+
+
+@pytest.fixture(scope="module")
+def anchor_runs() -> Iterator[ModuleType]:
+    sys.path.insert(0, str(BENCHMARKS))  # (it imports compare_versions beside it)
+    spec = importlib.util.spec_from_file_location("_bench_anchor_runs", BENCHMARKS / "anchor_runs.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(mod)
+        yield mod
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def _flags(anchor_runs: ModuleType, runs: list[dict[str, dict[str, Any]]]) -> dict[str, str]:
+    lines = anchor_runs.table({"bench_x": runs}, 1.0)[2:]
+    return {cells[1].strip().removeprefix("bench_x:"): cells[-2].strip() for cells in (line.split("|") for line in lines)}
+
+
+def test_a_format_bound_figure_meets_the_target_through_its_floor_only(anchor_runs: ModuleType) -> None:
+    """Issue 21: a figure the format bounds meets the target within 10 % of the floor measured
+    beside it, even below the anchor (another layout); below both it is flagged, as is a
+    figure with no floor row; the raw-I/O floor row bounds nothing (a reader also decodes)."""
+    floor = {"best_anchor": "format floor"}
+
+    def run(cold_floor: float, append_floor: float) -> dict[str, dict[str, Any]]:
+        return {
+            "read_cold_MBps": {"best_anchor": "blosc2", "shardstore": 0.8, "shardstore+cache": 0.6},
+            "append_MBps": {"best_anchor": "blosc2", "shardstore": 0.7},
+            "disk_MiB": {"best_anchor": "blosc2", "shardstore": 0.97},
+            "slices_per_s": {"best_anchor": "blosc2", "shardstore": 1.2},
+            "read_cold_MBps / floor_read_cold_MBps [format floor]": {**floor, "shardstore": cold_floor},
+            "read_cold_MBps / floor_io_read_cold_MBps [format floor]": {**floor, "shardstore": 0.5},
+            "append_MBps / floor_append_MBps [format floor]": {**floor, "shardstore": append_floor},
+        }
+
+    flags = _flags(anchor_runs, [run(1.1, 0.7), run(0.95, 0.85), run(0.8, 0.95)])  # medians 0.95, 0.85
+    assert flags["read_cold_MBps"].startswith("< 1; format-bound") and "floor_read_cold_MBps" in flags["read_cold_MBps"]
+    assert flags["read_cold_MBps / floor_read_cold_MBps [format floor]"] == ""
+    assert flags["append_MBps"] == "**< 1**"
+    assert flags["append_MBps / floor_append_MBps [format floor]"] == "**< 0.9**"
+    assert flags["read_cold_MBps / floor_io_read_cold_MBps [format floor]"] == ""
+    assert flags["disk_MiB"] == "**< 1**" and flags["slices_per_s"] == ""
+    # the cold read's floor missed (median 0.85): the figure is flagged like any other
+    flags = _flags(anchor_runs, [run(0.85, 0.95)] * 3)
+    assert flags["read_cold_MBps"] == "**< 1**" and flags["append_MBps"].startswith("< 1; format-bound")
