@@ -7,6 +7,7 @@ NumPy only (no scipy), so a benchmark runs in the plain test environment.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import inspect
 import json
@@ -255,10 +256,25 @@ def order_key(key: str, order: str) -> str:
     return f"{head}_{order}_{unit}"
 
 
+#: repetitions of the volume benches' phases that start cold (best counts): 64 random reads
+#: from a cold disk take ~0.1 s, and with the best of 3 their ratios moved by 20-40 % between
+#: runs of the same code
+COLD_REPEAT = 5
+
+
+def add_cold_repeat_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cold-repeat", type=int, default=None,
+                   help=f"best of N for the phases that start cold (default {COLD_REPEAT}; 1 with --quick)")
+
+
+def cold_repeats(args: argparse.Namespace) -> int:
+    return max(args.cold_repeat or (1 if args.quick else COLD_REPEAT), 1)
+
+
 def bench_volumes(
     script: str, adapters: dict[str, Any], variant: str, paths: dict[str, Path], vol: np.ndarray,
     npy: Path | Mapping[str, Path], origins: dict[str, list[Origin]], write_repeat: int,
-    read_repeat: int, chunk: int, child_args: Sequence[str] = (), turn: int = 0,
+    read_repeat: int, chunk: int, child_args: Sequence[str] = (), turn: int = 0, cold_repeat: int | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Every phase of a volume benchmark for several rows (library configurations), taking turns.
 
@@ -274,6 +290,9 @@ def bench_volumes(
     a warm pass of the same boxes on that handle: a row with a chunk cache reuses what the
     cold pass decoded, as its users' repeated views would. Reads go one at a time, results
     dropped (a few checked). Each adapter has ``open``, ``read_all`` and ``read_box``.
+    ``cold_repeat`` (default ``read_repeat``): repetitions of the phases that start cold (the
+    whole cold read, and the random passes with their warm pass), whose ~0.1 s of cold disk
+    reads vary more between repetitions than the warm phases.
     """
     names = list(adapters)
     npys = {"C": npy} if isinstance(npy, Path) else dict(npy)
@@ -303,8 +322,9 @@ def bench_volumes(
         drops.setdefault(name, (method, resident_fraction(paths[name])))
         handles[name] = adapters[name].open(paths[name])
 
+    cold_reps = max(read_repeat if cold_repeat is None else cold_repeat, 1)
     for phase in ("cold", "warm"):
-        for rep in range(max(read_repeat, 1)):
+        for rep in range(cold_reps if phase == "cold" else max(read_repeat, 1)):
             for name in turns(names, rep + turn):
                 if phase == "cold":
                     cold_open(name)
@@ -317,7 +337,7 @@ def bench_volumes(
     for kind, n in (("aligned", chunk), ("unaligned", 100)):
         n = min(n, vol.shape[0])
         boxes = origins[kind]
-        for rep in range(max(read_repeat, 1)):
+        for rep in range(cold_reps):
             for name in turns(names, rep + turn):
                 a = adapters[name]
                 cold_open(name)

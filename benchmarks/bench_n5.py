@@ -16,7 +16,8 @@ C and F; C is N5's stored order), size on disk, whole read cold (page cache drop
 array reopened before each repetition) and warm, 256 reads of 64^3 boxes at random
 block-aligned origins and 256 reads of 100^3 boxes at random origins, each cold (page cache
 dropped, fresh handle) and then warm (the same boxes again). Timings are the best of ``--repeat``
-(default 3, the write included); the libraries take turns at every repetition of every phase
+(default 3, the write included), of the phases that start cold ``--cold-repeat`` (default 5);
+the libraries take turns at every repetition of every phase
 (``_common.bench_volumes``), so that a slow spell of the shared machine hits them alike.
 The "vs best" columns divide each shardstore row's figure by the best anchor row's (named),
 oriented so that above 1 means shardstore is better (for size and RSS too). The "(medians)"
@@ -48,11 +49,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
     Origin,
     Row,
+    add_cold_repeat_argument,
     add_row_arguments,
     anchor_table,
     bench_volumes,
     box,
     build_adapters,
+    cold_repeats,
     make_volume,
     random_origins,
     returns_line,
@@ -182,6 +185,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeat", type=int, default=None, help="best of N (default 3)")
     p.add_argument("--variants", default="raw,gzip")
     add_row_arguments(p, ROWS)
+    add_cold_repeat_argument(p)
     p.add_argument("--orders", default="C,F",
                    help="input orders of the write (C: N5 stores x fastest, the last axis here; default C,F)")
     p.add_argument("--out-dir", type=Path, default=None)
@@ -216,7 +220,7 @@ def main(argv: list[str] | None = None) -> None:
            **{f"{k}_version": version(LIBS[k].package) for k in libs},
            "numpy_version": np.__version__}
     config = {"size": args.size, "reads": args.reads, "write_repeat": write_repeat,
-              "read_repeat": read_repeat, "block": BLOCK, "orders": args.orders,
+              "read_repeat": read_repeat, "cold_repeat": cold_repeats(args), "block": BLOCK, "orders": args.orders,
               "shardstore_config": args.shardstore_config,
               "shardstore_cache_config": args.shardstore_cache_config, "out_dir": str(out_dir)}
     print(f"# {json.dumps(config)}\n# {json.dumps(env)}", flush=True)
@@ -236,7 +240,7 @@ def main(argv: list[str] | None = None) -> None:
             paths = {name: out_dir / f"{variant}_{name}.n5" for name in adapters}
             results[variant] = bench_volumes(__file__, adapters, variant, paths, vol, npys, origins,
                                              write_repeat, read_repeat, BLOCK, row_child_args(args),
-                                             turn=args.turn)
+                                             turn=args.turn, cold_repeat=cold_repeats(args))
             for name, res in results[variant].items():
                 resident = res["resident_after_drop"]
                 print(f"# {variant}/{name}: cache drop: {res['cache_drop']}, resident after drop: "

@@ -24,6 +24,8 @@ warm; 256 aligned 64^3 and 256 unaligned 100^3 reads at seeded random origins, e
 (page cache dropped, fresh handle) and then warm (the same boxes again on that handle).
 Every row returns Fortran order (printed): shardstore and CloudVolume do by themselves,
 tensorstore is asked for ``read(order="F")``, as its users holding ``[x, y, z]`` arrays do.
+Read timings are the best of ``--repeat`` (default 3), those of the phases that start cold
+(the whole cold read, the random passes) of ``--cold-repeat`` (default 5).
 
 ``--runs N`` repeats everything N times; the table shows per-run medians, names the best
 anchor row of each figure and divides shardstore's figure by it (oriented so that above 1
@@ -57,11 +59,13 @@ from _common import (  # noqa: E402
     TS_CACHE_BYTES,
     Origin,
     Row,
+    add_cold_repeat_argument,
     add_row_arguments,
     anchor_table,
     bench_volumes,
     box,
     build_adapters,
+    cold_repeats,
     make_volume,
     random_origins,
     returns_line,
@@ -231,6 +235,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--runs", type=int, default=1, help="repeat everything N times; report medians")
     p.add_argument("--variants", default=",".join(VARIANTS))
     add_row_arguments(p, ROWS)
+    add_cold_repeat_argument(p)
     p.add_argument("--orders", default=",".join(ORDERS), help="input orders of the write (default C,F)")
     p.add_argument("--out-dir", type=Path, default=None)
     p.add_argument("--keep", action="store_true")
@@ -261,7 +266,7 @@ def main(argv: list[str] | None = None) -> None:
     libs = dict.fromkeys(r.lib for r in args.rows)
     env = {"python": platform.python_version(), "cpus": os.cpu_count(), "loadavg": os.getloadavg(),
            **{f"{k}_version": version(LIBS[k].package) for k in libs}}
-    config = {"size": args.size, "reads": args.reads, "read_repeat": args.repeat, "runs": args.runs,
+    config = {"size": args.size, "reads": args.reads, "read_repeat": args.repeat, "cold_repeat": cold_repeats(args), "runs": args.runs,
               "chunk": CHUNK, "sharding": SHARDING, "orders": args.orders,
               "shardstore_config": args.shardstore_config, "shardstore_cache_config": args.shardstore_cache_config}
     print(f"# {json.dumps(config)}\n# {json.dumps(env)}", flush=True)
@@ -283,7 +288,8 @@ def main(argv: list[str] | None = None) -> None:
                 t0 = time.perf_counter()
                 paths = {name: out_dir / f"{variant}_{name}" for name in adapters}
                 results[variant] = bench_volumes(__file__, adapters, variant, paths, vol, npys, origins,
-                                                 1, args.repeat, CHUNK, row_child_args(args), turn=run + args.turn)
+                                                 1, args.repeat, CHUNK, row_child_args(args), turn=run + args.turn,
+                                                 cold_repeat=cold_repeats(args))
                 print(f"# run {run + 1} {variant}: all rows {time.perf_counter() - t0:.1f}s "
                       f"({next(iter(results[variant].values()))['cache_drop']})", flush=True)
                 if not args.keep:
@@ -295,7 +301,7 @@ def main(argv: list[str] | None = None) -> None:
             med = {n: {key: statistics.median(r[variant][n][key] for r in runs) for key, _, _ in figures}
                    for n in adapters}
             title = (f"precomputed, {args.size}^3 uint8, chunk {CHUNK}^3 raw, {variant}; median of "
-                     f"{args.runs} run(s), each the best of {args.repeat} (reads), 1 (writes)")
+                     f"{args.runs} run(s), each the best of {args.repeat} (reads), {cold_repeats(args)} (cold phases), 1 (writes)")
             table, summary[variant] = anchor_table(title, figures, med, rows)
             print(table, flush=True)
     finally:

@@ -41,7 +41,8 @@ Phases, per variant, every row taking turns (``_common.bench_volumes``):
    turn at each repetition, as the reads.
 
 Timings are the best of ``--repeat`` repetitions (default 3, the write's as bench_n5's: one
-child-process write of ~0.1 s per row and input order moved its ratio by 10-20 % between runs).
+child-process write of ~0.1 s per row and input order moved its ratio by 10-20 % between runs),
+those of the phases that start cold (3, 5, 6) the best of ``--cold-repeat`` (default 5).
 Throughputs are in MB/s (10^6 bytes of uncompressed data per second); random reads in
 reads/s; sizes and RSS in MiB. For every figure the table names the best anchor row and
 gives each shardstore row's ratio against it, oriented so that above 1 means shardstore is
@@ -75,11 +76,13 @@ from _common import (  # noqa: E402
     Origin,
     Row,
     RowUnavailable,
+    add_cold_repeat_argument,
     add_row_arguments,
     anchor_table,
     bench_volumes,
     box,
     build_adapters,
+    cold_repeats,
     make_volume,
     random_origins,
     returns_line,
@@ -314,6 +317,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="best of N for every timing (default 3)")
     p.add_argument("--variants", default="zstd,blosc", help="comma list of: zstd, blosc")
     add_row_arguments(p, ROWS)
+    add_cold_repeat_argument(p)
     p.add_argument("--orders", default="C,F",
                    help="input orders of the write (C is what Zarr stores; default C,F)")
     p.add_argument("--out-dir", type=Path, default=None, help="where datasets go (default: a tempdir in /tmp)")
@@ -350,7 +354,7 @@ def main(argv: list[str] | None = None) -> None:
         "numpy_version": np.__version__,
     }
     config = {"size": args.size, "reads": args.reads, "write_repeat": write_repeat,
-              "read_repeat": read_repeat, "shard": SHARD, "chunk": CHUNK, "orders": args.orders,
+              "read_repeat": read_repeat, "cold_repeat": cold_repeats(args), "shard": SHARD, "chunk": CHUNK, "orders": args.orders,
               "shardstore_config": args.shardstore_config,
               "shardstore_cache_config": args.shardstore_cache_config, "out_dir": str(out_dir)}
     print(f"# {json.dumps(config)}\n# {json.dumps(env)}", flush=True)
@@ -375,7 +379,7 @@ def main(argv: list[str] | None = None) -> None:
             paths = {name: out_dir / f"{variant}_{name}" for name in adapters}
             results[variant] = bench_volumes(__file__, adapters, variant, paths, vol, npys, origins,
                                              write_repeat, read_repeat, CHUNK, row_child_args(args),
-                                             turn=args.turn)
+                                             turn=args.turn, cold_repeat=cold_repeats(args))
             updates = bench_updates(adapters, paths, vol, origins["partial"], read_repeat, turn=args.turn)
             for name in adapters:
                 res = results[variant][name]
