@@ -10,14 +10,14 @@ and each shardstore row's ratio against it (above 1: shardstore better). The tab
 median of those per-run ratios for each shardstore row, the anchor rows that were best, and
 flags figures where no shardstore row reaches ``--threshold`` (default 1.0). Figures bound by
 their format (bench_bcolz: one blosc file per chunk) also get a row against the floor measured
-beside them in the same run (``<figure> / <floor figure> [format floor]``), flagged below 90 % of
-the threshold: the issue asks those to come within 10 % of the bound (the floor's raw I/O of a
-cold read is shown, not flagged: a reader also decompresses). Such a figure below the anchor
-(a one-file layout) but within 10 % of its floor is marked as format-bound, not flagged. ``--load`` reports runs
-saved earlier (``--runs 0``: only those), pooled with this call's.
+beside them in the same run (``<figure> / <floor figure> [format floor]``), flagged below 90 %
+of the threshold: the issue asks those to come within 10 % of the bound (the floor's raw I/O of
+a cold read is shown, not flagged: a reader also decompresses). Such a figure below the anchor
+(a one-file layout) but within 10 % of its floor is marked as format-bound, not flagged.
+``--load`` reports runs saved earlier (``--runs 0``: only those), pooled with this call's.
 
-Sizes default to ``--scale small`` (256^3 volumes, the sizes ``compare_versions`` uses, about 15
-minutes for 3 runs on 2 cores); ``--scale full`` uses each bench's own defaults (512^3 volumes,
+Sizes default to ``--scale small`` (256^3 volumes, the sizes ``compare_versions`` uses, about 35
+minutes for 3 runs of every bench on 2 cores); ``--scale full`` uses each bench's own defaults (512^3 volumes,
 200M-element bcolz, about 25 minutes per run).
 """
 
