@@ -17,7 +17,8 @@ import shardstore
 from shardstore.errors import CodecError
 from shardstore.formats.precomputed import kv as kv_module
 from shardstore.formats.precomputed.kv import ShardedKV
-from shardstore.sharding._uint64_format import ShardingSpec, assemble_shard
+from shardstore.sharding._uint64_assemble import assemble_shard
+from shardstore.sharding._uint64_format import ShardingSpec
 from shardstore.sharding.uint64 import Uint64ShardedStore
 from shardstore.store import LocalStore, MemoryStore, RecordingStore
 from shardstore.store.base import OffsetBR, RangeBR, SuffixBR, slice_range

@@ -11,7 +11,8 @@ import pytest
 
 from shardstore.errors import CodecError, ConflictError, InvalidKeyError, MetadataError, UnsupportedFeatureError
 from shardstore.formats.precomputed.kv import open_kv
-from shardstore.sharding._uint64_format import ShardingSpec, assemble_shard
+from shardstore.sharding._uint64_assemble import assemble_shard
+from shardstore.sharding._uint64_format import ShardingSpec
 from shardstore.sharding.morton import compressed_morton, compressed_morton_bits
 from shardstore.sharding.uint64 import Uint64ShardedStore, parse_uint64_key
 from shardstore.store import LocalStore, MemoryStore, RecordingStore
@@ -519,7 +520,7 @@ def test_batch_decode_names_the_bad_minishard(row, value, encoding):
 def test_a_shard_assembled_at_once_is_the_streamed_one_byte_for_byte(index_encoding: str, minishard_bits: int, n: int) -> None:
     """``assemble_shard`` (NumPy over the whole batch) lays a shard out as ``ShardBuilder``
     (the streamed write, value by value) does: keys from 0 to 2^64-1, empty values included."""
-    from shardstore.sharding._uint64_format import ShardBuilder
+    from shardstore.sharding._uint64_assemble import ShardBuilder
 
     rng = np.random.default_rng(n * 10 + minishard_bits)
     spec = ShardingSpec(0, "murmurhash3_x86_128", minishard_bits, 2, index_encoding, "raw")

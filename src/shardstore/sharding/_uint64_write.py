@@ -24,7 +24,8 @@ from .._sync import io_pool
 from ..errors import ConflictError, UnsupportedFeatureError
 from ..store.base import MISSING, Parts, Store, Update, joined
 from ._batched import BatchedWrites
-from ._uint64_format import ShardBuilder, ShardingSpec, assemble_shard, gzip_compress, gzip_decompress, parse_uint64_key, shard_entries
+from ._uint64_assemble import ShardBuilder, assemble_shard
+from ._uint64_format import ShardingSpec, gzip_compress, gzip_decompress, parse_uint64_key, shard_entries
 from ._unit_streams import stream_shard, stream_shard_sync
 
 if TYPE_CHECKING:
