@@ -212,6 +212,7 @@ def test_share_now_threads_only_when_it_pays(n: int, work: str, slow: bool, expe
     ("io", 3, ["io"], False),  # a cold disk last time (where the system counts blocks read: Linux)
     ("codec", 3, ["codec"], False),
     ("codec", 2, [], False),  # two decodes: timed first, here inline
+    ("codec", 2, ["codec"], True),  # two GIL-free batches (a small read's piece per thread)
     (None, 2, [], False),
     (None, 3, [], False),  # a handle's first read of GIL-holding items: one item timed alone first
     # ... of GIL-free items (native reads): the codec threads at once, the first batch timed

@@ -483,6 +483,29 @@ def test_the_batch_timed_alone_is_one_chunk(tmp_path: Path) -> None:
     assert span_units(layout, []) == []
 
 
+def test_a_few_chunks_of_one_shard_are_one_piece_per_thread(tmp_path: Path) -> None:
+    """A read of a few chunks within one shard (the misses of a 100^3 read beside the chunk
+    cache's hits) is cut into one piece per codec thread, not into single chunks whose
+    native calls and GIL hand-offs cost more than the balance gains; larger reads keep two
+    pieces per thread after the one chunk ``share_now`` times alone."""
+    from shardstore.core.indexing import basic_indexer
+    from shardstore.core.spanread import span_units
+
+    _create(tmp_path, CODECS["zstd"], shape=(64, 64, 64), chunks=(8, 8, 8), shards=(64, 64, 64))
+    layout = zarr3.open(str(tmp_path), mode="r", config=IOConfig(codec_threads=2)).driver.layout
+
+    def sizes(sel: tuple) -> list[int]:
+        return [len(b) for b in span_units(layout, basic_indexer(sel, layout.grid))]
+
+    assert sizes(np.s_[4:12, 4:12, 4:12]) == [4, 4]  # 8 chunks
+    assert sizes(np.s_[4:12, 4:12, 0:8]) == [2, 2]
+    assert sizes(np.s_[4:12, 0:8, 0:8]) == [1, 1]
+    assert sizes(np.s_[4:20, 4:12, 0:8]) == [3, 3]  # 6 chunks
+    assert sizes(np.s_[4:20, 4:20, 4:12]) == [1, 4, 5, 5, 3]  # 18 chunks: more than 4 a thread
+    small = span_units(layout, basic_indexer(np.s_[4:12, 4:12, 4:12], layout.grid))
+    assert {item[1] for b in small for item in b} == {layout.chunk_key(c) for c in np.ndindex(2, 2, 2)}
+
+
 def test_a_cached_read_that_places_no_chunk_whole_reads_right(tmp_path: Path) -> None:
     """With the chunk cache, only the chunks a read places whole go native: a box inside
     chunks leaves none (span_units got no chunks; it raised IndexError)."""

@@ -216,6 +216,9 @@ def share_now(
     copied out), done while the threads started at once work on the items, else first.
     """
     last = None if memo is None else memo.get(fn)
+    # two GIL-free batches the last call found worth threads: each on its own thread now
+    # (``spanread.span_units`` cuts a small read into one batch per thread)
+    pair = free and last == "codec"
     if last is None and memo is not None and free and not writes:
         # a handle's first GIL-free read: the codec threads start at once (its first batch
         # timed meanwhile, the I/O threads added if that waited on the disk), instead of
@@ -229,7 +232,7 @@ def share_now(
             # a slow decode: it goes on in a pool thread while ``meanwhile`` runs here)
             run_shared(fn, items, args, last or "codec", None, kinds, config, meanwhile)
             return
-    elif (len(items) > 2 or meanwhile is not None) and (
+    elif (len(items) > 2 or meanwhile is not None or pair) and (
         last == "codec" or (last == "io" and not writes and _RUSAGE_THREAD is not None)
     ):
         # the threads the last call chose start at once (its first batch timed meanwhile, for
