@@ -218,7 +218,7 @@ def test_share_now_threads_only_when_it_pays(n: int, work: str, slow: bool, expe
     # ... of GIL-free items (native reads): the codec threads at once, the first batch timed
     # beside them (a cold first read's later chunks wait for no single chunk's read and decode)
     (None, 3, ["codec"], True),
-    (None, 2, [], True),
+    (None, 2, ["codec"], True),  # (two GIL-free batches: a small read's piece per thread)
 ])
 def test_share_now_starts_as_the_last_call_chose(last: str | None, n: int, expect: list[str], free: bool,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:

@@ -216,15 +216,17 @@ def share_now(
     copied out), done while the threads started at once work on the items, else first.
     """
     last = None if memo is None else memo.get(fn)
-    # two GIL-free batches the last call found worth threads: each on its own thread now
-    # (``spanread.span_units`` cuts a small read into one batch per thread)
-    pair = free and last == "codec"
     if last is None and memo is not None and free and not writes:
         # a handle's first GIL-free read: the codec threads start at once (its first batch
         # timed meanwhile, the I/O threads added if that waited on the disk), instead of
         # one item alone first: on a cold open that item's read and decode held up the
         # rest (first two 100^3 reads of a cold sharded Zarr v3 zstd array: 16.5 -> 15.3 ms)
         last = "codec"
+    # two GIL-free batches worth threads (the last call's, or a handle's first read): each on
+    # its own thread at once (``spanread.span_units`` cuts a small read into one per thread;
+    # timing the first alone ran both on this thread, a cold first 100^3 read of 8 Zarr v3
+    # zstd chunks in 9.7 ms where tensorstore takes 6.8)
+    pair = free and last == "codec"
     kinds = (writes, free, slow, gil)
     if len(items) <= 1:
         if items and meanwhile is not None and not writes and (last in ("io", "codec") or (last is None and slow)):
