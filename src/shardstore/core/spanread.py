@@ -100,8 +100,8 @@ def span_units(layout: ChunkLayout, projections: Iterable[ChunkProjection]) -> l
         # a few chunks of one shard (the misses of a 100^3 read beside the cache's hits):
         # one piece per thread, all started at once. Cut smaller, every piece's native call
         # and its GIL hand-offs cost more than the balance gained (Zarr v3 zstd 64^3 chunks,
-        # 100^3 reads with 4 / 8 of 8 chunks missing: 2.62 -> 2.36 / 5.26 -> 4.19 ms,
-        # tensorstore with its cache 2.18 / 5.27)
+        # 100^3 reads with 4 / 8 of 8 chunks missing, two runs: 2.6-2.9 -> 2.4-2.7 /
+        # 5.3-5.6 -> 4.2-4.3 ms, tensorstore with its cache 2.2-2.5 / 5.2-5.3)
         n = -(-total // threads)
         return [unit[i : i + n] for unit in batches for i in range(0, len(unit), n)]
     # ``share_now`` times the first batch and shares out the rest only when at least two
