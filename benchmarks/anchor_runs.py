@@ -99,15 +99,14 @@ def table(runs: dict[str, list[dict[str, dict[str, Any]]]], threshold: float) ->
     for bench, got in runs.items():
         if not got:
             continue
+        meds = {fig: _medians(got, fig) for fig in got[-1]}
         floors_met: dict[str, str] = {}  # figure -> the floor row that bounds it and is met
-        for fig in got[-1]:
-            med = _medians(got, fig)
+        for fig, med in meds.items():
             if _bound(fig) and med and round(max(med.values()), 2) >= threshold * FLOOR_SHARE:
                 floors_met.setdefault(fig.split(" / ")[0], fig.removesuffix(f" [{FLOOR}]").split(" / ")[1])
-        for fig in got[-1]:
+        for fig, med in meds.items():
             leaves = [r[fig] for r in got if fig in r]
             anchors = Counter(str(leaf.get("best_anchor")) for leaf in leaves)
-            med = _medians(got, fig)
             if not med:
                 continue
             best = max(med.values())

@@ -224,7 +224,8 @@ def bench_run(adapters: dict[str, Any], out_dir: Path, pieces: list[np.ndarray],
     for rep in range(cold_repeat):  # cold: the cache dropped and the array opened afresh before each read
         for name in turns(libs, rep + run):
             p = paths[name]
-            out[name]["disk_MiB"] = (disk_usage(p)[0] if p.is_dir() else p.stat().st_size) / 2**20
+            if rep == 0:
+                out[name]["disk_MiB"] = (disk_usage(p)[0] if p.is_dir() else p.stat().st_size) / 2**20
             _drop(p)
             opened[name] = adapters[name].open(p)
             _touch(source.nbytes)

@@ -96,21 +96,18 @@ def span_units(layout: ChunkLayout, projections: Iterable[ChunkProjection]) -> l
     batches = list(units.values())
     threads = codec_pool_size(layout.config.codec_threads)
     total = sum(map(len, batches))
-    if 1 < threads and len(batches) < threads and total <= _SMALL_READ_CHUNKS_PER_THREAD * threads:
-        # a few chunks of one shard (the misses of a 100^3 read beside the cache's hits):
-        # one piece per thread, all started at once. Cut smaller, every piece's native call
-        # and its GIL hand-offs cost more than the balance gained (Zarr v3 zstd 64^3 chunks,
-        # 100^3 reads with 4 / 8 of 8 chunks missing, two runs: 2.6-2.9 -> 2.4-2.7 /
-        # 5.3-5.6 -> 4.2-4.3 ms, tensorstore with its cache 2.2-2.5 / 5.2-5.3)
-        n = -(-total // threads)
-        return [unit[i : i + n] for unit in batches for i in range(0, len(unit), n)]
-    # ``share_now`` times the first batch and shares out the rest only when at least two
-    # remain: a larger read within one shard, or two, is cut into two pieces per thread
-    want = 2 * threads
+    # a few chunks of one shard (the misses of a 100^3 read beside the cache's hits): one
+    # piece per thread, all started at once. Cut smaller, every piece's native call and its
+    # GIL hand-offs cost more than the balance gained (Zarr v3 zstd 64^3 chunks, 100^3 reads
+    # with 4 / 8 of 8 chunks missing, two runs: 2.6-2.9 -> 2.4-2.7 / 5.3-5.6 -> 4.2-4.3 ms,
+    # tensorstore with its cache 2.2-2.5 / 5.2-5.3). A larger read within one shard, or two,
+    # is cut into two pieces per thread
+    small = len(batches) < threads and total <= _SMALL_READ_CHUNKS_PER_THREAD * threads
+    want = threads if small else 2 * threads
     if 1 < want and len(batches) < want:
-        n = max(1, -(-sum(map(len, batches)) // want))
+        n = max(1, -(-total // want))
         batches = [unit[i : i + n] for unit in batches for i in range(0, len(unit), n)]
-    if batches and len(batches[0]) > 1:
+    if not small and batches and len(batches[0]) > 1:
         # the batch ``share_now`` times alone, before any thread helps: one chunk, so that a
         # cold read of one large shard overlaps its file reads from the second chunk on
         batches[:1] = [batches[0][:1], batches[0][1:]]
